@@ -1,0 +1,20 @@
+// Running backward: replay the tape from some roots to the leaves.
+//
+//   autograd::backward({loss});                       // what loss.backward() does
+//   TensorList g = autograd::grad({y}, {x}, {dy});    // dy/dx without touching x.grad()
+#pragma once
+
+#include "autograd/node.h"
+
+namespace loom::autograd {
+
+// Accumulates d(roots)/d(leaf) into every leaf's .grad(). `grad_roots` gives
+// the gradient of each root; it may be omitted for scalar roots (then 1).
+void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false);
+
+// The gradients of `outputs` w.r.t. `inputs` (undefined where an input does
+// not affect the outputs). Leaves' .grad() are left alone.
+TensorList grad(const TensorList& outputs, const TensorList& inputs,
+                const TensorList& grad_outputs = {}, bool retain_graph = false);
+
+}  // namespace loom::autograd

@@ -1,0 +1,100 @@
+#include "autograd/node.h"
+
+#include "tensor/backend.h"
+#include "tensor/creation.h"
+
+namespace loom::autograd {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+thread_local uint64_t t_tape_position = 0;
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+uint64_t next_sequence_nr() { return t_tape_position++; }
+
+TensorList FunctionNode::apply(TensorList&& grad_outputs) {
+  LOOM_CHECK(backward_ != nullptr, name_,
+             ": trying to backward through the graph a second time (its saved tensors were "
+             "freed by the first backward); pass retain_graph=true to the first backward if you "
+             "need to run it twice");
+  return backward_(grad_outputs);
+}
+
+AccumulateGrad::AccumulateGrad(Tensor leaf)
+    : Node({}, UINT64_MAX), leaf_(std::move(leaf)) {
+  add_output(leaf_);
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
+  Tensor& incoming = grad_outputs[0];
+  AutogradMeta& meta = leaf_.impl()->autograd_meta();
+  std::vector<GradHook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(meta.mutex);
+    if (!meta.grad.defined()) {
+      // Keep the incoming gradient only if nothing else can see its memory;
+      // otherwise an in-place update of .grad() would change another tensor.
+      bool exclusive = incoming.is_contiguous() && incoming.storage().use_count() == 1 &&
+                       incoming.storage_offset() == 0;
+      meta.grad = exclusive ? incoming : contiguous_copy(incoming);
+    } else {
+      backend_for(meta.grad.device()).binary(BinaryOp::Add, meta.grad, incoming, meta.grad, 1.0);
+    }
+    hooks = meta.post_accumulate_grad_hooks;
+  }
+  for (const GradHook& hook : hooks) hook(leaf_);
+  return {};
+}
+
+SavedTensor::SavedTensor(const Tensor& t) : data_(t.detach()), version_(t.version()) {}
+
+const Tensor& SavedTensor::get() const {
+  LOOM_CHECK(data_.version() == version_,
+             "a tensor needed for gradient computation (shape ", data_.shape(), ", ", data_.dtype(),
+             ") was modified by an in-place operation after it was saved: saved at version ",
+             version_, ", now at version ", data_.version());
+  return data_;
+}
+
+bool needs_grad(const Tensor& a) { return grad_enabled() && a.defined() && a.requires_grad(); }
+bool needs_grad(const Tensor& a, const Tensor& b) {
+  return grad_enabled() && ((a.defined() && a.requires_grad()) || (b.defined() && b.requires_grad()));
+}
+bool needs_grad(const TensorList& tensors) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : tensors)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (!t.is_leaf()) return {t.grad_fn(), t.output_nr()};
+  AutogradMeta& meta = t.impl()->autograd_meta();
+  std::lock_guard<std::mutex> lock(meta.mutex);
+  std::shared_ptr<Node> accumulator = meta.grad_accumulator.lock();
+  if (!accumulator) {
+    accumulator = std::make_shared<AccumulateGrad>(t);
+    meta.grad_accumulator = accumulator;
+  }
+  return {accumulator, 0};
+}
+
+void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& input : inputs) edges.push_back(gradient_edge(input));
+  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    node->add_output(outputs[i]);
+    AutogradMeta& meta = outputs[i].impl()->autograd_meta();
+    meta.requires_grad = true;
+    meta.grad_fn = node;
+    meta.output_nr = static_cast<uint32_t>(i);
+  }
+}
+
+}  // namespace loom::autograd

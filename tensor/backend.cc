@@ -1,0 +1,66 @@
+#include "tensor/backend.h"
+
+#include <array>
+
+#include "tensor/cpu/cpu_backend.h"
+
+namespace loom {
+namespace {
+
+std::array<Backend*, 2>& registry() {
+  static std::array<Backend*, 2> backends{&cpu::cpu_backend(), nullptr};
+  return backends;
+}
+
+}  // namespace
+
+bool is_comparison(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
+    case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void register_backend(DeviceType type, Backend* backend) {
+  registry()[static_cast<int>(type)] = backend;
+}
+
+bool has_backend(DeviceType type) { return registry()[static_cast<int>(type)] != nullptr; }
+
+Backend& backend_for(DeviceType type) {
+  Backend* backend = registry()[static_cast<int>(type)];
+  LOOM_CHECK(backend != nullptr,
+             "this loom was built without the CUDA backend: rebuild on a machine with the "
+             "CUDA toolkit (and without --//:cuda=false) to use cuda tensors");
+  return *backend;
+}
+
+void copy_data(const Tensor& src, const Tensor& dst) {
+  LOOM_INTERNAL_ASSERT(src.shape() == dst.shape(), "copy_data: ", src.shape(), " vs ", dst.shape());
+  if (src.numel() == 0) return;
+  backend_for(src.device().is_cuda() ? src.device() : dst.device()).copy(src, dst);
+}
+
+void synchronize(Device device) { backend_for(device).synchronize(device.index()); }
+
+bool cuda_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
+  return has_backend(DeviceType::CUDA) ? backend_for(DeviceType::CUDA).device_count() : 0;
+}
+
+Allocator& allocator_for(Device device) { return backend_for(device).allocator(device.index()); }
+MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
+void reset_peak_memory_stats(Device device) { allocator_for(device).reset_peak(); }
+void empty_cache(Device device) { allocator_for(device).empty_cache(); }
+
+std::ostream& operator<<(std::ostream& out, const MemoryStats& s) {
+  return out << "allocated=" << s.allocated_bytes << " reserved=" << s.reserved_bytes
+             << " peak=" << s.peak_allocated_bytes << " system_allocs=" << s.system_allocations
+             << " system_frees=" << s.system_frees;
+}
+
+}  // namespace loom

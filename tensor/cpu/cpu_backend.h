@@ -1,0 +1,48 @@
+// The CPU backend: kernels on Eigen and OpenMP threads.
+//
+// Each group of kernels lives in its own file (elementwise.cc, reduce.cc,
+// matmul.cc, index.cc, random.cc); this class only ties them to the Backend
+// interface.
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace loom::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  Allocator& allocator(int device_index) override;
+  int device_count() override { return 1; }
+  void synchronize(int) override {}
+
+  void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha, double beta) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
+              double alpha) override;
+  void ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,
+               double alpha) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& out, double value) override;
+  void arange(const Tensor& out, double start, double step) override;
+  void random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
+              uint64_t offset) override;
+
+  void reduce(ReduceOp op, const Tensor& a, const Tensor& out) override;
+  void arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) override;
+  void softmax(const Tensor& a, int dim, bool log, const Tensor& out) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, int dim, bool log,
+                        const Tensor& dx) override;
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+
+  void index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+  void gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+};
+
+CpuBackend& cpu_backend();
+
+// The host allocator (caching, 64-byte aligned).
+Allocator& cpu_allocator();
+
+}  // namespace loom::cpu

@@ -1,0 +1,36 @@
+// CPU random draws: element i of each draw comes from random_draw.h, so the
+// numbers do not depend on the thread count (or on the device).
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/parallel.h"
+#include "tensor/random_draw.h"
+
+namespace loom::cpu {
+
+void CpuBackend::random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
+                        uint64_t offset) {
+  dispatch_all(out.dtype(), "random", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data_ptr<T>();
+    parallel_for(out.numel(), 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        switch (op) {
+          case RandomOp::Uniform:
+            o[i] = static_cast<T>(random_draw::uniform(seed, offset, i, a, b));
+            break;
+          case RandomOp::Normal:
+            o[i] = static_cast<T>(random_draw::normal(seed, offset, i, a, b));
+            break;
+          case RandomOp::RandInt:
+            o[i] = static_cast<T>(random_draw::randint(seed, offset, i, static_cast<int64_t>(a),
+                                                       static_cast<int64_t>(b)));
+            break;
+          case RandomOp::Bernoulli:
+            o[i] = static_cast<T>(random_draw::bernoulli(seed, offset, i, a));
+            break;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace loom::cpu

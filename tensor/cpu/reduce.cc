@@ -1,0 +1,235 @@
+// CPU reductions: sum/max/min over any set of dims, argmax/argmin along one
+// dim, and softmax / log-softmax (forward and backward) along one dim.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/eigen_maps.h"
+#include "tensor/cpu/parallel.h"
+
+namespace loom::cpu {
+namespace {
+
+// Sums of float32 accumulate in float64: a reduction over a million
+// elements then stays within float32 rounding of the exact sum.
+template <typename T> struct Accumulator { using type = T; };
+template <> struct Accumulator<float> { using type = double; };
+template <> struct Accumulator<uint8_t> { using type = int64_t; };
+template <> struct Accumulator<bool> { using type = int64_t; };
+
+template <typename T>
+bool is_nan(T x) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(x);
+  return false;
+}
+
+// max/min that propagate NaN, as PyTorch's do.
+template <typename T> T nan_max(T a, T b) { return (is_nan(a) || a >= b) ? a : b; }
+template <typename T> T nan_min(T a, T b) { return (is_nan(a) || a <= b) ? a : b; }
+
+// The split of a's dims into kept (also in out) and reduced ones.
+struct ReductionPlan {
+  Shape kept_shape;        // sizes of kept dims
+  Strides kept_a_strides;  // their strides in a and out
+  Strides kept_out_strides;
+  Shape reduced_shape;     // sizes of reduced dims, innermost last
+  Strides reduced_strides;
+};
+
+ReductionPlan plan_reduction(const Tensor& a, const Tensor& out) {
+  ReductionPlan plan;
+  for (int d = 0; d < a.dim(); ++d) {
+    if (a.size(d) == 1) continue;
+    if (out.size(d) == 1) {
+      plan.reduced_shape.push_back(a.size(d));
+      plan.reduced_strides.push_back(a.stride(d));
+    } else {
+      plan.kept_shape.push_back(a.size(d));
+      plan.kept_a_strides.push_back(a.stride(d));
+      plan.kept_out_strides.push_back(out.stride(d));
+    }
+  }
+  return plan;
+}
+
+// Reduces the block of `a` at `base` over the plan's reduced dims.
+template <typename T, typename Acc, typename Combine, typename RowReduce>
+Acc reduce_block(const T* base, const ReductionPlan& plan, Acc init, Combine combine,
+                 RowReduce row_reduce) {
+  const Shape& shape = plan.reduced_shape;
+  const int dims = shape.size();
+  if (dims == 0) return combine(init, static_cast<Acc>(*base));
+  if (numel(shape) == 0) return init;
+  const int64_t inner = shape[dims - 1], inner_stride = plan.reduced_strides[dims - 1];
+  const int64_t rows = numel(shape) / inner;
+  std::array<int64_t, kMaxDims> index{};
+  Acc acc = init;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t offset = 0;
+    for (int d = 0; d < dims - 1; ++d) offset += index[d] * plan.reduced_strides[d];
+    const T* row = base + offset;
+    if (inner_stride == 1) {
+      acc = combine(acc, row_reduce(const_array_map<T>(reinterpret_cast<const char*>(row), inner)));
+    } else {
+      for (int64_t j = 0; j < inner; ++j) acc = combine(acc, static_cast<Acc>(row[j * inner_stride]));
+    }
+    for (int d = dims - 2; d >= 0; --d) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return acc;
+}
+
+template <typename T, typename Acc, typename Combine, typename RowReduce>
+void reduce_kernel(const Tensor& a, const Tensor& out, Acc init, Combine combine,
+                   RowReduce row_reduce) {
+  ReductionPlan plan = plan_reduction(a, out);
+  const T* a_data = a.data_ptr<T>();
+  T* out_data = out.data_ptr<T>();
+  const int64_t outputs = numel(plan.kept_shape);
+  const int64_t per_output = std::max<int64_t>(numel(plan.reduced_shape), 1);
+  parallel_for(outputs, std::max<int64_t>(1, kParallelGrain / per_output), [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      int64_t a_offset = 0, out_offset = 0, rest = o;
+      for (int d = plan.kept_shape.size() - 1; d >= 0; --d) {
+        int64_t i = rest % plan.kept_shape[d];
+        rest /= plan.kept_shape[d];
+        a_offset += i * plan.kept_a_strides[d];
+        out_offset += i * plan.kept_out_strides[d];
+      }
+      out_data[out_offset] =
+          static_cast<T>(reduce_block<T, Acc>(a_data + a_offset, plan, init, combine, row_reduce));
+    }
+  });
+}
+
+// Views a contiguous tensor as (outer, size of dim, inner).
+struct RowLayout {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+RowLayout row_layout(const Tensor& t, int dim) {
+  RowLayout l;
+  for (int d = 0; d < dim; ++d) l.outer *= t.size(d);
+  l.size = t.size(dim);
+  for (int d = dim + 1; d < t.dim(); ++d) l.inner *= t.size(d);
+  return l;
+}
+
+}  // namespace
+
+void CpuBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
+  dispatch_numeric(a.dtype(), "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = typename Accumulator<T>::type;
+    switch (op) {
+      case ReduceOp::Sum:
+        return reduce_kernel<T, Acc>(
+            a, out, Acc(0), [](Acc x, Acc y) { return x + y; },
+            [](const auto& row) { return row.template cast<Acc>().sum(); });
+      case ReduceOp::Max:
+        return reduce_kernel<T, T>(
+            a, out, std::numeric_limits<T>::lowest(), [](T x, T y) { return nan_max(x, y); },
+            [](const auto& row) { return row.template maxCoeff<Eigen::PropagateNaN>(); });
+      case ReduceOp::Min:
+        return reduce_kernel<T, T>(
+            a, out, std::numeric_limits<T>::max(), [](T x, T y) { return nan_min(x, y); },
+            [](const auto& row) { return row.template minCoeff<Eigen::PropagateNaN>(); });
+    }
+  });
+}
+
+void CpuBackend::arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) {
+  dispatch_numeric(a.dtype(), "argmax", [&](auto tag) {
+    using T = decltype(tag);
+    const bool want_max = op == ArgReduceOp::ArgMax;
+    const T* a_data = a.data_ptr<T>();
+    int64_t* out_data = out.data_ptr<int64_t>();
+    const Shape& shape = out.shape();
+    const int64_t size = a.size(dim), stride = a.stride(dim);
+    parallel_for(out.numel(), std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(size, 1)),
+                 [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        int64_t a_offset = 0, out_offset = 0, rest = o;
+        for (int d = shape.size() - 1; d >= 0; --d) {
+          int64_t i = rest % shape[d];
+          rest /= shape[d];
+          a_offset += i * a.stride(d);
+          out_offset += i * out.stride(d);
+        }
+        const T* p = a_data + a_offset;
+        int64_t best = 0;
+        for (int64_t j = 1; j < size && !is_nan(p[best * stride]); ++j) {
+          T x = p[j * stride], b = p[best * stride];
+          if (is_nan(x) || (want_max ? x > b : x < b)) best = j;
+        }
+        out_data[out_offset] = best;
+      }
+    });
+  });
+}
+
+void CpuBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) {
+  dispatch_floating(a.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    RowLayout l = row_layout(a, dim);
+    const T* x = a.data_ptr<T>();
+    T* y = out.data_ptr<T>();
+    parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / l.size), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
+        if (l.inner == 1) {  // a contiguous row: vectorised
+          auto in = ConstArrayMap<T>(x + base, l.size);
+          auto res = ArrayMap<T>(y + base, l.size);
+          T max = in.maxCoeff();
+          res = (in - max).exp();
+          T sum = res.sum();
+          if (log)
+            res = in - (max + std::log(sum));
+          else
+            res /= sum;
+          continue;
+        }
+        T max = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < l.size; ++j) max = std::max(max, x[base + j * l.inner]);
+        T sum = 0;
+        for (int64_t j = 0; j < l.size; ++j) sum += std::exp(x[base + j * l.inner] - max);
+        for (int64_t j = 0; j < l.size; ++j) {
+          T v = x[base + j * l.inner] - max;
+          y[base + j * l.inner] = log ? v - std::log(sum) : std::exp(v) / sum;
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, bool log,
+                                  const Tensor& dx_t) {
+  // softmax:     dx = y * (dy - sum(dy * y))
+  // log_softmax: dx = dy - exp(y) * sum(dy)
+  dispatch_floating(y_t.dtype(), "softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    RowLayout l = row_layout(y_t, dim);
+    const T* y = y_t.data_ptr<T>();
+    const T* dy = dy_t.data_ptr<T>();
+    T* dx = dx_t.data_ptr<T>();
+    parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / l.size), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
+        T dot = 0;
+        for (int64_t j = 0; j < l.size; ++j) {
+          int64_t k = base + j * l.inner;
+          dot += log ? dy[k] : dy[k] * y[k];
+        }
+        for (int64_t j = 0; j < l.size; ++j) {
+          int64_t k = base + j * l.inner;
+          dx[k] = log ? dy[k] - std::exp(y[k]) * dot : y[k] * (dy[k] - dot);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,93 @@
+// Joining and splitting along a dim: cat (one copy per input into slices of
+// the output), stack, split and chunk (views).
+#include "tensor/ops.h"
+#include "tensor/ops/op_utils.h"
+
+namespace loom {
+
+Tensor cat(const TensorList& tensors, int64_t dim_in) {
+  LOOM_CHECK(!tensors.empty(), "cat: expected at least one tensor");
+  const Tensor& first = tensors[0];
+  detail::check_defined("cat", first);
+  const int dim = wrap_dim(dim_in, first.dim(), "cat");
+  LOOM_CHECK(first.dim() > 0, "cat: zero-dimensional tensors cannot be concatenated; use stack");
+  Shape shape = first.shape();
+  shape[dim] = 0;
+  DType dtype = first.dtype();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    detail::check_same_device("cat", first, t);
+    LOOM_CHECK(t.dim() == first.dim(), "cat: tensor ", i, " has shape ", t.shape(),
+               ", expected ", first.dim(), " dimensions like tensor 0's ", first.shape());
+    for (int d = 0; d < t.dim(); ++d)
+      LOOM_CHECK(d == dim || t.size(d) == first.size(d), "cat: tensor ", i, " has shape ", t.shape(),
+                 ", which differs from tensor 0's ", first.shape(), " outside dimension ", dim);
+    shape[dim] += t.size(dim);
+    dtype = promote_types(dtype, t.dtype());
+  }
+  Tensor y = empty(shape, {.dtype = dtype, .device = first.device()});
+  std::vector<int64_t> sizes;
+  std::vector<DType> dtypes;
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    copy_data(t, as_strided(y, t.shape(), y.strides(), y.storage_offset() + offset * y.stride(dim)));
+    offset += t.size(dim);
+    sizes.push_back(t.size(dim));
+    dtypes.push_back(t.dtype());
+  }
+  if (autograd::needs_grad(tensors))
+    autograd::record("CatBackward", tensors, y, [sizes, dtypes, dim](const TensorList& g) {
+      TensorList grads = split(g[0], sizes, dim);
+      for (size_t i = 0; i < grads.size(); ++i)
+        if (grads[i].dtype() != dtypes[i]) grads[i] = grads[i].to(dtypes[i]);
+      return grads;
+    });
+  return y;
+}
+
+Tensor stack(const TensorList& tensors, int64_t dim) {
+  LOOM_CHECK(!tensors.empty(), "stack: expected at least one tensor");
+  const int d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  TensorList expanded;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    LOOM_CHECK(tensors[i].shape() == tensors[0].shape(), "stack: tensor ", i, " has shape ",
+               tensors[i].shape(), " but tensor 0 has shape ", tensors[0].shape());
+    expanded.push_back(tensors[i].unsqueeze(d));
+  }
+  return cat(expanded, d);
+}
+
+TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim_in) {
+  const int dim = wrap_dim(dim_in, x.dim(), "split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    LOOM_CHECK(s >= 0, "split: negative size ", s);
+    total += s;
+  }
+  LOOM_CHECK(total == x.size(dim), "split: sizes ", Shape(sizes), " add up to ", total,
+             ", but dimension ", dim, " has size ", x.size(dim));
+  TensorList parts;
+  int64_t offset = 0;
+  for (int64_t s : sizes) {
+    parts.push_back(x.narrow(dim, offset, s));
+    offset += s;
+  }
+  return parts;
+}
+
+TensorList split(const Tensor& x, int64_t split_size, int64_t dim_in) {
+  LOOM_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
+  const int dim = wrap_dim(dim_in, x.dim(), "split");
+  std::vector<int64_t> sizes;
+  for (int64_t left = x.size(dim); left > 0; left -= split_size) sizes.push_back(std::min(left, split_size));
+  if (sizes.empty()) sizes.push_back(0);
+  return split(x, sizes, dim);
+}
+
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  LOOM_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
+  const int64_t n = x.size(dim);
+  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+}
+
+}  // namespace loom

@@ -1,0 +1,90 @@
+// Matrix products. bmm is the primitive (one kernel, one backward); mm and
+// matmul reshape their operands onto it, so their gradients come for free.
+#include "tensor/ops.h"
+#include "tensor/ops/op_utils.h"
+
+namespace loom {
+namespace {
+
+void check_matmul_operands(const char* op, const Tensor& a, const Tensor& b) {
+  detail::check_same_device(op, a, b);
+  detail::check_floating(op, a);
+  LOOM_CHECK(a.dtype() == b.dtype(), op, ": expected operands of one dtype, got ", a.dtype(),
+             " and ", b.dtype());
+}
+
+}  // namespace
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_matmul_operands("bmm", a, b);
+  LOOM_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", a.shape(),
+             " and ", b.shape());
+  LOOM_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes ", a.shape(), " and ",
+             b.shape(), " cannot be multiplied (batch sizes or inner sizes differ)");
+  Tensor y = empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  if (y.numel() > 0) {
+    if (a.size(2) == 0)
+      backend_for(y.device()).fill(y, 0);
+    else
+      backend_for(y.device()).matmul(a, b, y);
+  }
+  if (autograd::needs_grad(a, b)) {
+    const bool da = a.requires_grad(), db = b.requires_grad();
+    // d(a @ b) = dy @ b^T for a and a^T @ dy for b; transposes are views.
+    autograd::record("BmmBackward", {a, b}, y,
+                     [sa = db ? autograd::SavedTensor(a) : autograd::SavedTensor(),
+                      sb = da ? autograd::SavedTensor(b) : autograd::SavedTensor(), da, db](const TensorList& g) {
+                       return TensorList{da ? bmm(g[0], sb.get().transpose(1, 2)) : Tensor(),
+                                         db ? bmm(sa.get().transpose(1, 2), g[0]) : Tensor()};
+                     });
+  }
+  return y;
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_matmul_operands("mm", a, b);
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", a.shape(),
+             " and ", b.shape());
+  LOOM_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.shape(), " and ", b.shape(),
+             " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
+  return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_matmul_operands("matmul", a, b);
+  LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dimension, got ",
+             a.shape(), " and ", b.shape());
+  // Vectors become matrices, and lose that dim again at the end.
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
+  LOOM_CHECK(k == b2.size(-2), "matmul: shapes ", a.shape(), " and ", b.shape(),
+             " cannot be multiplied (", k, " != ", b2.size(-2), ")");
+
+  Tensor y;
+  if (b2.dim() == 2) {
+    // (..., M, K) @ (K, N): fold the batch into M, one large GEMM.
+    std::vector<int64_t> batch(a2.shape().begin(), a2.shape().end() - 2);
+    Tensor flat = a2.reshape({-1, k});
+    y = mm(flat, b2);
+    batch.push_back(m);
+    batch.push_back(n);
+    y = y.reshape(batch);
+  } else {
+    Shape a_batch(std::vector<int64_t>(a2.shape().begin(), a2.shape().end() - 2));
+    Shape b_batch(std::vector<int64_t>(b2.shape().begin(), b2.shape().end() - 2));
+    std::vector<int64_t> batch = broadcast_shapes(a_batch, b_batch, "matmul").vec();
+    std::vector<int64_t> a_full = batch, b_full = batch, y_shape = batch;
+    a_full.insert(a_full.end(), {m, k});
+    b_full.insert(b_full.end(), {k, n});
+    y_shape.insert(y_shape.end(), {m, n});
+    Tensor a3 = a2.expand(a_full).reshape({-1, m, k});
+    Tensor b3 = b2.expand(b_full).reshape({-1, k, n});
+    y = bmm(a3, b3).reshape(y_shape);
+  }
+  if (a.dim() == 1) y = y.squeeze(-2);
+  if (b.dim() == 1) y = y.squeeze(-1);
+  return y;
+}
+
+}  // namespace loom

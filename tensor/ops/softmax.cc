@@ -1,0 +1,32 @@
+// softmax and log_softmax along one dim: one fused kernel each way.
+#include "tensor/ops.h"
+#include "tensor/ops/op_utils.h"
+
+namespace loom {
+namespace {
+
+Tensor softmax_impl(const char* op, const Tensor& x_in, int64_t dim_in, bool log) {
+  detail::check_defined(op, x_in);
+  Tensor x = is_floating(x_in.dtype()) ? x_in : detail::cast_raw(x_in, kFloat32);
+  const int dim = wrap_dim(dim_in, x.dim(), op);
+  Tensor in = x.is_contiguous() ? x : contiguous_copy(x);
+  Tensor y = empty(x.shape(), x.options());
+  if (y.numel() > 0) backend_for(x.device()).softmax(in, x.dim() == 0 ? 0 : dim, log, y);
+  if (autograd::needs_grad(x_in))
+    autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {x_in}, y,
+                     [sy = autograd::SavedTensor(y), dim, log](const TensorList& g) {
+                       const Tensor& y = sy.get();
+                       Tensor dy = g[0].is_contiguous() ? g[0] : contiguous_copy(g[0]);
+                       Tensor dx = empty(y.shape(), y.options());
+                       if (dx.numel() > 0) backend_for(y.device()).softmax_backward(y, dy, dim, log, dx);
+                       return TensorList{dx};
+                     });
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl("log_softmax", x, dim, true); }
+
+}  // namespace loom

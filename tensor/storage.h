@@ -1,0 +1,43 @@
+// The memory behind one or more tensors (a tensor and all its views share it).
+//
+// Storage owns `nbytes` bytes on `device`, returned to `allocator` when the
+// last tensor using it dies. It also carries the version counter that in-place
+// ops bump, which autograd uses to detect saved tensors modified after saving.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+
+namespace loom {
+
+class Storage {
+ public:
+  // Allocates nbytes from the device's allocator.
+  Storage(size_t nbytes, Device device);
+  // Wraps memory loom does not own (it is not freed).
+  Storage(void* data, size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;  // null: not owned
+  std::atomic<uint32_t> version_{0};
+};
+
+}  // namespace loom
