@@ -13,6 +13,7 @@
 
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "tensor/creation.h"
 #include "tensor/tensor.h"
 

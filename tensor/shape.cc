@@ -94,6 +94,14 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const int lead = to.size() - from.size();
+  for (int i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
 Shape infer_shape(const std::vector<int64_t>& requested, int64_t total, const char* op) {
   Shape shape(requested);
   int infer = -1;

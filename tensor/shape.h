@@ -62,6 +62,9 @@ int wrap_dim(int64_t dim, int ndim, const char* op);
 // NumPy broadcasting of two shapes; throws naming `op` when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
+// Whether `from` broadcasts to exactly `to` (as an in-place op's operand must).
+bool broadcasts_to(const Shape& from, const Shape& to);
+
 // Validates a shape given by the user (no negative sizes) and at most one -1,
 // which it infers from `total` (reshape/view).
 Shape infer_shape(const std::vector<int64_t>& requested, int64_t total, const char* op);

@@ -72,8 +72,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   detail::check_same_device("masked_fill", x, mask);
   LOOM_CHECK(mask.dtype() == kBool, "masked_fill: the mask must be bool, got ", mask.dtype());
-  Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
-  LOOM_CHECK(shape == x.shape(), "masked_fill: mask of shape ", mask.shape(),
+  LOOM_CHECK(broadcasts_to(mask.shape(), x.shape()), "masked_fill: mask of shape ", mask.shape(),
              " does not broadcast to the tensor's shape ", x.shape());
   return where(mask, scalar_tensor(value, x.options()), x);
 }

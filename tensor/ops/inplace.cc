@@ -13,7 +13,7 @@ namespace {
 // in a different layout (x.add_(x.t())).
 Tensor operand_for(const char* op, const Tensor& self, const Tensor& other) {
   detail::check_same_device(op, self, other);
-  LOOM_CHECK(broadcast_shapes(self.shape(), other.shape(), op) == self.shape(), op, ": an operand of shape ",
+  LOOM_CHECK(broadcasts_to(other.shape(), self.shape()), op, ": an operand of shape ",
              other.shape(), " does not broadcast to the shape ", self.shape(), " being written");
   LOOM_CHECK(is_floating(self.dtype()) || !is_floating(other.dtype()), op, ": cannot write a ",
              other.dtype(), " result into a ", self.dtype(), " tensor");
@@ -45,7 +45,9 @@ Tensor& inplace_ternary(const char* op, TernaryOp kind, Tensor& self, const Tens
   return finish(self);
 }
 
-Tensor scalar_for(const Tensor& self, double value) { return scalar_tensor(value, self.options()); }
+// A scalar operand; a fractional one next to an integer tensor is float32,
+// so that writing it back is the "cannot write a float32 result" error.
+Tensor scalar_for(const Tensor& self, double value) { return detail::scalar_like(value, self); }
 
 }  // namespace
 
@@ -103,7 +105,7 @@ Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_inplace("copy_", *this, {src});
   detail::check_defined("copy_", src);
-  LOOM_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source of shape ",
+  LOOM_CHECK(broadcasts_to(src.shape(), shape()), "copy_: source of shape ",
              src.shape(), " does not broadcast to the destination's shape ", shape());
   Tensor s = src;
   if (s.device() == device() && s.storage() == storage()) s = contiguous_copy(s);
@@ -115,11 +117,11 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
   detail::check_inplace("masked_fill_", *this, {mask});
   detail::check_same_device("masked_fill_", *this, mask);
   LOOM_CHECK(mask.dtype() == kBool, "masked_fill_: the mask must be bool, got ", mask.dtype());
-  LOOM_CHECK(broadcast_shapes(shape(), mask.shape(), "masked_fill_") == shape(), "masked_fill_: mask of shape ",
+  LOOM_CHECK(broadcasts_to(mask.shape(), shape()), "masked_fill_: mask of shape ",
              mask.shape(), " does not broadcast to ", shape());
   if (numel() > 0)
     backend_for(device()).ternary(TernaryOp::Where, detail::expand_raw(mask, shape()),
-                                  detail::expand_raw(scalar_for(*this, value), shape()), *this, *this, 0);
+                                  detail::expand_raw(scalar_tensor(value, options()), shape()), *this, *this, 0);
   return finish(*this);
 }
 

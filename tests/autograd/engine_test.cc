@@ -1,0 +1,188 @@
+// The backward engine: accumulation, errors, hooks, threads.
+#include "autograd/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_values;
+
+TEST(Backward, GradientsAccumulateAcrossCallsUntilZeroed) {
+  Tensor w = from_vector<float>({1, 2}).requires_grad_();
+  (w * 3.0).sum().backward();
+  (w * 3.0).sum().backward();
+  expect_values(w.grad(), {6, 6});
+  {
+    NoGradGuard no_grad;
+    w.grad().zero_();
+  }
+  (w * w).sum().backward();  // used twice in one op: 2w
+  expect_values(w.grad(), {2, 4});
+}
+
+TEST(Backward, TensorUsedOnSeveralPathsSumsItsGradients) {
+  Tensor x = from_vector<double>({0.5, -1.0}).requires_grad_();
+  Tensor y = x * 2.0;
+  Tensor loss = (y * y + exp(y) + y).sum();  // d/dx = 2 (2y + e^y + 1)
+  loss.backward();
+  std::vector<double> xs = {0.5, -1.0}, expected;
+  for (double v : xs) expected.push_back(2 * (2 * 2 * v + std::exp(2 * v) + 1));
+  expect_values(x.grad(), expected, 1e-12);
+}
+
+TEST(Backward, SecondBackwardThroughAFreedGraphIsAnError) {
+  Tensor w = ones({2}).requires_grad_();
+  Tensor loss = (w * w).sum();
+  loss.backward();
+  EXPECT_THROW_MSG(loss.backward(), "trying to backward through the graph a second time");
+}
+
+TEST(Backward, RetainGraphAllowsASecondBackward) {
+  Tensor w = ones({2}).requires_grad_();
+  Tensor loss = (w * w).sum();
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  loss.backward();
+  expect_values(w.grad(), {4, 4});
+}
+
+TEST(Backward, NonScalarOutputNeedsAnExplicitGradient) {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = x * 2.0;
+  EXPECT_THROW_MSG(y.backward(), "a gradient can be created implicitly only for a single-element output");
+  y.backward(full({3}, 0.5));
+  expect_values(x.grad(), {1, 1, 1});
+  Tensor z = x * 2.0;
+  EXPECT_THROW_MSG(z.backward(ones({2})), "the gradient for output 0 has shape [2]");
+}
+
+TEST(Backward, OutputThatDoesNotRequireGrad) {
+  Tensor x = ones({2});
+  EXPECT_THROW_MSG(x.sum().backward(), "does not require grad and has no grad_fn");
+  Tensor w = ones({2}).requires_grad_();
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = (w * 2.0).sum();
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_THROW_MSG(y.backward(), "computed under NoGradGuard");
+}
+
+TEST(Backward, OnlyFloatingPointLeavesCanRequireGrad) {
+  EXPECT_THROW_MSG(arange(3).requires_grad_(), "only floating-point tensors can require gradients, got int64");
+  Tensor w = ones({2}).requires_grad_();
+  Tensor y = w * 2.0;
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_THROW_MSG(y.requires_grad_(false), "only leaf tensors can change requires_grad");
+}
+
+TEST(Backward, DetachStopsTheGradient) {
+  Tensor w = from_vector<float>({3}).requires_grad_();
+  Tensor loss = (w * w.detach()).sum();  // d/dw = w.detach() only
+  loss.backward();
+  expect_values(w.grad(), {3});
+}
+
+TEST(Backward, SavedTensorModifiedInPlaceIsAnError) {
+  Tensor w = from_vector<float>({1, 2}).requires_grad_();
+  Tensor c = from_vector<float>({3, 4});
+  Tensor loss = (w * c).sum();  // saves c for w's gradient
+  c.add_(1.0);
+  EXPECT_THROW_MSG(loss.backward(), "was modified by an in-place operation after it was saved: saved at version 0, now at version 1");
+}
+
+TEST(Backward, GradFunctionLeavesDotGradAlone) {
+  Tensor x = from_vector<double>({1, 2}).requires_grad_();
+  Tensor y = (x * x).sum();
+  TensorList g = autograd::grad({y}, {x});
+  expect_values(g[0], {2, 4});
+  EXPECT_FALSE(x.grad().defined());
+  // Gradient with respect to an intermediate value.
+  Tensor a = x * 3.0;
+  Tensor b = (a * a).sum();
+  expect_values(autograd::grad({b}, {a})[0], {6, 12});
+}
+
+// The hook of a parameter used late in forward (so early in backward) fires
+// while earlier layers' gradients are still being computed: DDP relies on it.
+TEST(Hooks, LeafHookFiresAsSoonAsItsGradientIsFinal) {
+  Generator gen(1);
+  Tensor x = randn({4, 3}, {}, &gen);
+  Tensor w1 = randn({3, 5}, {}, &gen).requires_grad_();
+  Tensor w2 = randn({5, 2}, {}, &gen).requires_grad_();
+  std::vector<std::string> order;
+  bool w1_grad_missing_when_w2_final = false;
+  w2.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    order.push_back("w2");
+    w1_grad_missing_when_w2_final = !w1.grad().defined();
+    EXPECT_TRUE(p.grad().defined());
+  });
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("w1"); });
+  Tensor loss = matmul(relu(matmul(x, w1)), w2).sum();
+  loss.backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"w2", "w1"}));
+  EXPECT_TRUE(w1_grad_missing_when_w2_final);
+}
+
+TEST(Hooks, FiresOnceAfterAllUsesOfTheLeaf) {
+  Tensor w = from_vector<float>({1}).requires_grad_();
+  int calls = 0;
+  double grad_seen = 0;
+  w.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    ++calls;
+    grad_seen = p.grad().item();
+  });
+  Tensor h = w * 2.0;
+  Tensor loss = (h * 3.0 + w * 5.0).sum();  // w used early and late: 6 + 5
+  loss.backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_DOUBLE_EQ(grad_seen, 11);
+  EXPECT_THROW_MSG(h.register_post_accumulate_grad_hook([](const Tensor&) {}),
+                   "only leaf tensors that require grad accumulate gradients");
+}
+
+TEST(Tape, ThreadsRecordAndReplayTheirOwnGraphsConcurrently) {
+  constexpr int kThreads = 4;
+  std::vector<Tensor> leaves;
+  for (int t = 0; t < kThreads; ++t) leaves.push_back(full({64}, t + 1.0).requires_grad_());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int step = 0; step < 20; ++step) {
+        Tensor y = (tanh(leaves[t] * 0.1) * leaves[t]).sum();
+        y.backward();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    double v = t + 1.0, th = std::tanh(0.1 * v);
+    double per_step = th + v * 0.1 * (1 - th * th);  // d/dv [tanh(0.1 v) v]
+    expect_values(leaves[t].grad(), std::vector<double>(64, 20 * per_step), 1e-5);
+  }
+}
+
+TEST(Tape, GradModeIsPerThread) {
+  NoGradGuard no_grad;
+  bool other_thread_enabled = false;
+  std::thread([&] { other_thread_enabled = autograd::grad_enabled(); }).join();
+  EXPECT_TRUE(other_thread_enabled);
+  EXPECT_FALSE(autograd::grad_enabled());
+}
+
+TEST(Tape, DroppedGraphsFreeTheirMemory) {
+  empty_cache(Device::cpu());
+  Tensor w = randn({256, 256}).requires_grad_();
+  const int64_t before = memory_stats(Device::cpu()).allocated_bytes;
+  for (int i = 0; i < 5; ++i) {
+    Tensor y = tanh(matmul(w, w)).sum();  // never backpropagated
+  }
+  EXPECT_EQ(memory_stats(Device::cpu()).allocated_bytes, before);
+}
+
+}  // namespace
+}  // namespace loom

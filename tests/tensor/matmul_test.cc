@@ -1,0 +1,85 @@
+// Matrix products against a triple loop in double.
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_values;
+using testing::values;
+
+// (M, K) @ (K, N) for contiguous copies of a and b.
+std::vector<double> naive_mm(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = values(a.contiguous()), y = values(b.contiguous());
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<double> out(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) out[i * n + j] += x[i * k + p] * y[p * n + j];
+  return out;
+}
+
+TEST(Matmul, AllOperandLayouts) {
+  Generator gen(7);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    Tensor a = randn({13, 17}, {.dtype = dtype}, &gen);
+    Tensor b = randn({17, 11}, {.dtype = dtype}, &gen);
+    Tensor at = randn({17, 13}, {.dtype = dtype}, &gen).t();  // column-major views
+    Tensor bt = randn({11, 17}, {.dtype = dtype}, &gen).t();
+    Tensor stepped = randn({13, 34}, {.dtype = dtype}, &gen).slice(1, 0, 34, 2);  // no unit stride
+    const double tol = dtype == kFloat32 ? 1e-5 : 1e-12;
+    expect_values(mm(a, b), naive_mm(a, b), tol);
+    expect_values(mm(at, b), naive_mm(at, b), tol);
+    expect_values(mm(a, bt), naive_mm(a, bt), tol);
+    expect_values(mm(at, bt), naive_mm(at, bt), tol);
+    expect_values(mm(stepped, b), naive_mm(stepped, b), tol);
+  }
+}
+
+TEST(Matmul, BatchedAndBroadcast) {
+  Generator gen(8);
+  Tensor a = randn({3, 4, 5}, {.dtype = kFloat64}, &gen);
+  Tensor b = randn({3, 5, 2}, {.dtype = kFloat64}, &gen);
+  Tensor y = bmm(a, b);
+  for (int i = 0; i < 3; ++i) expect_values(y.select(0, i), naive_mm(a.select(0, i), b.select(0, i)), 1e-12);
+  // (2, 1, 4, 5) @ (3, 5, 2) broadcasts the batch to (2, 3).
+  Tensor a4 = randn({2, 1, 4, 5}, {.dtype = kFloat64}, &gen);
+  Tensor y4 = matmul(a4, b);
+  EXPECT_EQ(y4.shape(), (Shape{2, 3, 4, 2}));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      expect_values(y4.select(0, i).select(0, j), naive_mm(a4.select(0, i).select(0, 0), b.select(0, j)), 1e-12);
+  // (B, T, C) @ (C, N): folded into one GEMM.
+  Tensor w = randn({5, 6}, {.dtype = kFloat64}, &gen);
+  Tensor y3 = matmul(a, w);
+  EXPECT_EQ(y3.shape(), (Shape{3, 4, 6}));
+  expect_values(y3.select(0, 2), naive_mm(a.select(0, 2), w), 1e-12);
+}
+
+TEST(Matmul, VectorCases) {
+  Tensor v = from_vector<float>({1, 2, 3});
+  Tensor m = arange(0, 6, 1).reshape({3, 2});
+  EXPECT_EQ(matmul(v, v).shape(), (Shape{}));
+  EXPECT_DOUBLE_EQ(matmul(v, v).item(), 14);
+  expect_values(matmul(v, m), {16, 22});
+  expect_values(matmul(m.t(), v), {16, 22});
+  EXPECT_EQ(matmul(zeros({4, 2, 3}), v).shape(), (Shape{4, 2}));
+}
+
+TEST(Matmul, ErrorsNameShapes) {
+  EXPECT_THROW_MSG(mm(zeros({2, 3}), zeros({4, 5})), "mm: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  EXPECT_THROW_MSG(matmul(zeros({2, 3}), zeros({2})), "matmul: shapes [2, 3] and [2] cannot be multiplied");
+  EXPECT_THROW_MSG(bmm(zeros({2, 3, 4}), zeros({3, 4, 5})), "bmm: shapes [2, 3, 4] and [3, 4, 5] cannot be multiplied");
+  EXPECT_THROW_MSG(mm(zeros({2, 2}), zeros({2, 2}, {.dtype = kFloat64})), "mm: expected operands of one dtype");
+  EXPECT_THROW_MSG(mm(zeros({2, 2}, {.dtype = kInt64}), zeros({2, 2}, {.dtype = kInt64})),
+                   "mm: expected a floating-point tensor, got int64");
+  EXPECT_THROW_MSG(mm(zeros({2}), zeros({2, 2})), "mm: expected 2-D tensors");
+}
+
+TEST(Matmul, EmptyInnerDimensionGivesZeros) {
+  expect_values(mm(zeros({2, 0}), zeros({0, 3})), std::vector<double>(6, 0.0));
+}
+
+}  // namespace
+}  // namespace loom

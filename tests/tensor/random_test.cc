@@ -1,0 +1,72 @@
+// Random tensors: reproducible from a seed, independent of thread count, and
+// distributed as they should be (deterministic draws, so no flakiness).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <set>
+
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::values;
+
+TEST(Random, SameSeedSameNumbers) {
+  manual_seed(123);
+  Tensor a = randn({1000});
+  manual_seed(123);
+  Tensor b = randn({1000});
+  EXPECT_EQ(values(a), values(b));
+  Tensor c = randn({1000});  // the generator moved on
+  EXPECT_NE(values(a), values(c));
+  Generator g1(5), g2(5), g3(6);
+  EXPECT_EQ(values(rand({64}, {}, &g1)), values(rand({64}, {}, &g2)));
+  EXPECT_NE(values(rand({64}, {}, &g3)), values(rand({64}, {}, &g1)));
+}
+
+TEST(Random, DoesNotDependOnThreadCount) {
+  const int saved = omp_get_max_threads();
+  Generator g1(9), g2(9);
+  omp_set_num_threads(1);
+  std::vector<double> one = values(randn({100000}, {}, &g1));
+  omp_set_num_threads(2);
+  std::vector<double> two = values(randn({100000}, {}, &g2));
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one, two);
+}
+
+TEST(Random, Distributions) {
+  Generator gen(17);
+  const int64_t n = 200000;
+  Tensor u = uniform({n}, -2, 3, {.dtype = kFloat64}, &gen);
+  EXPECT_GE(amin(u).item(), -2);
+  EXPECT_LT(amax(u).item(), 3);
+  EXPECT_NEAR(mean(u).item(), 0.5, 0.02);
+  Tensor z = normal({n}, 1.0, 2.0, {.dtype = kFloat64}, &gen);
+  EXPECT_NEAR(mean(z).item(), 1.0, 0.02);
+  EXPECT_NEAR(std::sqrt(var(z).item()), 2.0, 0.02);
+  Tensor r = randint(3, 7, {n}, {.dtype = kInt64}, &gen);
+  EXPECT_EQ(amin(r).item<int64_t>(), 3);
+  EXPECT_EQ(amax(r).item<int64_t>(), 6);
+  Tensor bern = bernoulli({n}, 0.3, {}, &gen);
+  EXPECT_NEAR(mean(bern).item(), 0.3, 0.005);
+  Tensor perm = randperm(1000, &gen);
+  std::vector<double> pv = values(perm);
+  EXPECT_EQ(std::set<double>(pv.begin(), pv.end()).size(), 1000u);
+  EXPECT_NE(pv, values(arange(1000)));
+  EXPECT_THROW_MSG(randint(5, 5, {2}), "randint: empty range [5, 5)");
+  EXPECT_THROW_MSG(bernoulli({2}, 1.5), "bernoulli: p must be in [0, 1]");
+}
+
+TEST(Random, GeneratorStateRoundTrips) {
+  Generator g(77);
+  randn({10}, {}, &g);
+  GeneratorState s = g.state();
+  std::vector<double> next = values(randn({10}, {}, &g));
+  g.set_state(s);
+  EXPECT_EQ(values(randn({10}, {}, &g)), next);
+}
+
+}  // namespace
+}  // namespace loom

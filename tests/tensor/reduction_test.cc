@@ -1,0 +1,132 @@
+// Reductions against references computed with plain loops in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_values;
+using testing::values;
+
+// Reference reduction of a contiguous (d0, d1, d2) tensor over `dims`.
+std::vector<double> reference(const Tensor& x, const std::vector<int>& dims,
+                              const std::function<double(const std::vector<double>&)>& reduce) {
+  std::vector<double> v = values(x.contiguous());
+  const int64_t n0 = x.size(0), n1 = x.size(1), n2 = x.size(2);
+  auto reduced = [&](int d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
+  std::vector<double> out;
+  for (int64_t i = 0; i < (reduced(0) ? 1 : n0); ++i)
+    for (int64_t j = 0; j < (reduced(1) ? 1 : n1); ++j)
+      for (int64_t k = 0; k < (reduced(2) ? 1 : n2); ++k) {
+        std::vector<double> group;
+        for (int64_t a = 0; a < n0; ++a)
+          for (int64_t b = 0; b < n1; ++b)
+            for (int64_t c = 0; c < n2; ++c)
+              if ((reduced(0) || a == i) && (reduced(1) || b == j) && (reduced(2) || c == k))
+                group.push_back(v[(a * n1 + b) * n2 + c]);
+        out.push_back(reduce(group));
+      }
+  return out;
+}
+
+double sum_of(const std::vector<double>& g) {
+  double s = 0;
+  for (double v : g) s += v;
+  return s;
+}
+
+TEST(Reductions, EveryDimSubsetAgainstReference) {
+  Generator gen(3);
+  Tensor base = randn({4, 5, 6}, {.dtype = kFloat64}, &gen);
+  const std::vector<std::vector<int>> subsets = {{0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}, {0, 1, 2}};
+  for (const Tensor& x : {base, base.permute({0, 1, 2}).transpose(0, 2).contiguous().transpose(0, 2)}) {
+    for (const auto& dims : subsets) {
+      std::vector<int64_t> d64(dims.begin(), dims.end());
+      SCOPED_TRACE(::testing::Message() << "dims " << Shape(d64) << (x.is_contiguous() ? "" : " strided"));
+      expect_values(sum(x, d64, true), reference(x, dims, sum_of), 1e-12);
+      expect_values(mean(x, d64), reference(x, dims, [](auto& g) { return sum_of(g) / g.size(); }), 1e-12);
+      expect_values(amax(x, d64), reference(x, dims, [](auto& g) { return *std::max_element(g.begin(), g.end()); }));
+      expect_values(amin(x, d64), reference(x, dims, [](auto& g) { return *std::min_element(g.begin(), g.end()); }));
+      expect_values(var(x, d64), reference(x, dims, [](auto& g) {
+                      double m = sum_of(g) / g.size(), s = 0;
+                      for (double v : g) s += (v - m) * (v - m);
+                      return s / (g.size() - 1);
+                    }), 1e-10);
+    }
+  }
+}
+
+TEST(Reductions, KeepdimAndShapes) {
+  Tensor x = ones({2, 3, 4});
+  EXPECT_EQ(sum(x, {1}).shape(), (Shape{2, 4}));
+  EXPECT_EQ(sum(x, {1}, true).shape(), (Shape{2, 1, 4}));
+  EXPECT_EQ(sum(x, {-1, 0}).shape(), (Shape{3}));
+  EXPECT_EQ(sum(x).shape(), (Shape{}));
+  EXPECT_DOUBLE_EQ(sum(x).item(), 24);
+  EXPECT_EQ(x.sum({0, 2}, true).shape(), (Shape{1, 3, 1}));
+  EXPECT_THROW_MSG(sum(x, {1, -2}), "sum: dimension 1 appears twice");
+  EXPECT_THROW_MSG(sum(x, {3}), "sum: dimension 3 is out of range");
+}
+
+TEST(Reductions, IntegerAndBoolSumsGiveInt64) {
+  Tensor b = from_vector<bool>({true, false, true, true});
+  EXPECT_EQ(sum(b).dtype(), kInt64);
+  EXPECT_EQ(sum(b).item<int64_t>(), 3);
+  EXPECT_EQ(sum(from_vector<uint8_t>({200, 100})).item<int64_t>(), 300);  // no uint8 overflow
+  EXPECT_THROW_MSG(mean(arange(4)), "mean: expected a floating-point tensor, got int64");
+}
+
+TEST(Reductions, FloatSumOfManyElementsIsAccurate) {
+  // One million 0.1f: naive float accumulation drifts by ~1%; loom's stays exact to float rounding.
+  Tensor x = full({1000, 1000}, 0.1f);
+  EXPECT_NEAR(sum(x).item(), 1e6 * static_cast<double>(0.1f), 1.0);
+  EXPECT_NEAR(sum(x, {0}).select(0, 7).item(), 1000 * static_cast<double>(0.1f), 1e-3);
+}
+
+TEST(Reductions, ArgmaxArgmin) {
+  Tensor x = from_vector<float>({1, 5, 5, 2, 9, 0}, {2, 3});
+  expect_values(argmax(x, 1), {1, 1});  // the first of tied maxima
+  expect_values(argmin(x, 1), {0, 2});
+  expect_values(argmax(x, 0), {1, 1, 0});
+  EXPECT_EQ(argmax(x, 1, true).shape(), (Shape{2, 1}));
+  EXPECT_EQ(argmax(x, 1).dtype(), kInt64);
+  expect_values(argmax(x.t(), 0), {1, 1});  // strided input
+  EXPECT_THROW_MSG(argmax(zeros({0, 3}), 0), "argmax: cannot reduce over dimension 0 of size 0");
+}
+
+TEST(Reductions, NanPropagatesThroughMaxMin) {
+  Tensor x = from_vector<float>({1, NAN, 3});
+  EXPECT_TRUE(std::isnan(amax(x).item()));
+  EXPECT_TRUE(std::isnan(amin(x).item()));
+  EXPECT_EQ(argmax(x, 0).item<int64_t>(), 1);
+}
+
+TEST(Reductions, EmptyInputs) {
+  EXPECT_DOUBLE_EQ(sum(zeros({0, 3})).item(), 0.0);
+  expect_values(sum(zeros({0, 3}), {0}), {0, 0, 0});
+  EXPECT_THROW_MSG(amax(zeros({0, 3})), "amax: cannot reduce over dimension 0 of size 0");
+}
+
+TEST(Softmax, RowsSumToOneAndMatchReference) {
+  Generator gen(5);
+  Tensor x = randn({3, 4, 5}, {.dtype = kFloat64}, &gen) * 10.0;
+  for (int dim = 0; dim < 3; ++dim) {
+    Tensor p = softmax(x, dim);
+    Tensor lp = log_softmax(x, dim);
+    expect_values(sum(p, {dim}), std::vector<double>(x.numel() / x.size(dim), 1.0), 1e-12);
+    expect_values(lp, values(log(p)), 1e-10);
+    // softmax(x) == exp(x - max) / sum(exp(x - max)), written out.
+    Tensor e = exp(x - amax(x, {dim}, true));
+    expect_values(p, values(e / sum(e, {dim}, true)), 1e-12);
+  }
+  // Large inputs do not overflow: the max is subtracted first.
+  expect_values(softmax(from_vector<float>({1000, 1000}), 0), {0.5, 0.5});
+  expect_values(softmax(x.transpose(0, 2), 1), values(softmax(x.transpose(0, 2).contiguous(), 1)), 1e-12);
+}
+
+}  // namespace
+}  // namespace loom
