@@ -23,9 +23,13 @@ Tensor random_tensor(RandomOp op, const Shape& shape, double a, double b,
 }  // namespace
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
-  for (int64_t s : shape) LOOM_CHECK(s >= 0, "empty: negative size in shape ", shape);
-  size_t bytes = static_cast<size_t>(numel(shape)) * element_size(options.dtype);
-  auto storage = std::make_shared<Storage>(bytes, options.device);
+  int64_t bytes = static_cast<int64_t>(element_size(options.dtype));
+  for (int64_t s : shape) {
+    LOOM_CHECK(s >= 0, "empty: negative size in shape ", shape);
+    LOOM_CHECK(!__builtin_mul_overflow(bytes, s, &bytes), "empty: shape ", shape, " of ", options.dtype,
+               " needs more bytes than fit in 64 bits");
+  }
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(bytes), options.device);
   return finish(make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype),
                 options);
 }

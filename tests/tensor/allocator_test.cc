@@ -38,6 +38,7 @@ TEST(CpuAllocator, StatsTrackAllocatedPeakAndReserved) {
 
 TEST(CpuAllocator, HugeRequestIsAClearError) {
   EXPECT_THROW_MSG(empty({int64_t{1} << 50}), "out of memory: failed to allocate");
+  EXPECT_THROW_MSG(empty({int64_t{1} << 40, int64_t{1} << 40}), "needs more bytes than fit in 64 bits");
 }
 
 }  // namespace

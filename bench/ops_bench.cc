@@ -1,0 +1,86 @@
+// loom ops against the same work done with raw Eigen in the same binary.
+//
+//   bazel run -c opt //bench:ops_bench -- --benchmark_format=json
+//   python3 bench/ratios.py < out.json     # loom time / Eigen time per op
+//
+// Pairs are named BM_<op>_loom/<size> and BM_<op>_eigen/<size>. Both sides
+// use the same OpenMP threads (Eigen's GEMM is multithreaded by OpenMP).
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+
+#include "tensor/ops.h"
+
+namespace {
+
+using namespace loom;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void set_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["FLOP/s"] = benchmark::Counter(flops_per_iteration * state.iterations(),
+                                                benchmark::Counter::kIsRate);
+}
+
+void BM_matmul_loom(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n, n}), b = randn({n, n});
+  for (auto _ : state) benchmark::DoNotOptimize(matmul(a, b).raw_data());
+  set_flops(state, 2.0 * n * n * n);
+}
+
+void BM_matmul_eigen(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  RowMatrix a = RowMatrix::Random(n, n), b = RowMatrix::Random(n, n), c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * n * n * n);
+}
+
+// c = a + b over n floats: 12 bytes moved per element.
+void BM_add_loom(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n}), b = randn({n});
+  for (auto _ : state) benchmark::DoNotOptimize((a + b).raw_data());
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+
+void BM_add_eigen(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Eigen::ArrayXf a = Eigen::ArrayXf::Random(n), b = Eigen::ArrayXf::Random(n), c(n);
+  for (auto _ : state) {
+    c = a + b;
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+
+// A transcendental op, compute-bound rather than memory-bound.
+void BM_tanh_loom(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = randn({n});
+  for (auto _ : state) benchmark::DoNotOptimize(tanh(a).raw_data());
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+
+void BM_tanh_eigen(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Eigen::ArrayXf a = Eigen::ArrayXf::Random(n), c(n);
+  for (auto _ : state) {
+    c = a.tanh();
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+
+BENCHMARK(BM_matmul_loom)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_matmul_eigen)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_add_loom)->Arg(1 << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_add_eigen)->Arg(1 << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_tanh_loom)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_tanh_eigen)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
