@@ -24,6 +24,10 @@ bool is_comparison(BinaryOp op) {
   }
 }
 
+int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int dilation) {
+  return (input + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
 void register_backend(DeviceType type, Backend* backend) {
   registry()[static_cast<int>(type)] = backend;
 }

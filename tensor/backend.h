@@ -50,6 +50,37 @@ enum class RandomOp { Uniform, Normal, RandInt, Bernoulli };
 
 bool is_comparison(BinaryOp op);
 
+// Convolution geometry (NCHW), as torch.nn.Conv2d's arguments.
+struct Conv2dParams {
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
+};
+
+// Pooling window (NCHW); padding counts as -inf for max and as 0 (included
+// in the divisor, PyTorch's count_include_pad=True) for average.
+struct Pool2dParams {
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+};
+
+// One Adam/AdamW step (PyTorch's formulas); `step` counts from 1.
+struct AdamParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW
+  int64_t step = 1;
+};
+
+// One SGD step; momentum buffers are (re)started from the gradient when
+// `first_step` (as PyTorch does on its first step).
+struct SgdParams {
+  double lr = 1e-2, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = true;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -98,7 +129,50 @@ class Backend {
   virtual void gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) = 0;
   // out[index[i][j]][j] += src[i][j] (dim 0), PyTorch's scatter_add_.
   virtual void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) = 0;
+
+  // ---- convolution, NCHW, all tensors contiguous; bias is added by the op ----
+  // out (N, C_out, H_out, W_out) = x (N, C_in, H, W) * w (C_out, C_in / groups, kH, kW)
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) = 0;
+  // dx = d(out)/dx applied to dy (dx is overwritten).
+  virtual void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
+                                     const Tensor& dx) = 0;
+  // dw = d(out)/dw applied to dy (dw is overwritten).
+  virtual void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
+                                      const Tensor& dw) = 0;
+
+  // ---- pooling, NCHW, contiguous ----
+  // indices (int64, out's shape): the flat position h * W + w of each max in its input plane.
+  virtual void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out,
+                          const Tensor& indices) = 0;
+  // dx (overwritten) gets dy added at the recorded positions.
+  virtual void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) = 0;
+  virtual void avg_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out) = 0;
+  virtual void avg_pool2d_backward(const Tensor& dy, const Pool2dParams& p, const Tensor& dx) = 0;
+  // Output window i covers input rows [floor(i H / H_out), ceil((i + 1) H / H_out)).
+  virtual void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) = 0;
+  virtual void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) = 0;
+
+  // ---- layer norm over the last dim of a contiguous (rows, C) tensor ----
+  // y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (population
+  // variance); weight and bias may be undefined (no affine). mean and rstd
+  // (rows) are written for the backward.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  // dx always; dweight and dbias (overwritten) when defined.
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                                   const Tensor& dweight, const Tensor& dbias) = 0;
+
+  // ---- fused optimizer steps over many tensors at once, in place ----
+  virtual void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
+                         const TensorList& exp_avg_sq, const AdamParams& p) = 0;
+  // momentum_buffers is empty when p.momentum == 0.
+  virtual void sgd_step(const TensorList& params, const TensorList& grads,
+                        const TensorList& momentum_buffers, const SgdParams& p) = 0;
 };
+
+// Output size of a convolution or pooling window along one dim.
+int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int dilation);
 
 Backend& backend_for(DeviceType type);
 inline Backend& backend_for(Device device) { return backend_for(device.type()); }

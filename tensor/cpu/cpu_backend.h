@@ -38,6 +38,30 @@ class CpuBackend final : public Backend {
   void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
   void gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
   void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+
+  void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) override;
+  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
+                             const Tensor& dx) override;
+  void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
+                              const Tensor& dw) override;
+
+  void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;
+  void avg_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out) override;
+  void avg_pool2d_backward(const Tensor& dy, const Pool2dParams& p, const Tensor& dx) override;
+  void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) override;
+
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                           const Tensor& dbias) override;
+
+  void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
+                 const TensorList& exp_avg_sq, const AdamParams& p) override;
+  void sgd_step(const TensorList& params, const TensorList& grads, const TensorList& momentum_buffers,
+                const SgdParams& p) override;
 };
 
 CpuBackend& cpu_backend();

@@ -1,0 +1,93 @@
+// CPU layer norm over the last dim: one pass for the statistics and one for
+// the output per row; the backward needs two row reductions per row, and the
+// weight and bias gradients are column sums accumulated per thread.
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/parallel.h"
+
+namespace loom::cpu {
+
+void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,
+                            const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
+  dispatch_floating(x_t.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t cols = x_t.size(-1), rows = x_t.numel() / std::max<int64_t>(cols, 1);
+    const T* x = x_t.data_ptr<T>();
+    const T* w = w_t.defined() ? w_t.data_ptr<T>() : nullptr;
+    const T* b = b_t.defined() ? b_t.data_ptr<T>() : nullptr;
+    T* y = y_t.data_ptr<T>();
+    T* mean = mean_t.data_ptr<T>();
+    T* rstd = rstd_t.data_ptr<T>();
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * cols;
+        double sum = 0, sum_sq = 0;  // in double: the variance is a difference of large terms
+        for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+        const double mu = sum / cols;
+        for (int64_t c = 0; c < cols; ++c) sum_sq += (xr[c] - mu) * (xr[c] - mu);
+        const T inv = T(1.0 / std::sqrt(sum_sq / cols + eps));
+        mean[r] = T(mu);
+        rstd[r] = inv;
+        T* yr = y + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          T v = (xr[c] - T(mu)) * inv;
+          yr[c] = (w ? v * w[c] : v) + (b ? b[c] : T(0));
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, const Tensor& w_t,
+                                     const Tensor& mean_t, const Tensor& rstd_t, const Tensor& dx_t,
+                                     const Tensor& dw_t, const Tensor& db_t) {
+  // With xhat = (x - mean) rstd and g = dy * weight:
+  //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dweight = sum_rows dy xhat,  dbias = sum_rows dy.
+  dispatch_floating(x_t.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t cols = x_t.size(-1), rows = x_t.numel() / std::max<int64_t>(cols, 1);
+    const T* dy = dy_t.data_ptr<T>();
+    const T* x = x_t.data_ptr<T>();
+    const T* w = w_t.defined() ? w_t.data_ptr<T>() : nullptr;
+    const T* mean = mean_t.data_ptr<T>();
+    const T* rstd = rstd_t.data_ptr<T>();
+    T* dx = dx_t.data_ptr<T>();
+    T* dw = dw_t.defined() ? dw_t.data_ptr<T>() : nullptr;
+    T* db = db_t.defined() ? db_t.data_ptr<T>() : nullptr;
+    if (dw) std::fill(dw, dw + cols, T(0));
+    if (db) std::fill(db, db + cols, T(0));
+    std::mutex merge;
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+      std::vector<T> dw_part(dw ? cols : 0, T(0)), db_part(db ? cols : 0, T(0));
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * cols;
+        const T* dyr = dy + r * cols;
+        const T mu = mean[r], inv = rstd[r];
+        double g_sum = 0, gx_sum = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const T xhat = (xr[c] - mu) * inv;
+          const T g = w ? dyr[c] * w[c] : dyr[c];
+          g_sum += g;
+          gx_sum += g * xhat;
+          if (dw) dw_part[c] += dyr[c] * xhat;
+          if (db) db_part[c] += dyr[c];
+        }
+        const T g_mean = T(g_sum / cols), gx_mean = T(gx_sum / cols);
+        T* dxr = dx + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const T xhat = (xr[c] - mu) * inv;
+          const T g = w ? dyr[c] * w[c] : dyr[c];
+          dxr[c] = inv * (g - g_mean - xhat * gx_mean);
+        }
+      }
+      std::lock_guard<std::mutex> lock(merge);
+      for (int64_t c = 0; c < (dw ? cols : 0); ++c) dw[c] += dw_part[c];
+      for (int64_t c = 0; c < (db ? cols : 0); ++c) db[c] += db_part[c];
+    });
+  });
+}
+
+}  // namespace loom::cpu

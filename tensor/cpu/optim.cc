@@ -1,0 +1,63 @@
+// CPU fused optimizer steps: each parameter is read and written once per step.
+// The formulas are PyTorch's (torch.optim.Adam / AdamW / SGD).
+#include <cmath>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/parallel.h"
+
+namespace loom::cpu {
+
+void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
+                           const TensorList& exp_avg_sq, const AdamParams& p) {
+  const double bias1 = 1 - std::pow(p.beta1, static_cast<double>(p.step));
+  const double bias2 = 1 - std::pow(p.beta2, static_cast<double>(p.step));
+  for (size_t t = 0; t < params.size(); ++t) {
+    dispatch_floating(params[t].dtype(), "adam_step", [&](auto tag) {
+      using T = decltype(tag);
+      T* w = params[t].data_ptr<T>();
+      const T* g = grads[t].data_ptr<T>();
+      T* m = exp_avg[t].data_ptr<T>();
+      T* v = exp_avg_sq[t].data_ptr<T>();
+      const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps), wd = T(p.weight_decay);
+      const T step_size = T(p.lr / bias1), inv_sqrt_bias2 = T(1 / std::sqrt(bias2));
+      const bool decoupled = p.decoupled_weight_decay;
+      parallel_for(params[t].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          T grad = g[i];
+          if (decoupled)
+            w[i] *= T(1) - lr * wd;       // AdamW: decay the weight itself
+          else
+            grad += wd * w[i];            // Adam: L2 penalty in the gradient
+          m[i] = b1 * m[i] + (T(1) - b1) * grad;
+          v[i] = b2 * v[i] + (T(1) - b2) * grad * grad;
+          w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
+        }
+      });
+    });
+  }
+}
+
+void CpuBackend::sgd_step(const TensorList& params, const TensorList& grads, const TensorList& buffers,
+                          const SgdParams& p) {
+  for (size_t t = 0; t < params.size(); ++t) {
+    dispatch_floating(params[t].dtype(), "sgd_step", [&](auto tag) {
+      using T = decltype(tag);
+      T* w = params[t].data_ptr<T>();
+      const T* g = grads[t].data_ptr<T>();
+      T* buf = p.momentum != 0 ? buffers[t].data_ptr<T>() : nullptr;
+      const T lr = T(p.lr), mu = T(p.momentum), damp = T(p.dampening), wd = T(p.weight_decay);
+      parallel_for(params[t].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          T d = g[i] + wd * w[i];
+          if (buf) {
+            buf[i] = p.first_step ? d : mu * buf[i] + (T(1) - damp) * d;
+            d = p.nesterov ? d + mu * buf[i] : buf[i];
+          }
+          w[i] -= lr * d;
+        }
+      });
+    });
+  }
+}
+
+}  // namespace loom::cpu
