@@ -25,7 +25,10 @@ bool is_comparison(BinaryOp op) {
 }
 
 int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int dilation) {
-  return (input + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+  // The span the window's first position can move over; negative when the
+  // (padded) input is smaller than the window (C++ division would round that up to 0).
+  const int64_t span = input + 2 * pad - dilation * (kernel - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
 }
 
 void register_backend(DeviceType type, Backend* backend) {

@@ -130,6 +130,20 @@ Tensor Tensor::detach() const {
   return make_tensor(impl.storage, impl.shape, impl.strides, impl.offset, impl.dtype);
 }
 
+void Tensor::set_data(const Tensor& other) const {
+  TensorImpl& impl = checked(impl_, "set_data");
+  LOOM_CHECK(other.defined(), "set_data: the new data is undefined");
+  LOOM_CHECK(is_leaf(), "set_data: only leaf tensors can have their data replaced");
+  LOOM_CHECK(!requires_grad() || is_floating(other.dtype()), "set_data: a tensor that requires grad needs "
+             "floating-point data, got ", other.dtype());
+  const TensorImpl& src = *other.impl();
+  impl.storage = src.storage;
+  impl.shape = src.shape;
+  impl.strides = src.strides;
+  impl.offset = src.offset;
+  impl.dtype = src.dtype;
+}
+
 void Tensor::register_post_accumulate_grad_hook(GradHook hook) const {
   LOOM_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook: only leaf "
              "tensors that require grad accumulate gradients");

@@ -86,6 +86,10 @@ class Tensor {
   uint32_t output_nr() const;
   // A handle to the same data that requires no gradient and has no history.
   Tensor detach() const;
+  // Replaces this leaf's data (storage, layout, dtype and so device) with
+  // other's, keeping its identity, requires_grad and hooks: every handle to
+  // it sees the change (PyTorch's `param.data = other`). Module::to uses it.
+  void set_data(const Tensor& other) const;
   // Calls hook(*this) each time backward has finished accumulating into this
   // leaf's .grad() (PyTorch's register_post_accumulate_grad_hook). DDP uses it
   // to start reducing gradients while backward goes on.
@@ -151,23 +155,24 @@ class Tensor {
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
 
-  // ---- in-place (ops/inplace.cc): bump the version; not recorded by autograd ----
-  Tensor& zero_();
-  Tensor& fill_(double value);
-  Tensor& copy_(const Tensor& src);  // broadcasts src; converts dtype and device
-  Tensor& add_(const Tensor& other, double alpha = 1.0);
-  Tensor& add_(double value);
-  Tensor& sub_(const Tensor& other, double alpha = 1.0);
-  Tensor& mul_(const Tensor& other);
-  Tensor& mul_(double value);
-  Tensor& div_(const Tensor& other);
-  Tensor& div_(double value);
-  Tensor& addcmul_(const Tensor& a, const Tensor& b, double value = 1.0);  // += value*a*b
-  Tensor& addcdiv_(const Tensor& a, const Tensor& b, double value = 1.0);  // += value*a/b
-  Tensor& lerp_(const Tensor& end, double weight);                         // += w*(end-self)
-  Tensor& clamp_(double min, double max);
-  Tensor& sqrt_();
-  Tensor& masked_fill_(const Tensor& mask, double value);
+  // ---- in-place (ops/inplace.cc): bump the version; not recorded by autograd.
+  // const, as in PyTorch: the handle stays the same, the data changes. ----
+  const Tensor& zero_() const;
+  const Tensor& fill_(double value) const;
+  const Tensor& copy_(const Tensor& src) const;  // broadcasts src; converts dtype and device
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& add_(double value) const;
+  const Tensor& sub_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(double value) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(double value) const;
+  const Tensor& addcmul_(const Tensor& a, const Tensor& b, double value = 1.0) const;  // += value*a*b
+  const Tensor& addcdiv_(const Tensor& a, const Tensor& b, double value = 1.0) const;  // += value*a/b
+  const Tensor& lerp_(const Tensor& end, double weight) const;                         // += w*(end-self)
+  const Tensor& clamp_(double min, double max) const;
+  const Tensor& sqrt_() const;
+  const Tensor& masked_fill_(const Tensor& mask, double value) const;
 
  private:
   std::shared_ptr<TensorImpl> impl_;

@@ -12,6 +12,8 @@ namespace loom::cpu {
 
 void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,
                             const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
+  LOOM_INTERNAL_ASSERT(x_t.dim() == 2 && x_t.is_contiguous() && y_t.shape() == x_t.shape() &&
+                       mean_t.numel() == x_t.size(0));
   dispatch_floating(x_t.dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
     const int64_t cols = x_t.size(-1), rows = x_t.numel() / std::max<int64_t>(cols, 1);
@@ -46,6 +48,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
                                      const Tensor& dw_t, const Tensor& db_t) {
   // With xhat = (x - mean) rstd and g = dy * weight:
   //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dweight = sum_rows dy xhat,  dbias = sum_rows dy.
+  LOOM_INTERNAL_ASSERT(x_t.dim() == 2 && dy_t.shape() == x_t.shape() && dx_t.shape() == x_t.shape());
   dispatch_floating(x_t.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t cols = x_t.size(-1), rows = x_t.numel() / std::max<int64_t>(cols, 1);

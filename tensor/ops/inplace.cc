@@ -24,19 +24,19 @@ Tensor operand_for(const char* op, const Tensor& self, const Tensor& other) {
   return detail::expand_raw(detail::cast_raw(o, self.dtype()), self.shape());
 }
 
-Tensor& finish(Tensor& self) {
+const Tensor& finish(const Tensor& self) {
   self.storage()->bump_version();
   return self;
 }
 
-Tensor& inplace_binary(const char* op, BinaryOp kind, Tensor& self, const Tensor& other, double alpha) {
+const Tensor& inplace_binary(const char* op, BinaryOp kind, const Tensor& self, const Tensor& other, double alpha) {
   detail::check_inplace(op, self, {other});
   Tensor o = operand_for(op, self, other);
   if (self.numel() > 0) backend_for(self.device()).binary(kind, self, o, self, alpha);
   return finish(self);
 }
 
-Tensor& inplace_ternary(const char* op, TernaryOp kind, Tensor& self, const Tensor& a, const Tensor& b,
+const Tensor& inplace_ternary(const char* op, TernaryOp kind, const Tensor& self, const Tensor& a, const Tensor& b,
                         double value) {
   detail::check_inplace(op, self, {a, b});
   detail::check_floating(op, self);
@@ -51,58 +51,58 @@ Tensor scalar_for(const Tensor& self, double value) { return detail::scalar_like
 
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) { return inplace_binary("add_", BinaryOp::Add, *this, other, alpha); }
-Tensor& Tensor::add_(double value) { return inplace_binary("add_", BinaryOp::Add, *this, scalar_for(*this, value), 1); }
-Tensor& Tensor::sub_(const Tensor& other, double alpha) { return inplace_binary("sub_", BinaryOp::Sub, *this, other, alpha); }
-Tensor& Tensor::mul_(const Tensor& other) { return inplace_binary("mul_", BinaryOp::Mul, *this, other, 1); }
-Tensor& Tensor::mul_(double value) { return inplace_binary("mul_", BinaryOp::Mul, *this, scalar_for(*this, value), 1); }
+const Tensor& Tensor::add_(const Tensor& other, double alpha) const { return inplace_binary("add_", BinaryOp::Add, *this, other, alpha); }
+const Tensor& Tensor::add_(double value) const { return inplace_binary("add_", BinaryOp::Add, *this, scalar_for(*this, value), 1); }
+const Tensor& Tensor::sub_(const Tensor& other, double alpha) const { return inplace_binary("sub_", BinaryOp::Sub, *this, other, alpha); }
+const Tensor& Tensor::mul_(const Tensor& other) const { return inplace_binary("mul_", BinaryOp::Mul, *this, other, 1); }
+const Tensor& Tensor::mul_(double value) const { return inplace_binary("mul_", BinaryOp::Mul, *this, scalar_for(*this, value), 1); }
 
-Tensor& Tensor::div_(const Tensor& other) {
+const Tensor& Tensor::div_(const Tensor& other) const {
   detail::check_floating("div_", *this);
   return inplace_binary("div_", BinaryOp::Div, *this, other, 1);
 }
 
-Tensor& Tensor::div_(double value) {
+const Tensor& Tensor::div_(double value) const {
   detail::check_floating("div_", *this);
   return inplace_binary("div_", BinaryOp::Div, *this, scalar_for(*this, value), 1);
 }
 
-Tensor& Tensor::lerp_(const Tensor& end, double weight) {
+const Tensor& Tensor::lerp_(const Tensor& end, double weight) const {
   detail::check_floating("lerp_", *this);
   return inplace_binary("lerp_", BinaryOp::Lerp, *this, end, weight);
 }
 
-Tensor& Tensor::addcmul_(const Tensor& a, const Tensor& b, double value) {
+const Tensor& Tensor::addcmul_(const Tensor& a, const Tensor& b, double value) const {
   return inplace_ternary("addcmul_", TernaryOp::Addcmul, *this, a, b, value);
 }
 
-Tensor& Tensor::addcdiv_(const Tensor& a, const Tensor& b, double value) {
+const Tensor& Tensor::addcdiv_(const Tensor& a, const Tensor& b, double value) const {
   return inplace_ternary("addcdiv_", TernaryOp::Addcdiv, *this, a, b, value);
 }
 
-Tensor& Tensor::clamp_(double min, double max) {
+const Tensor& Tensor::clamp_(double min, double max) const {
   detail::check_inplace("clamp_", *this);
   LOOM_CHECK(min <= max, "clamp_: min ", min, " is above max ", max);
   if (numel() > 0) backend_for(device()).unary(UnaryOp::Clamp, *this, *this, min, max);
   return finish(*this);
 }
 
-Tensor& Tensor::sqrt_() {
+const Tensor& Tensor::sqrt_() const {
   detail::check_inplace("sqrt_", *this);
   detail::check_floating("sqrt_", *this);
   if (numel() > 0) backend_for(device()).unary(UnaryOp::Sqrt, *this, *this, 0, 0);
   return finish(*this);
 }
 
-Tensor& Tensor::fill_(double value) {
+const Tensor& Tensor::fill_(double value) const {
   detail::check_inplace("fill_", *this);
   if (numel() > 0) backend_for(device()).fill(*this, value);
   return finish(*this);
 }
 
-Tensor& Tensor::zero_() { return fill_(0); }
+const Tensor& Tensor::zero_() const { return fill_(0); }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+const Tensor& Tensor::copy_(const Tensor& src) const {
   detail::check_inplace("copy_", *this, {src});
   detail::check_defined("copy_", src);
   LOOM_CHECK(broadcasts_to(src.shape(), shape()), "copy_: source of shape ",
@@ -113,7 +113,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return finish(*this);
 }
 
-Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
+const Tensor& Tensor::masked_fill_(const Tensor& mask, double value) const {
   detail::check_inplace("masked_fill_", *this, {mask});
   detail::check_same_device("masked_fill_", *this, mask);
   LOOM_CHECK(mask.dtype() == kBool, "masked_fill_: the mask must be bool, got ", mask.dtype());

@@ -1,0 +1,61 @@
+// nn::functional: the stateless layer ops (PyTorch's torch.nn.functional).
+// Layers (nn/*.h) hold parameters and call these.
+//
+//   Tensor y = functional::conv2d(x, w, b, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1});
+//   Tensor loss = functional::cross_entropy(logits, labels);
+#pragma once
+
+#include <vector>
+
+#include "tensor/backend.h"
+#include "tensor/generator.h"
+#include "tensor/ops.h"
+
+namespace loom::nn::functional {
+
+// x (..., in) @ weight (out, in)^T + bias (out); bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// x (N, C_in, H, W), weight (C_out, C_in / groups, kH, kW), bias (C_out) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dParams& params = {});
+
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
+
+// Normalises over the trailing dims given by normalized_shape; weight and bias
+// (of that shape) may be undefined.
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+// x (N, C, ...). In training, normalises with the batch statistics and
+// updates running_mean / running_var in place (momentum as in PyTorch, the
+// running variance unbiased); in evaluation, uses the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+
+// Zeroes each element with probability p in training and scales the rest by
+// 1 / (1 - p); the identity in evaluation.
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = nullptr);
+
+// Rows of weight (num, dim) picked by int64 indices of any shape: (..., dim).
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+// q, k, v (..., T, D): softmax(q k^T / sqrt(D), masked to the past when causal) v.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+
+enum class Reduction { Mean, Sum, None };
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;  // targets equal to it contribute nothing
+  Reduction reduction = Reduction::Mean;
+};
+
+// logits (N, C), targets (N) int64 class indices. The log-softmax and the
+// negative log-likelihood are fused into one numerically stable expression.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+// log_probs (N, C), targets (N): -log_probs[i, targets[i]], reduced.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, const CrossEntropyOptions& options = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+}  // namespace loom::nn::functional

@@ -1,0 +1,60 @@
+// conv2d: the convolution kernel and its two backward products, plus bias.
+#include "autograd/node.h"
+#include "nn/functional.h"
+
+namespace loom::nn::functional {
+namespace {
+
+Tensor contiguous_raw(const Tensor& t) { return t.is_contiguous() ? t : contiguous_copy(t); }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  LOOM_CHECK(x.defined() && weight.defined(), "conv2d: got an undefined tensor");
+  LOOM_CHECK(x.dim() == 4, "conv2d: expected a 4-D input (N, C, H, W), got shape ", x.shape());
+  LOOM_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight (C_out, C_in / groups, kH, kW), got shape ",
+             weight.shape());
+  LOOM_CHECK(x.device() == weight.device(), "conv2d: input on ", x.device(), " but weight on ", weight.device());
+  LOOM_CHECK(x.dtype() == weight.dtype() && is_floating(x.dtype()), "conv2d: input ", x.dtype(), " and weight ",
+             weight.dtype(), " must be the same floating-point dtype");
+  LOOM_CHECK(p.groups >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
+                 p.pad_h >= 0 && p.pad_w >= 0,
+             "conv2d: strides, dilations and groups must be positive and padding non-negative");
+  LOOM_CHECK(x.size(1) == weight.size(1) * p.groups, "conv2d: input has ", x.size(1),
+             " channels, but the weight expects ", weight.size(1) * p.groups, " (", weight.size(1), " x ", p.groups,
+             " groups); weight shape ", weight.shape());
+  LOOM_CHECK(weight.size(0) % p.groups == 0, "conv2d: ", weight.size(0), " output channels do not divide into ",
+             p.groups, " groups");
+  const int64_t ho = window_output_size(x.size(2), weight.size(2), p.stride_h, p.pad_h, p.dilation_h);
+  const int64_t wo = window_output_size(x.size(3), weight.size(3), p.stride_w, p.pad_w, p.dilation_w);
+  LOOM_CHECK(ho > 0 && wo > 0, "conv2d: input ", x.shape(), " is smaller than the (dilated) kernel ",
+             weight.shape(), " with padding ", p.pad_h, "x", p.pad_w);
+
+  Tensor xc = contiguous_raw(x), wc = contiguous_raw(weight);
+  Tensor y = empty({x.size(0), weight.size(0), ho, wo}, x.options());
+  if (y.numel() > 0) backend_for(x.device()).conv2d(xc, wc, p, y);
+  if (autograd::needs_grad(x, weight)) {
+    const bool dx_needed = x.requires_grad(), dw_needed = weight.requires_grad();
+    autograd::record("Conv2dBackward", {x, weight}, y,
+                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), p, dx_needed,
+                      dw_needed](const TensorList& g) {
+                       Tensor dy = contiguous_raw(g[0]);
+                       Tensor dx, dw;
+                       if (dx_needed) {
+                         dx = empty(sx.get().shape(), sx.get().options());
+                         backend_for(dy.device()).conv2d_backward_input(dy, sw.get(), p, dx);
+                       }
+                       if (dw_needed) {
+                         dw = empty(sw.get().shape(), sw.get().options());
+                         backend_for(dy.device()).conv2d_backward_weight(dy, sx.get(), p, dw);
+                       }
+                       return TensorList{dx, dw};
+                     });
+  }
+  if (!bias.defined()) return y;
+  LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "conv2d: bias of shape ", bias.shape(),
+             " does not match ", weight.size(0), " output channels");
+  return y + bias.reshape({1, -1, 1, 1});
+}
+
+}  // namespace loom::nn::functional

@@ -1,0 +1,78 @@
+#include "nn/layers/lstm.h"
+
+#include <cmath>
+
+#include "nn/functional.h"
+#include "nn/init.h"
+
+namespace loom::nn {
+
+LSTMImpl::LSTMImpl(const LSTMOptions& o) : Cloneable("LSTM"), options(o) {
+  LOOM_CHECK(o.input_size > 0 && o.hidden_size > 0 && o.num_layers > 0,
+             "LSTM: input_size, hidden_size and num_layers must be positive");
+  reset();
+}
+
+void LSTMImpl::reset() {
+  const int64_t h = options.hidden_size;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(h));
+  weight_ih.clear();
+  weight_hh.clear();
+  bias_ih.clear();
+  bias_hh.clear();
+  for (int64_t l = 0; l < options.num_layers; ++l) {
+    const std::string s = std::to_string(l);
+    const int64_t in = l == 0 ? options.input_size : h;
+    weight_ih.push_back(register_parameter("weight_ih_l" + s, empty({4 * h, in})));
+    weight_hh.push_back(register_parameter("weight_hh_l" + s, empty({4 * h, h})));
+    if (options.bias) {
+      bias_ih.push_back(register_parameter("bias_ih_l" + s, empty({4 * h})));
+      bias_hh.push_back(register_parameter("bias_hh_l" + s, empty({4 * h})));
+    }
+  }
+  for (const Tensor& p : parameters(false)) init::uniform_(p, -bound, bound);
+}
+
+LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
+  LOOM_CHECK(x_in.dim() == 3, "LSTM: expected a 3-D input (", options.batch_first ? "B, T, F" : "T, B, F",
+             "), got shape ", x_in.shape());
+  LOOM_CHECK(x_in.size(2) == options.input_size, "LSTM: input has ", x_in.size(2), " features, expected ",
+             options.input_size);
+  Tensor x = options.batch_first ? x_in.transpose(0, 1) : x_in;  // (T, B, F)
+  const int64_t steps = x.size(0), batch = x.size(1), h = options.hidden_size;
+  const Shape state_shape{options.num_layers, batch, h};
+  for (const Tensor* s : {&state.h, &state.c})
+    LOOM_CHECK(!s->defined() || s->shape() == state_shape, "LSTM: initial state of shape ", s->shape(),
+               " does not match (num_layers, B, hidden) = ", state_shape);
+
+  TensorList final_h, final_c;
+  Tensor layer_input = x;
+  for (int64_t l = 0; l < options.num_layers; ++l) {
+    // Input projection of every step at once: (T, B, 4H).
+    Tensor projected = functional::linear(layer_input, weight_ih[l], options.bias ? bias_ih[l] : Tensor());
+    if (options.bias) projected = projected + bias_hh[l];
+    Tensor hs = state.h.defined() ? state.h.select(0, l) : zeros({batch, h}, x.options());
+    Tensor cs = state.c.defined() ? state.c.select(0, l) : zeros({batch, h}, x.options());
+    Tensor w_hh_t = weight_hh[l].t();
+    TensorList outputs;
+    for (int64_t t = 0; t < steps; ++t) {
+      Tensor gates = projected.select(0, t) + matmul(hs, w_hh_t);  // (B, 4H)
+      TensorList g = chunk(gates, 4, 1);                          // i, f, g, o
+      cs = sigmoid(g[1]) * cs + sigmoid(g[0]) * tanh(g[2]);
+      hs = sigmoid(g[3]) * tanh(cs);
+      outputs.push_back(hs);
+    }
+    layer_input = stack(outputs, 0);
+    final_h.push_back(hs);
+    final_c.push_back(cs);
+  }
+  Tensor output = options.batch_first ? layer_input.transpose(0, 1) : layer_input;
+  return {output, {stack(final_h, 0), stack(final_c, 0)}};
+}
+
+void LSTMImpl::pretty_print(std::ostream& out) const {
+  out << "LSTM(" << options.input_size << ", " << options.hidden_size << ", num_layers=" << options.num_layers
+      << ", batch_first=" << (options.batch_first ? "true" : "false") << ")";
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,50 @@
+// LSTM: a multi-layer long short-term memory network (PyTorch's nn.LSTM).
+//
+//   nn::LSTM lstm({.input_size = 64, .hidden_size = 128, .num_layers = 2, .batch_first = true});
+//   nn::LSTMOutput out = lstm->forward(x, {});   // x (B, T, 64): out.output (B, T, 128),
+//                                                // out.state.h / .c (2, B, 128)
+//
+// Each step computes, with gates in PyTorch's order (i, f, g, o):
+//   i, f, g, o = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
+//   c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g),   h_t = sigmoid(o) tanh(c_t)
+// The input projection of all steps is one matrix product per layer.
+#pragma once
+
+#include "nn/module.h"
+
+namespace loom::nn {
+
+struct LSTMOptions {
+  int64_t input_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 1;
+  bool bias = true;
+  bool batch_first = false;  // input and output (B, T, F) instead of (T, B, F)
+};
+
+struct LSTMState {
+  Tensor h, c;  // (num_layers, B, hidden_size); undefined means zeros
+};
+
+struct LSTMOutput {
+  Tensor output;  // the last layer's h at every step
+  LSTMState state;
+};
+
+class LSTMImpl : public Cloneable<LSTMImpl> {
+ public:
+  using Options = LSTMOptions;
+  explicit LSTMImpl(const LSTMOptions& options);
+
+  void reset() override;  // every weight and bias U(-1/sqrt(hidden), 1/sqrt(hidden)), as PyTorch
+  LSTMOutput forward(const Tensor& x, const LSTMState& state);
+  Tensor forward(const Tensor& x) override { return forward(x, LSTMState{}).output; }
+  void pretty_print(std::ostream& out) const override;
+
+  LSTMOptions options;
+  // Per layer l, named weight_ih_l{l}, weight_hh_l{l}, bias_ih_l{l}, bias_hh_l{l}.
+  std::vector<Tensor> weight_ih, weight_hh, bias_ih, bias_hh;
+};
+LOOM_MODULE(LSTM);
+
+}  // namespace loom::nn

@@ -1,0 +1,297 @@
+// Each layer against a reference written out by hand: loops over the
+// definition, or the formula on scalars.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nn/nn.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_values;
+using testing::values;
+namespace F = nn::functional;
+
+// Direct convolution from the definition, in double.
+std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
+                                 int64_t ho, int64_t wo) {
+  std::vector<double> xv = values(x), wv = values(w), bv = b.defined() ? values(b) : std::vector<double>();
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t o = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3), og = o / p.groups;
+  std::vector<double> out(n * o * ho * wo, 0.0);
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t i = 0; i < ho; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          double acc = bv.empty() ? 0.0 : bv[oc];
+          const int64_t g = oc / og;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t a = 0; a < kh; ++a)
+              for (int64_t bb = 0; bb < kw; ++bb) {
+                int64_t y = i * p.stride_h - p.pad_h + a * p.dilation_h;
+                int64_t z = j * p.stride_w - p.pad_w + bb * p.dilation_w;
+                if (y < 0 || y >= h || z < 0 || z >= wd) continue;
+                acc += xv[((in * c + g * cg + ic) * h + y) * wd + z] * wv[((oc * cg + ic) * kh + a) * kw + bb];
+              }
+          out[((in * o + oc) * ho + i) * wo + j] = acc;
+        }
+  return out;
+}
+
+TEST(Conv2d, OneChannelByHand) {
+  // 3x3 input, 2x2 kernel of ones: each output is the sum of a 2x2 window.
+  Tensor x = arange(0, 9, 1).reshape({1, 1, 3, 3});
+  Tensor w = ones({1, 1, 2, 2});
+  expect_values(F::conv2d(x, w), {0 + 1 + 3 + 4, 1 + 2 + 4 + 5, 3 + 4 + 6 + 7, 4 + 5 + 7 + 8});
+}
+
+TEST(Conv2d, StridePaddingDilationGroupsAgainstTheDefinition) {
+  Generator gen(4);
+  struct Case {
+    int64_t c, o, k;
+    Conv2dParams p;
+  };
+  std::vector<Case> cases = {
+      {3, 4, 3, {}},
+      {3, 4, 3, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}},
+      {2, 2, 3, {.pad_h = 2, .pad_w = 2, .dilation_h = 2, .dilation_w = 2}},
+      {4, 6, 3, {.stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 0, .groups = 2}},
+      {4, 4, 1, {.groups = 4}},
+  };
+  for (const Case& c : cases) {
+    Tensor x = randn({2, c.c, 7, 6}, {.dtype = kFloat64}, &gen);
+    Tensor w = randn({c.o, c.c / c.p.groups, c.k, c.k}, {.dtype = kFloat64}, &gen);
+    Tensor b = randn({c.o}, {.dtype = kFloat64}, &gen);
+    Tensor y = F::conv2d(x, w, b, c.p);
+    expect_values(y, naive_conv2d(x, w, b, c.p, y.size(2), y.size(3)), 1e-12);
+  }
+}
+
+TEST(Conv2d, ErrorsNameShapes) {
+  EXPECT_THROW_MSG(F::conv2d(zeros({1, 3, 5, 5}), zeros({4, 2, 3, 3})),
+                   "conv2d: input has 3 channels, but the weight expects 2");
+  EXPECT_THROW_MSG(F::conv2d(zeros({3, 5, 5}), zeros({4, 3, 3, 3})), "conv2d: expected a 4-D input (N, C, H, W)");
+  EXPECT_THROW_MSG(F::conv2d(zeros({1, 3, 2, 2}), zeros({4, 3, 3, 3})), "is smaller than the (dilated) kernel");
+  nn::Conv2d conv({.in_channels = 3, .out_channels = 8, .kernel_size = 3, .padding = 1});
+  EXPECT_EQ(conv->forward(zeros({2, 3, 10, 10})).shape(), (Shape{2, 8, 10, 10}));
+}
+
+TEST(Linear, MatchesTheFormulaAndPyTorchInit) {
+  manual_seed(0);
+  nn::Linear fc(50, 40);
+  const double bound = 1 / std::sqrt(50.0);
+  EXPECT_LE(amax(abs(fc->weight)).item(), bound);
+  EXPECT_NEAR(std::sqrt(var(fc->weight).item()), bound / std::sqrt(3.0), 0.01);  // U(-b, b) has std b/sqrt(3)
+  EXPECT_LE(amax(abs(fc->bias)).item(), bound);
+  Tensor x = randn({3, 50});
+  std::vector<double> xv = values(x), wv = values(fc->weight), bv = values(fc->bias), expected;
+  for (int i = 0; i < 3; ++i)
+    for (int o = 0; o < 40; ++o) {
+      double acc = bv[o];
+      for (int k = 0; k < 50; ++k) acc += xv[i * 50 + k] * wv[o * 50 + k];
+      expected.push_back(acc);
+    }
+  expect_values(fc->forward(x), expected, 1e-5);
+  EXPECT_THROW_MSG(fc->forward(zeros({3, 49})), "linear: input of shape [3, 49] does not end in the weight's in_features 50");
+}
+
+TEST(Pooling, MaxAvgAdaptiveByHand) {
+  Tensor x = from_vector<float>({1, 5, 2, 0, 3, 4, 8, 1, 0, 2, 9, 7, 6, 1, 3, 2}, {1, 1, 4, 4});
+  expect_values(F::max_pool2d(x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}), {5, 8, 6, 9});
+  expect_values(F::avg_pool2d(x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}),
+                {13 / 4.0, 11 / 4.0, 9 / 4.0, 21 / 4.0});
+  // Padding counts as -inf for max and as zeros in the average's divisor.
+  expect_values(F::max_pool2d(-x, {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}),
+                {-1, -2, 0, 0, -2, -1, -6, -1, -2});
+  expect_values(F::avg_pool2d(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 3, .stride_w = 3, .pad_h = 1, .pad_w = 1}),
+                {(1 + 5 + 3 + 4) / 9.0, (2 + 0 + 8 + 1) / 9.0, (0 + 2 + 6 + 1) / 9.0, (9 + 7 + 3 + 2) / 9.0});
+  expect_values(F::adaptive_avg_pool2d(x, 1, 1), {54 / 16.0});
+  // 4 -> 3 windows: rows [0,2), [1,3), [2,4)
+  Tensor a = F::adaptive_avg_pool2d(x, 3, 1);
+  expect_values(a, {(1 + 5 + 2 + 0 + 3 + 4 + 8 + 1) / 8.0, (3 + 4 + 8 + 1 + 0 + 2 + 9 + 7) / 8.0,
+                    (0 + 2 + 9 + 7 + 6 + 1 + 3 + 2) / 8.0});
+  EXPECT_THROW_MSG(F::max_pool2d(zeros({1, 1, 1, 1}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}),
+                   "max_pool2d: input [1, 1, 1, 1] is smaller than the 2x2 window");
+}
+
+TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
+  Generator gen(5);
+  nn::BatchNorm2d bn(3);
+  Tensor x = randn({4, 3, 5, 5}, {}, &gen) * 2.0 + 1.0;
+  Tensor y = bn->forward(x);
+  expect_values(mean(y, {0, 2, 3}), {0, 0, 0}, 1e-5);
+  expect_values(var(y, {0, 2, 3}, 0), {1, 1, 1}, 1e-4);
+  // running = 0.9 running + 0.1 batch (unbiased variance for the running one)
+  Tensor batch_mean = mean(x, {0, 2, 3});
+  Tensor batch_var = var(x, {0, 2, 3}, 1);
+  expect_values(bn->running_mean, values(batch_mean * 0.1), 1e-5);
+  expect_values(bn->running_var, values(batch_var * 0.1 + 0.9), 1e-5);
+  // Eval uses the running statistics, not the batch's.
+  bn->eval();
+  Tensor e = bn->forward(x);
+  Tensor expected = (x - bn->running_mean.reshape({1, 3, 1, 1})) * rsqrt(bn->running_var.reshape({1, 3, 1, 1}) + 1e-5);
+  expect_values(e, values(expected), 1e-5);
+}
+
+TEST(LayerNorm, MatchesTheFormula) {
+  Generator gen(6);
+  nn::LayerNorm ln(5);
+  {
+    NoGradGuard no_grad;
+    ln->weight.copy_(from_vector<float>({1, 2, 3, 4, 5}));
+    ln->bias.copy_(from_vector<float>({0, 1, 0, 1, 0}));
+  }
+  Tensor x = randn({3, 5}, {}, &gen);
+  std::vector<double> xv = values(x), expected;
+  for (int r = 0; r < 3; ++r) {
+    double m = 0, v = 0;
+    for (int c = 0; c < 5; ++c) m += xv[r * 5 + c] / 5;
+    for (int c = 0; c < 5; ++c) v += (xv[r * 5 + c] - m) * (xv[r * 5 + c] - m) / 5;
+    for (int c = 0; c < 5; ++c) expected.push_back((xv[r * 5 + c] - m) / std::sqrt(v + 1e-5) * (c + 1) + (c % 2));
+  }
+  expect_values(ln->forward(x), expected, 1e-5);
+  EXPECT_THROW_MSG(ln->forward(zeros({3, 4})), "layer_norm: normalized_shape [5] does not match the trailing dims");
+}
+
+TEST(Embedding, LooksUpRows) {
+  nn::Embedding emb(4, 3);
+  Tensor ids = from_vector<int64_t>({3, 0, 3, 1}, {2, 2});
+  Tensor y = emb->forward(ids);
+  EXPECT_EQ(y.shape(), (Shape{2, 2, 3}));
+  expect_values(y.select(0, 1).select(0, 0), values(emb->weight.select(0, 3)));
+  EXPECT_THROW_MSG(emb->forward(from_vector<int64_t>({4})), "index 4 is out of range for dimension 0 of size 4");
+}
+
+TEST(Dropout, ScalesKeptValuesAndRepeatsUnderASeed) {
+  nn::Dropout drop(0.25);
+  Tensor x = ones({100000});
+  manual_seed(9);
+  Tensor y = drop->forward(x);
+  std::vector<double> yv = values(y);
+  int64_t zeros_count = 0;
+  for (double v : yv) {
+    EXPECT_TRUE(v == 0 || std::abs(v - 1 / 0.75) < 1e-6);
+    zeros_count += v == 0;
+  }
+  EXPECT_NEAR(zeros_count / 100000.0, 0.25, 0.01);
+  manual_seed(9);
+  EXPECT_EQ(values(drop->forward(x)), yv);
+  drop->eval();
+  EXPECT_TRUE(drop->forward(x).is_same(x));
+}
+
+// One LSTM step written out with the gate equations.
+TEST(LSTM, StepMatchesTheGateEquations) {
+  manual_seed(11);
+  nn::LSTM lstm({.input_size = 3, .hidden_size = 2});
+  Generator gen(12);
+  Tensor x = randn({2, 1, 3}, {}, &gen);  // (T=2, B=1, F=3)
+  nn::LSTMOutput out = lstm->forward(x, {});
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  std::vector<double> wi = values(lstm->weight_ih[0]), wh = values(lstm->weight_hh[0]);
+  std::vector<double> bi = values(lstm->bias_ih[0]), bh = values(lstm->bias_hh[0]), xv = values(x);
+  double h[2] = {0, 0}, c[2] = {0, 0};
+  std::vector<double> expected_outputs;
+  for (int t = 0; t < 2; ++t) {
+    double gates[8];
+    for (int r = 0; r < 8; ++r) {
+      gates[r] = bi[r] + bh[r];
+      for (int k = 0; k < 3; ++k) gates[r] += wi[r * 3 + k] * xv[t * 3 + k];
+      for (int k = 0; k < 2; ++k) gates[r] += wh[r * 2 + k] * h[k];
+    }
+    for (int j = 0; j < 2; ++j) {  // rows: i = 0..1, f = 2..3, g = 4..5, o = 6..7
+      c[j] = sig(gates[2 + j]) * c[j] + sig(gates[j]) * std::tanh(gates[4 + j]);
+      h[j] = sig(gates[6 + j]) * std::tanh(c[j]);
+    }
+    expected_outputs.insert(expected_outputs.end(), h, h + 2);
+  }
+  expect_values(out.output, expected_outputs, 1e-5);
+  expect_values(out.state.h, {h[0], h[1]}, 1e-5);
+  expect_values(out.state.c, {c[0], c[1]}, 1e-5);
+}
+
+TEST(LSTM, BatchFirstAndInitialState) {
+  manual_seed(13);
+  nn::LSTM seq_first({.input_size = 4, .hidden_size = 3, .num_layers = 2});
+  auto batch_first = std::static_pointer_cast<nn::LSTMImpl>(seq_first->clone());
+  batch_first->options.batch_first = true;
+  Tensor x = randn({5, 2, 4});  // (T, B, F)
+  nn::LSTMState state{randn({2, 2, 3}), randn({2, 2, 3})};
+  nn::LSTMOutput a = seq_first->forward(x, state);
+  nn::LSTMOutput b = batch_first->forward(x.transpose(0, 1), state);
+  expect_values(b.output.transpose(0, 1).contiguous(), values(a.output), 1e-6);
+  expect_values(b.state.h, values(a.state.h), 1e-6);
+  // Running the sequence in two halves, carrying the state, gives the same result.
+  nn::LSTMOutput first = seq_first->forward(x.narrow(0, 0, 2), state);
+  nn::LSTMOutput second = seq_first->forward(x.narrow(0, 2, 3), first.state);
+  expect_values(second.state.c, values(a.state.c), 1e-6);
+  EXPECT_THROW_MSG(seq_first->forward(x, {zeros({1, 2, 3}), Tensor()}), "LSTM: initial state of shape [1, 2, 3]");
+}
+
+TEST(Attention, MatchesPerHeadFormulaAndIsCausal) {
+  manual_seed(14);
+  nn::CausalSelfAttention attn({.embed_dim = 4, .num_heads = 2});
+  Tensor x = randn({1, 3, 4});
+  Tensor y = attn->forward(x);
+  // By hand: per head h, softmax over s <= t of q_t.k_s / sqrt(2), weighting v_s.
+  Tensor qkv = attn->qkv->forward(x).select(0, 0);  // (3, 12)
+  std::vector<double> m = values(qkv);
+  std::vector<double> heads(3 * 4, 0.0);
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < 3; ++t) {
+      std::vector<double> scores;
+      for (int s = 0; s <= t; ++s) {
+        double dot = 0;
+        for (int d = 0; d < 2; ++d) dot += m[t * 12 + h * 2 + d] * m[s * 12 + 4 + h * 2 + d];
+        scores.push_back(dot / std::sqrt(2.0));
+      }
+      double mx = *std::max_element(scores.begin(), scores.end()), z = 0;
+      for (double& sc : scores) z += (sc = std::exp(sc - mx));
+      for (int s = 0; s <= t; ++s)
+        for (int d = 0; d < 2; ++d) heads[t * 4 + h * 2 + d] += scores[s] / z * m[s * 12 + 8 + h * 2 + d];
+    }
+  Tensor expected = attn->proj->forward(from_vector<double>(heads, {1, 3, 4}).to(kFloat32));
+  expect_values(y, values(expected), 1e-5);
+  // Changing the last position's input changes nothing before it.
+  Tensor x2 = x.clone();
+  {
+    NoGradGuard no_grad;
+    x2.select(1, 2).fill_(5);
+  }
+  Tensor y2 = attn->forward(x2);
+  expect_values(y2.narrow(1, 0, 2), values(y.narrow(1, 0, 2)), 1e-6);
+}
+
+TEST(Losses, CrossEntropyAgainstTheFormula) {
+  Tensor logits = from_vector<float>({1, 2, 3, 0, -1, 4}, {2, 3});
+  Tensor targets = from_vector<int64_t>({2, 0});
+  auto lse = [](std::vector<double> v) {
+    double m = *std::max_element(v.begin(), v.end()), s = 0;
+    for (double x : v) s += std::exp(x - m);
+    return m + std::log(s);
+  };
+  double l0 = lse({1, 2, 3}) - 3, l1 = lse({0, -1, 4}) - 0;
+  EXPECT_NEAR(F::cross_entropy(logits, targets).item(), (l0 + l1) / 2, 1e-6);
+  EXPECT_NEAR(F::cross_entropy(logits, targets, {.reduction = F::Reduction::Sum}).item(), l0 + l1, 1e-6);
+  expect_values(F::cross_entropy(logits, targets, {.reduction = F::Reduction::None}), {l0, l1}, 1e-6);
+  // ignore_index: only the counted target contributes, and the mean is over it alone.
+  EXPECT_NEAR(F::cross_entropy(logits, from_vector<int64_t>({2, -100})).item(), l0, 1e-6);
+  // Large logits stay finite: the log-softmax subtracts the max first.
+  EXPECT_NEAR(F::cross_entropy(from_vector<float>({1000, 0}, {1, 2}), from_vector<int64_t>({0})).item(), 0, 1e-6);
+  EXPECT_THROW_MSG(F::cross_entropy(logits, from_vector<int64_t>({3, 0})),
+                   "cross_entropy: target 3 at position 0 is out of range for 3 classes");
+  EXPECT_THROW_MSG(F::cross_entropy(logits, from_vector<float>({1, 0})), "targets must be int64 class indices");
+  EXPECT_THROW_MSG(F::cross_entropy(logits, from_vector<int64_t>({1})), "targets of shape [1] do not match");
+}
+
+TEST(Losses, MseAndNll) {
+  EXPECT_NEAR(F::mse_loss(from_vector<float>({1, 2}), from_vector<float>({3, 2})).item(), 2.0, 1e-6);
+  EXPECT_THROW_MSG(F::mse_loss(zeros({2}), zeros({3})), "mse_loss: input of shape [2] and target of shape [3] differ");
+  Tensor lp = log(from_vector<float>({0.25, 0.75, 0.5, 0.5}, {2, 2}));
+  EXPECT_NEAR(F::nll_loss(lp, from_vector<int64_t>({1, 0})).item(), -(std::log(0.75) + std::log(0.5)) / 2, 1e-6);
+}
+
+}  // namespace
+}  // namespace loom
