@@ -1,0 +1,206 @@
+// safetensors checkpoints: the format byte by byte, round trips, every way a
+// file can be corrupt, and atomic replacement.
+#include "nn/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "nn/nn.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_values;
+using testing::values;
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("ckpt_" + std::to_string(getpid()) + "_" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::string read_file(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  static void write_file(const std::string& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary).write(bytes.data(), bytes.size());
+  }
+  // A file from its JSON header text and data bytes, laid out as the format says.
+  static std::string make_file(const std::string& header, const std::string& data) {
+    uint64_t n = header.size();
+    std::string out(reinterpret_cast<const char*>(&n), 8);
+    return out + header + data;
+  }
+  static std::string floats(std::vector<float> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointTest, ReadsAFileWrittenFromTheSpecification) {
+  // Two tensors, a padded header, metadata, and half-precision data.
+  std::string data = floats({1.5f, -2.0f, 3.25f, 0.0f, 4.0f, 5.0f});
+  int64_t ids[2] = {7, -9};
+  data += std::string(reinterpret_cast<const char*>(ids), 16);
+  uint16_t halves[2] = {0x3C00 /* 1.0 */, 0xC100 /* -2.5 */};
+  data += std::string(reinterpret_cast<const char*>(halves), 4);
+  uint16_t bf[1] = {0x4049 /* 3.140625 */};
+  data += std::string(reinterpret_cast<const char*>(bf), 2);
+  std::string header = R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                       R"("ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]},)"
+                       R"("h":{"dtype":"F16","shape":[2],"data_offsets":[40,44]},)"
+                       R"("b":{"dtype":"BF16","shape":[],"data_offsets":[44,46]},)"
+                       R"("__metadata__":{"format":"pt"}}   )";
+  write_file(path("spec.safetensors"), make_file(header, data));
+  nn::Checkpoint c = nn::load_safetensors(path("spec.safetensors"));
+  ASSERT_EQ(c.tensors.size(), 4u);
+  EXPECT_EQ(c.tensors[0].first, "w");
+  EXPECT_EQ(c.tensors[0].second.shape(), (Shape{2, 3}));
+  expect_values(c.tensors[0].second, {1.5, -2.0, 3.25, 0.0, 4.0, 5.0});
+  EXPECT_EQ(c.tensors[1].second.dtype(), kInt64);
+  expect_values(c.tensors[1].second, {7, -9});
+  expect_values(c.tensors[2].second, {1.0, -2.5});
+  EXPECT_EQ(c.tensors[3].second.shape(), (Shape{}));
+  expect_values(c.tensors[3].second, {3.140625});
+  EXPECT_EQ(c.metadata.at("format"), "pt");
+}
+
+TEST_F(CheckpointTest, WritesTheSpecificationsLayout) {
+  nn::save_safetensors(path("out.safetensors"),
+                       {{"a", from_vector<float>({1, 2, 3}, {3})}, {"b", from_vector<int64_t>({4, 5}, {1, 2})}},
+                       {{"epoch", "3"}});
+  std::string bytes = read_file(path("out.safetensors"));
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n % 8, 0u);  // padded, so the data is aligned
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["a"]["dtype"], "F32");
+  EXPECT_EQ(header["a"]["shape"], nlohmann::json::array({3}));
+  EXPECT_EQ(header["a"]["data_offsets"], nlohmann::json::array({0, 12}));
+  EXPECT_EQ(header["b"]["dtype"], "I64");
+  EXPECT_EQ(header["b"]["data_offsets"], nlohmann::json::array({12, 28}));
+  EXPECT_EQ(header["__metadata__"]["epoch"], "3");
+  EXPECT_EQ(bytes.size(), 8 + n + 28);
+  float a[3];
+  std::memcpy(a, bytes.data() + 8 + n, 12);
+  EXPECT_EQ(a[2], 3.0f);
+}
+
+TEST_F(CheckpointTest, ModelRoundTripGivesIdenticalOutputs) {
+  manual_seed(1);
+  nn::Sequential net(nn::Conv2d({.in_channels = 1, .out_channels = 4, .kernel_size = 3}), nn::BatchNorm2d(4),
+                     nn::ReLU(), nn::Flatten(), nn::Linear(4 * 6 * 6, 3));
+  net->forward(randn({2, 1, 8, 8}));  // moves the BatchNorm running statistics off their defaults
+  net->eval();
+  nn::save_safetensors(path("net.safetensors"), net->state_dict());
+  manual_seed(2);
+  nn::Sequential fresh(nn::Conv2d({.in_channels = 1, .out_channels = 4, .kernel_size = 3}), nn::BatchNorm2d(4),
+                       nn::ReLU(), nn::Flatten(), nn::Linear(4 * 6 * 6, 3));
+  fresh->eval();
+  Tensor x = randn({5, 1, 8, 8});
+  EXPECT_GT(testing::max_rel_error(fresh->forward(x), net->forward(x)), 1e-3);
+  fresh->load_state_dict(nn::load_safetensors(path("net.safetensors")).tensors);
+  EXPECT_EQ(values(fresh->forward(x)), values(net->forward(x)));  // bit for bit
+}
+
+TEST_F(CheckpointTest, CorruptFilesAreClearErrors) {
+  const std::string good_header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string good = make_file(good_header, floats({1, 2}));
+  struct Case {
+    std::string name, bytes, message;
+  };
+  std::vector<Case> cases = {
+      {"empty", "", "too short for a safetensors header length"},
+      {"short", "abc", "too short"},
+      {"text", "this is not a checkpoint at all, just text", "the header claims"},
+      {"truncated_header", good.substr(0, 20), "the header claims"},
+      {"truncated_data", good.substr(0, good.size() - 3), "lie outside the 5 data bytes"},
+      {"trailing_bytes", good + "xyz", "3 bytes after the last tensor belong to none"},
+      {"not_json", make_file("{not json", ""), "the header is not valid JSON"},
+      {"not_object", make_file("[1, 2]", ""), "the header must be a JSON object, got array"},
+      {"unknown_dtype", make_file(R"({"w":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", floats({1, 2})),
+       "tensor 'w' has unsupported dtype C64"},
+      {"missing_field", make_file(R"({"w":{"dtype":"F32","shape":[2]}})", floats({1, 2})),
+       "tensor 'w' needs dtype, shape and data_offsets"},
+      {"negative_size", make_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", floats({1, 2})),
+       "shape size must be a non-negative integer, got -2"},
+      {"size_mismatch", make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", floats({1, 2})),
+       "tensor 'w' has 8 bytes but F32 shape [3] needs 12"},
+      {"offsets_reversed", make_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", floats({1, 2})),
+       "data_offsets [8, 0] lie outside"},
+      {"huge_shape", make_file(R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+                               floats({1, 2})),
+       "is too large"},
+      {"overlap", make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                            floats({1, 2})),
+       "tensors overlap or leave a gap"},
+      {"duplicate", make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                              R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                              floats({1, 2})),
+       "tensor 'w' appears twice in the header"},
+      {"bad_metadata", make_file(R"({"__metadata__":{"k":1}})", ""), "metadata 'k' must be a string"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    write_file(path(c.name), c.bytes);
+    EXPECT_THROW_MSG(nn::load_safetensors(path(c.name)), c.message);
+    EXPECT_THROW_MSG(nn::load_safetensors(path(c.name)), path(c.name));  // says which file
+  }
+  EXPECT_THROW_MSG(nn::load_safetensors(path("missing")), "cannot open it");
+}
+
+TEST_F(CheckpointTest, FailedWriteLeavesNoFileBehind) {
+  EXPECT_THROW_MSG(nn::save_safetensors(path("no/such/dir/x.safetensors"), {{"a", ones({2})}}), "failed");
+  EXPECT_THROW_MSG(nn::save_safetensors(path("x"), {{"a", ones({2})}, {"a", ones({1})}}),
+                   "tensor name 'a' is reserved or repeated");
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+// A writer killed in the middle of saving never leaves a partial file under
+// the real name: the old checkpoint (or a complete new one) is always there.
+TEST_F(CheckpointTest, KilledWriterLeavesTheOldFileIntact) {
+  const std::string target = path("model.safetensors");
+  nn::save_safetensors(target, {{"old", full({4}, 1.0)}});
+  Tensor big = ones({16 << 20});  // 64 MiB: saving takes a while
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (;;) nn::save_safetensors(target, {{"new", big}});
+    }
+    // Wait until the child is writing a temporary file, then kill it.
+    for (int i = 0; i < 2000; ++i) {
+      bool writing = false;
+      for (auto& entry : fs::directory_iterator(dir_))
+        writing |= entry.path().filename().string().find(".tmp.") != std::string::npos;
+      if (writing) break;
+      usleep(1000);
+    }
+    usleep(attempt * 20000);
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    nn::Checkpoint c = nn::load_safetensors(target);  // must parse: old or complete new
+    ASSERT_EQ(c.tensors.size(), 1u);
+    EXPECT_TRUE(c.tensors[0].first == "old" || c.tensors[0].first == "new");
+    if (c.tensors[0].first == "new") EXPECT_EQ(c.tensors[0].second.numel(), big.numel());
+  }
+}
+
+}  // namespace
+}  // namespace loom
