@@ -29,6 +29,7 @@ class Device {
 
   bool operator==(const Device& o) const { return type_ == o.type_ && index_ == o.index_; }
   bool operator!=(const Device& o) const { return !(*this == o); }
+  bool operator<(const Device& o) const { return type_ != o.type_ ? type_ < o.type_ : index_ < o.index_; }
 
  private:
   constexpr Device(DeviceType type, int index) : type_(type), index_(index) {}

@@ -1,0 +1,103 @@
+// Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW, with
+// PyTorch's update rules, and state dicts so that training resumes exactly.
+//
+//   optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+//   for (...) {
+//     opt.zero_grad();
+//     loss.backward();
+//     opt.step();          // one fused kernel over all parameters per device
+//   }
+//   nn::save_safetensors("opt.safetensors", opt.state_dict());
+//
+// Parameters whose .grad() is undefined are skipped by step(), as in PyTorch.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace loom::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(TensorList params, double lr);
+  virtual ~Optimizer() = default;
+
+  virtual void step() = 0;
+  // Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  const TensorList& params() const { return params_; }
+
+  // Per-parameter state as "state.<index>.<name>" plus "lr"; scalars are 0-d tensors.
+  nn::NamedTensors state_dict() const;
+  // Restores what state_dict() saved; the parameters must match in number and shape.
+  void load_state_dict(const nn::NamedTensors& state);
+
+ protected:
+  // The state tensor `name` of parameter i, created as zeros like it on first use.
+  Tensor& state(size_t i, const std::string& name);
+  bool has_state(size_t i, const std::string& name) const;
+  // Step counts per parameter, kept as PyTorch does.
+  int64_t& step_count(size_t i) { return step_counts_[i]; }
+  // Indices of the parameters that have a gradient, grouped by device.
+  std::map<Device, std::vector<size_t>> params_with_grad_by_device() const;
+
+ private:
+  TensorList params_;
+  double lr_;
+  std::vector<std::map<std::string, Tensor>> state_;
+  std::vector<int64_t> step_counts_;
+};
+
+struct SGDOptions {
+  double lr = 1e-2;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(TensorList params, const SGDOptions& options);
+  void step() override;
+  SGDOptions options;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // Adam: added to the gradient (L2)
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(TensorList params, const AdamOptions& options);
+  void step() override;
+  AdamOptions options;
+
+ protected:
+  Adam(TensorList params, const AdamOptions& options, bool decoupled);
+
+ private:
+  bool decoupled_;
+};
+
+// AdamW: weight decay shrinks the weights directly, apart from the gradient
+// (Loshchilov and Hutter); PyTorch's default weight_decay is 0.01.
+class AdamW : public Adam {
+ public:
+  AdamW(TensorList params, const AdamOptions& options = {.weight_decay = 0.01});
+};
+
+// Scales all gradients so that their joint L2 norm is at most max_norm, and
+// returns that norm before clipping (a 0-d tensor: reading it is the only sync).
+Tensor clip_grad_norm_(const TensorList& params, double max_norm);
+
+}  // namespace loom::optim

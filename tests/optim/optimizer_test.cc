@@ -1,0 +1,184 @@
+// Optimizers against their update rules written out in double, a few steps
+// each; schedules against their closed forms.
+#include "optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "optim/lr_scheduler.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_values;
+using testing::values;
+
+// Gradients for three steps of a 2-element parameter.
+const std::vector<std::vector<double>> kGrads = {{0.5, -1.0}, {0.25, 2.0}, {-0.75, 0.1}};
+
+Tensor param(std::vector<double> v) { return from_vector<double>(v).requires_grad_(); }
+
+template <typename Opt>
+std::vector<double> run(Opt& opt, Tensor w) {
+  for (const auto& g : kGrads) {
+    w.set_grad(from_vector<double>(g));
+    opt.step();
+  }
+  return values(w);
+}
+
+TEST(SGD, PlainMomentumNesterovWeightDecay) {
+  struct Case {
+    optim::SGDOptions o;
+  };
+  for (optim::SGDOptions o : {optim::SGDOptions{.lr = 0.1},
+                              optim::SGDOptions{.lr = 0.1, .momentum = 0.9},
+                              optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.5},
+                              optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .weight_decay = 0.1, .nesterov = true}}) {
+    std::vector<double> w = {1.0, -2.0}, buf = {0, 0};
+    for (size_t s = 0; s < kGrads.size(); ++s)
+      for (int i = 0; i < 2; ++i) {
+        double d = kGrads[s][i] + o.weight_decay * w[i];
+        if (o.momentum != 0) {
+          buf[i] = s == 0 ? d : o.momentum * buf[i] + (1 - o.dampening) * d;
+          d = o.nesterov ? d + o.momentum * buf[i] : buf[i];
+        }
+        w[i] -= o.lr * d;
+      }
+    Tensor p = param({1.0, -2.0});
+    optim::SGD opt({p}, o);
+    expect_values(from_vector<double>(run(opt, p)), w, 1e-12);
+  }
+}
+
+void adam_reference(std::vector<double>& w, const optim::AdamOptions& o, bool decoupled) {
+  std::vector<double> m = {0, 0}, v = {0, 0};
+  for (size_t s = 0; s < kGrads.size(); ++s) {
+    const double t = s + 1;
+    for (int i = 0; i < 2; ++i) {
+      double g = kGrads[s][i];
+      if (decoupled)
+        w[i] *= 1 - o.lr * o.weight_decay;
+      else
+        g += o.weight_decay * w[i];
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+      const double m_hat = m[i] / (1 - std::pow(o.beta1, t)), v_hat = v[i] / (1 - std::pow(o.beta2, t));
+      w[i] -= o.lr * m_hat / (std::sqrt(v_hat) + o.eps);
+    }
+  }
+}
+
+TEST(Adam, MatchesTheUpdateRule) {
+  optim::AdamOptions o{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1};
+  std::vector<double> expected = {1.0, -2.0};
+  adam_reference(expected, o, false);
+  Tensor p = param({1.0, -2.0});
+  optim::Adam opt({p}, o);
+  expect_values(from_vector<double>(run(opt, p)), expected, 1e-12);
+}
+
+TEST(AdamW, DecaysTheWeightsApartFromTheGradient) {
+  optim::AdamOptions o{.lr = 0.01, .weight_decay = 0.5};
+  std::vector<double> expected = {1.0, -2.0}, coupled = {1.0, -2.0};
+  adam_reference(expected, o, true);
+  adam_reference(coupled, o, false);
+  Tensor p = param({1.0, -2.0});
+  optim::AdamW opt({p}, o);
+  std::vector<double> got = run(opt, p);
+  expect_values(from_vector<double>(got), expected, 1e-12);
+  EXPECT_GT(std::abs(got[0] - coupled[0]), 1e-4);  // and differs from Adam's coupled decay
+}
+
+TEST(Optimizer, SkipsParametersWithoutGradients) {
+  Tensor a = param({1, 1}), b = param({2, 2});
+  optim::SGD opt({a, b}, {.lr = 1});
+  a.set_grad(from_vector<double>({1, 1}));
+  opt.step();
+  expect_values(a, {0, 0});
+  expect_values(b, {2, 2});
+  opt.zero_grad();
+  EXPECT_FALSE(a.grad().defined());
+}
+
+TEST(Optimizer, StateDictResumesExactly) {
+  Tensor w1 = param({1, -2}), w2 = param({1, -2});
+  optim::Adam a({w1}, {.lr = 0.1}), b({w2}, {.lr = 0.1});
+  for (int s = 0; s < 2; ++s) {
+    w1.set_grad(from_vector<double>(kGrads[s]));
+    a.step();
+  }
+  {
+    NoGradGuard no_grad;
+    w2.copy_(w1);
+  }
+  b.load_state_dict(a.state_dict());
+  w1.set_grad(from_vector<double>(kGrads[2]));
+  w2.set_grad(from_vector<double>(kGrads[2]));
+  a.step();
+  b.step();
+  EXPECT_EQ(values(w1), values(w2));
+  nn::NamedTensors bad = a.state_dict();
+  bad.back().second = zeros({3});
+  EXPECT_THROW_MSG(b.load_state_dict(bad), "has shape [3] but parameter 0 has shape [2]");
+}
+
+TEST(Optimizer, Errors) {
+  EXPECT_THROW_MSG(optim::SGD({}, {}), "optimizer: got an empty parameter list");
+  EXPECT_THROW_MSG(optim::Adam({param({1})}, {.beta1 = 1.0}), "Adam: betas must be in [0, 1)");
+  EXPECT_THROW_MSG(optim::SGD({param({1})}, {.nesterov = true}), "Nesterov momentum needs momentum > 0");
+  EXPECT_THROW_MSG(optim::SGD({arange(3)}, {}), "parameter 0 must be a floating-point leaf tensor");
+}
+
+TEST(ClipGradNorm, ScalesToTheMaximumNorm) {
+  Tensor a = param({3, 0}), b = param({0, 4});
+  a.set_grad(from_vector<double>({3, 0}));
+  b.set_grad(from_vector<double>({0, 4}));
+  Tensor norm = optim::clip_grad_norm_({a, b}, 1.0);
+  EXPECT_NEAR(norm.item(), 5.0, 1e-12);
+  expect_values(a.grad(), {0.6, 0}, 1e-6);
+  expect_values(b.grad(), {0, 0.8}, 1e-6);
+  optim::clip_grad_norm_({a, b}, 10.0);  // below the maximum: unchanged
+  expect_values(b.grad(), {0, 0.8}, 1e-6);
+}
+
+TEST(LRScheduler, ClosedForms) {
+  Tensor w = param({1});
+  optim::SGD opt({w}, {.lr = 1.0});
+  optim::StepLR step(opt, 3, 0.5);
+  EXPECT_DOUBLE_EQ(step.factor(2), 1.0);
+  EXPECT_DOUBLE_EQ(step.factor(3), 0.5);
+  EXPECT_DOUBLE_EQ(step.factor(7), 0.25);
+  optim::CosineAnnealingLR cosine(opt, 10, 0.1);
+  EXPECT_DOUBLE_EQ(cosine.factor(0), 1.0);
+  EXPECT_NEAR(cosine.factor(5), 0.1 + 0.9 * 0.5, 1e-12);
+  EXPECT_NEAR(cosine.factor(10), 0.1, 1e-12);
+  EXPECT_NEAR(cosine.factor(20), 0.1, 1e-12);
+  optim::LinearLR warm(opt, 0.1, 1.0, 4);
+  EXPECT_NEAR(warm.factor(2), 0.55, 1e-12);
+  EXPECT_NEAR(warm.factor(9), 1.0, 1e-12);
+}
+
+TEST(LRScheduler, WarmupThenCosineSetsTheOptimizersLr) {
+  Tensor w = param({1});
+  optim::SGD opt({w}, {.lr = 0.2});
+  auto warm = std::make_shared<optim::LinearLR>(opt, 0.25, 1.0, 4);
+  auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, 8);
+  optim::SequentialLR schedule(opt, {warm, cosine}, {4});
+  EXPECT_NEAR(opt.lr(), 0.05, 1e-12);  // warm-up starts at 0.25 * 0.2
+  std::vector<double> lrs;
+  for (int s = 0; s < 12; ++s) {
+    schedule.step();
+    lrs.push_back(opt.lr());
+  }
+  EXPECT_NEAR(lrs[0], 0.2 * (0.25 + 0.75 * 0.25), 1e-12);  // step 1 of the warm-up
+  EXPECT_NEAR(lrs[3], 0.2, 1e-12);                          // milestone: cosine step 0
+  EXPECT_NEAR(lrs[7], 0.2 * 0.5, 1e-12);                    // cosine step 4 of 8
+  EXPECT_NEAR(lrs[11], 0.0, 1e-12);
+  EXPECT_THROW_MSG(optim::SequentialLR(opt, {warm, cosine}, {}), "SequentialLR: 2 schedulers need 1 milestones");
+}
+
+}  // namespace
+}  // namespace loom
