@@ -129,5 +129,7 @@ Tensor stack(const TensorList& tensors, int64_t dim = 0);
 TensorList split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// The slices along dim, each without that dim (x[0], x[1], ... for dim 0).
+TensorList unbind(const Tensor& x, int64_t dim = 0);
 
 }  // namespace loom

@@ -54,9 +54,10 @@ LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
     Tensor hs = state.h.defined() ? state.h.select(0, l) : zeros({batch, h}, x.options());
     Tensor cs = state.c.defined() ? state.c.select(0, l) : zeros({batch, h}, x.options());
     Tensor w_hh_t = weight_hh[l].t();
+    TensorList step_inputs = unbind(projected, 0);  // one node for all steps: backward is one stack
     TensorList outputs;
     for (int64_t t = 0; t < steps; ++t) {
-      Tensor gates = projected.select(0, t) + matmul(hs, w_hh_t);  // (B, 4H)
+      Tensor gates = step_inputs[t] + matmul(hs, w_hh_t);  // (B, 4H)
       TensorList g = chunk(gates, 4, 1);                          // i, f, g, o
       cs = sigmoid(g[1]) * cs + sigmoid(g[0]) * tanh(g[2]);
       hs = sigmoid(g[3]) * tanh(cs);

@@ -1,5 +1,5 @@
 // Joining and splitting along a dim: cat (one copy per input into slices of
-// the output), stack, split and chunk (views).
+// the output), stack, split, unbind and chunk (views).
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -57,6 +57,8 @@ Tensor stack(const TensorList& tensors, int64_t dim) {
   return cat(expanded, d);
 }
 
+// The parts are views; one node records all of them, so that the backward
+// is a single cat instead of one full-size zero tensor per part.
 TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim_in) {
   const int dim = wrap_dim(dim_in, x.dim(), "split");
   int64_t total = 0;
@@ -69,9 +71,39 @@ TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim
   TensorList parts;
   int64_t offset = 0;
   for (int64_t s : sizes) {
-    parts.push_back(x.narrow(dim, offset, s));
+    Shape shape = x.shape();
+    shape[dim] = s;
+    parts.push_back(as_strided(x, shape, x.strides(), x.storage_offset() + offset * x.stride(dim)));
     offset += s;
   }
+  if (autograd::needs_grad(x))
+    autograd::record("SplitBackward", {x}, parts, [sizes, dim, shape = x.shape(), options = x.options()](const TensorList& g) {
+      TensorList filled;  // parts that got no gradient contribute zeros
+      for (size_t i = 0; i < g.size(); ++i) {
+        Shape part = shape;
+        part[dim] = sizes[i];
+        filled.push_back(g[i].defined() ? g[i] : zeros(part, options));
+      }
+      return TensorList{cat(filled, dim)};
+    });
+  return parts;
+}
+
+TensorList unbind(const Tensor& x, int64_t dim_in) {
+  const int dim = wrap_dim(dim_in, x.dim(), "unbind");
+  Shape shape = x.shape();
+  Strides strides = x.strides();
+  shape.erase(dim);
+  strides.erase(dim);
+  TensorList parts;
+  for (int64_t i = 0; i < x.size(dim); ++i)
+    parts.push_back(as_strided(x, shape, strides, x.storage_offset() + i * x.stride(dim)));
+  if (autograd::needs_grad(x))
+    autograd::record("UnbindBackward", {x}, parts, [dim, shape, options = x.options()](const TensorList& g) {
+      TensorList filled;
+      for (const Tensor& part : g) filled.push_back(part.defined() ? part : zeros(shape, options));
+      return TensorList{stack(filled, dim)};
+    });
   return parts;
 }
 

@@ -113,6 +113,8 @@ std::vector<Case> cases() {
       {"stack", [](auto& x) { return stack({x[0], x[1] * 2.0}, 2); }, {{3, 2}, {3, 2}}},
       {"split", [](auto& x) { return split(x[0], 2, 1)[1] * split(x[0], 2, 1)[0]; }, {{3, 4}}},
       {"chunk", [](auto& x) { return chunk(x[0], 3, 0)[2]; }, {{5, 2}}},
+      {"split_partly_used", [](auto& x) { return split(x[0], {1, 2, 1}, 1)[1] * 2.0; }, {{3, 4}}},
+      {"unbind", [](auto& x) { TensorList r = unbind(x[0], 1); return r[0] * r[2] + r[1]; }, {{3, 3}}},
       // composites across several ops
       {"layer_norm_by_hand",
        [](auto& x) {

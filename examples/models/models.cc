@@ -1,0 +1,102 @@
+#include "examples/models/models.h"
+
+#include <cmath>
+
+namespace loom::models {
+
+nn::Sequential fashion_cnn() {
+  return nn::Sequential(nn::Conv2d({.in_channels = 1, .out_channels = 32, .kernel_size = 3, .padding = 1}),
+                        nn::ReLU(), nn::MaxPool2d(2),
+                        nn::Conv2d({.in_channels = 32, .out_channels = 64, .kernel_size = 3, .padding = 1}),
+                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
+                        nn::Linear(128, 10));
+}
+
+BlockImpl::BlockImpl(const GPTConfig& c) : Cloneable("Block"), config(c) { reset(); }
+
+void BlockImpl::reset() {
+  const int64_t d = config.n_embd;
+  ln1 = register_module("ln1", nn::LayerNorm(d));
+  attn = register_module("attn", nn::CausalSelfAttention({.embed_dim = d, .num_heads = config.n_head, .dropout = config.dropout}));
+  ln2 = register_module("ln2", nn::LayerNorm(d));
+  fc = register_module("fc", nn::Linear(d, 4 * d));
+  proj = register_module("proj", nn::Linear(4 * d, d));
+  dropout = register_module("dropout", nn::Dropout(config.dropout));
+}
+
+Tensor BlockImpl::forward(const Tensor& x) {
+  Tensor h = x + attn->forward(ln1->forward(x));
+  return h + dropout->forward(proj->forward(gelu(fc->forward(ln2->forward(h)), GeluApproximation::Tanh)));
+}
+
+GPTImpl::GPTImpl(const GPTConfig& c) : Cloneable("GPT"), config(c) {
+  LOOM_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_embd % c.n_head == 0,
+             "GPT: invalid config (vocab ", c.vocab_size, ", block ", c.block_size, ", layers ", c.n_layer, ", heads ",
+             c.n_head, ", embd ", c.n_embd, ")");
+  reset();
+}
+
+void GPTImpl::reset() {
+  wte = register_module("wte", nn::Embedding(config.vocab_size, config.n_embd));
+  wpe = register_module("wpe", nn::Embedding(config.block_size, config.n_embd));
+  dropout = register_module("dropout", nn::Dropout(config.dropout));
+  blocks = register_module("blocks", nn::ModuleList());
+  for (int64_t l = 0; l < config.n_layer; ++l) blocks->push_back(Block(config));
+  ln_f = register_module("ln_f", nn::LayerNorm(config.n_embd));
+  head = register_module("head", nn::Linear(config.n_embd, config.vocab_size, /*bias=*/false));
+  // nanoGPT's initialisation.
+  for (auto& [name, p] : named_parameters()) {
+    if (p.dim() == 2) {
+      const bool residual = name.size() >= 11 && name.compare(name.size() - 11, 11, "proj.weight") == 0;
+      nn::init::normal_(p, 0, residual ? 0.02 / std::sqrt(2.0 * config.n_layer) : 0.02);
+    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      nn::init::zeros_(p);
+    }
+  }
+}
+
+Tensor GPTImpl::forward(const Tensor& idx) {
+  LOOM_CHECK(idx.dim() == 2 && idx.size(1) <= config.block_size, "GPT: expected token ids (B, T) with T <= ",
+             config.block_size, ", got shape ", idx.shape());
+  Tensor positions = arange(idx.size(1), {.dtype = kInt64, .device = idx.device()});
+  Tensor x = dropout->forward(wte->forward(idx) + wpe->forward(positions));
+  for (size_t l = 0; l < blocks->size(); ++l) x = (*blocks)[l]->forward(x);
+  return head->forward(ln_f->forward(x));
+}
+
+Tensor GPTImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator) {
+  NoGradGuard no_grad;
+  Generator& gen = generator ? *generator : default_generator();
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - config.block_size);
+    Tensor logits = forward(idx.narrow(1, start, t - start)).select(1, -1);  // (1, vocab)
+    std::vector<double> p = softmax(logits / temperature, -1).to_vector<double>();
+    // Inverse-CDF sampling on the host: one draw per token.
+    double u = gen.next_double(), cumulative = 0;
+    int64_t next = static_cast<int64_t>(p.size()) - 1;
+    for (size_t k = 0; k < p.size(); ++k)
+      if ((cumulative += p[k]) > u) {
+        next = static_cast<int64_t>(k);
+        break;
+      }
+    idx = cat({idx, full({1, 1}, static_cast<double>(next), {.dtype = kInt64, .device = idx.device()})}, 1);
+  }
+  return idx;
+}
+
+LSTMClassifierImpl::LSTMClassifierImpl(const LSTMClassifierOptions& o) : Cloneable("LSTMClassifier"), options(o) {
+  reset();
+}
+
+void LSTMClassifierImpl::reset() {
+  lstm = register_module("lstm", nn::LSTM({.input_size = options.input_size, .hidden_size = options.hidden_size,
+                                           .num_layers = options.num_layers, .batch_first = true}));
+  head = register_module("head", nn::Linear(options.hidden_size, options.classes));
+}
+
+Tensor LSTMClassifierImpl::forward(const Tensor& x) {
+  Tensor out = lstm->forward(x, nn::LSTMState{}).output;  // (B, T, H)
+  return head->forward(out.select(1, -1));
+}
+
+}  // namespace loom::models

@@ -1,0 +1,87 @@
+// The models that loom's examples, benchmarks and comparison tool train.
+// Their shapes are fixed by the benchmark definitions so that results compare
+// across frameworks (bench/torch_reference.py builds the same ones).
+//
+//   nn::Sequential cnn = models::fashion_cnn();
+//   models::GPT gpt(models::GPTConfig{.vocab_size = 65, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128});
+//   models::LSTMClassifier rnn({.input_size = 64, .hidden_size = 128, .num_layers = 2, .classes = 10});
+#pragma once
+
+#include "nn/nn.h"
+
+namespace loom::models {
+
+// Conv(1,32,3,p1)-ReLU-MaxPool2-Conv(32,64,3,p1)-ReLU-MaxPool2-Flatten-Linear(3136,128)-ReLU-Linear(128,10),
+// for 1x28x28 images.
+nn::Sequential fashion_cnn();
+
+struct GPTConfig {
+  int64_t vocab_size = 65;
+  int64_t block_size = 256;  // longest context
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  double dropout = 0;
+};
+
+// A pre-LayerNorm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)),
+// with a GELU MLP of width 4 n_embd.
+class BlockImpl : public nn::Cloneable<BlockImpl> {
+ public:
+  explicit BlockImpl(const GPTConfig& config);
+  void reset() override;
+  Tensor forward(const Tensor& x) override;
+
+  GPTConfig config;
+  nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  nn::CausalSelfAttention attn{nullptr};
+  nn::Linear fc{nullptr}, proj{nullptr};
+  nn::Dropout dropout{nullptr};
+};
+LOOM_MODULE(Block);
+
+// A GPT-style character model: token and position embeddings, blocks, a
+// final LayerNorm and a linear head. Initialised as nanoGPT does: N(0, 0.02)
+// weights, zero biases, and residual projections scaled by 1/sqrt(2 n_layer).
+class GPTImpl : public nn::Cloneable<GPTImpl> {
+ public:
+  using Options = GPTConfig;
+  explicit GPTImpl(const GPTConfig& config);
+  void reset() override;
+  // idx (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size).
+  Tensor forward(const Tensor& idx) override;
+  // Extends idx (1, T) by `count` tokens sampled at `temperature`.
+  Tensor generate(Tensor idx, int64_t count, double temperature = 1.0, Generator* generator = nullptr);
+
+  GPTConfig config;
+  nn::Embedding wte{nullptr}, wpe{nullptr};
+  nn::Dropout dropout{nullptr};
+  nn::ModuleList blocks{nullptr};
+  nn::LayerNorm ln_f{nullptr};
+  nn::Linear head{nullptr};
+};
+LOOM_MODULE(GPT);
+
+struct LSTMClassifierOptions {
+  int64_t input_size = 64;
+  int64_t hidden_size = 128;
+  int64_t num_layers = 2;
+  int64_t classes = 10;
+};
+
+// A batch-first LSTM whose last step's output feeds a linear classifier.
+class LSTMClassifierImpl : public nn::Cloneable<LSTMClassifierImpl> {
+ public:
+  using Options = LSTMClassifierOptions;
+  explicit LSTMClassifierImpl(const LSTMClassifierOptions& options);
+  void reset() override;
+  // x (B, T, input_size) -> logits (B, classes)
+  Tensor forward(const Tensor& x) override;
+
+  LSTMClassifierOptions options;
+  nn::LSTM lstm{nullptr};
+  nn::Linear head{nullptr};
+};
+LOOM_MODULE(LSTMClassifier);
+
+}  // namespace loom::models
