@@ -11,6 +11,8 @@
 //   lstm  2-layer LSTM, input 64, hidden 512 (cuda) or 128 (cpu), sequence 64,
 //         batch 64, Linear(hidden, 10) on the last step; AdamW
 // Inputs are random but fixed; each step is forward, backward, optimizer step.
+#include <omp.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -65,12 +67,14 @@ Workload make_workload(const std::string& name, Device device) {
 int main(int argc, char** argv) {
   CLI::App app{"Time training steps of loom's benchmark models"};
   std::string model = "cnn", device_name = "cpu";
-  int steps = 20, warmup = 3;
+  int steps = 20, warmup = 3, threads = 0;
   app.add_option("--model", model, "cnn, gpt or lstm")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: OpenMP's default, one per core)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (threads > 0) omp_set_num_threads(threads);
 
   try {
     const Device device = Device::parse(device_name);
@@ -93,8 +97,9 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"steps\": %d, "
-                "\"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, \"loss\": %.4f}\n",
-                model.c_str(), device.str().c_str(), steps, 1000 * seconds / steps,
+                "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
+                "\"loss\": %.4f}\n",
+                model.c_str(), device.str().c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss);
   } catch (const Error& e) {
     std::fprintf(stderr, "train_bench: %s\n", e.what());

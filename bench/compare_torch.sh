@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs loom's train_bench and PyTorch's reference side by side for each model
+# and prints both JSON lines plus the ratio loom/PyTorch of samples per second
+# (above 1: loom is faster).
+#
+#   bash bench/compare_torch.sh [cpu|cuda] [steps] [threads]
+# Both sides run with the same number of CPU threads (default: all cores).
+# On the GPU machine, run it from the folder tools/gpu_run.sh prepared (the
+# binaries are taken from $LOOM_BIN, default bazel-bin/bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+device=${1:-cpu}
+steps=${2:-10}
+threads=${3:-$(nproc)}
+bin=${LOOM_BIN:-bazel-bin/bench}
+[ -n "${LOOM_BIN:-}" ] || bazel build -c opt //bench:train_bench >/dev/null 2>&1
+# Debian's PyTorch is in the system Python, which may not be the first python3.
+python=python3
+for p in /usr/bin/python3 python3; do
+  if "$p" -c "import torch" 2>/dev/null; then python=$p; break; fi
+done
+for model in cnn gpt lstm; do
+  loom=$("$bin/train_bench" --model "$model" --device "$device" --steps "$steps" --threads "$threads")
+  torch=$("$python" bench/torch_reference.py --model "$model" --device "$device" --steps "$steps" --threads "$threads")
+  echo "$loom"
+  echo "$torch"
+  "$python" -c 'import json,sys; l=json.loads(sys.argv[1]); t=json.loads(sys.argv[2]); print(json.dumps({"model": l["model"], "device": l["device"], "ratio_loom_over_torch": round(l["samples_per_s"] / t["samples_per_s"], 3)}))' "$loom" "$torch"
+done

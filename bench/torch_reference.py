@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""PyTorch reference for bench/train_bench: the same three workloads, the same
+shapes and optimizer, and the same one-line JSON output ("framework": "torch").
+
+    python3 bench/torch_reference.py --model cnn --device cpu --steps 20
+
+Runs with Debian's python3-torch (CPU) on the build machines and with the
+PyTorch installed on the GPU machine.
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def fashion_cnn():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: what users call
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, heads)
+        self.fc, self.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, layers, heads, d):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.lstm = nn.LSTM(64, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def workload(name, device):
+    gpu = device.type == "cuda"
+    if name == "cnn":
+        model = fashion_cnn().to(device)
+        x = torch.randn(256, 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (256,), device=device)
+        return model, lambda: F.cross_entropy(model(x), y), 256, 0
+    if name == "gpt":
+        vocab, block, layers, heads, d, batch = (65, 256, 6, 6, 384, 64) if gpu else (65, 64, 2, 4, 128, 8)
+        model = GPT(vocab, block, layers, heads, d).to(device)
+        idx = torch.randint(0, vocab, (batch, block), device=device)
+        targets = torch.randint(0, vocab, (batch * block,), device=device)
+        return model, lambda: F.cross_entropy(model(idx).view(-1, vocab), targets), batch, batch * block
+    if name == "lstm":
+        model = LSTMClassifier(512 if gpu else 128).to(device)
+        x = torch.randn(64, 64, 64, device=device)
+        y = torch.randint(0, 10, (64,), device=device)
+        return model, lambda: F.cross_entropy(model(x), y), 64, 0
+    raise SystemExit(f"unknown model {name}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="cnn", choices=["cnn", "gpt", "lstm"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    args = parser.parse_args()
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    model, loss_fn, samples, tokens = workload(args.model, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        loss = loss_fn()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(args.warmup):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    sync()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "model": args.model,
+                      "device": str(device), "steps": args.steps, "threads": torch.get_num_threads(),
+                      "ms_per_step": round(1000 * seconds / args.steps, 3),
+                      "samples_per_s": round(samples * args.steps / seconds, 1),
+                      "tokens_per_s": round(tokens * args.steps / seconds, 1), "loss": round(loss.item(), 4)}))
+
+
+if __name__ == "__main__":
+    main()
