@@ -28,25 +28,42 @@ AccumulateGrad::AccumulateGrad(Tensor leaf)
   add_output(leaf_);
 }
 
+namespace {
+
+// Adds `incoming` into meta.grad; the caller holds meta.mutex.
+void accumulate_locked(AutogradMeta& meta, const Tensor& incoming) {
+  if (!meta.grad.defined()) {
+    // Keep the incoming gradient only if nothing else can see its memory;
+    // otherwise an in-place update of .grad() would change another tensor.
+    const bool exclusive = incoming.is_contiguous() && incoming.storage().use_count() == 1 &&
+                           incoming.storage_offset() == 0;
+    meta.grad = exclusive ? incoming : contiguous_copy(incoming);
+  } else {
+    backend_for(meta.grad.device()).binary(BinaryOp::Add, meta.grad, incoming, meta.grad, 1.0);
+  }
+}
+
+}  // namespace
+
 TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
-  Tensor& incoming = grad_outputs[0];
   AutogradMeta& meta = leaf_.impl()->autograd_meta();
   std::vector<GradHook> hooks;
   {
     std::lock_guard<std::mutex> lock(meta.mutex);
-    if (!meta.grad.defined()) {
-      // Keep the incoming gradient only if nothing else can see its memory;
-      // otherwise an in-place update of .grad() would change another tensor.
-      bool exclusive = incoming.is_contiguous() && incoming.storage().use_count() == 1 &&
-                       incoming.storage_offset() == 0;
-      meta.grad = exclusive ? incoming : contiguous_copy(incoming);
-    } else {
-      backend_for(meta.grad.device()).binary(BinaryOp::Add, meta.grad, incoming, meta.grad, 1.0);
-    }
+    accumulate_locked(meta, grad_outputs[0]);
     hooks = meta.post_accumulate_grad_hooks;
   }
   for (const GradHook& hook : hooks) hook(leaf_);
   return {};
+}
+
+void accumulate_grad(const Tensor& leaf, const Tensor& grad) {
+  LOOM_CHECK(grad.shape() == leaf.shape() && grad.dtype() == leaf.dtype() && grad.device() == leaf.device(),
+             "accumulate_grad: gradient ", grad.shape(), " ", grad.dtype(), " on ", grad.device(),
+             " does not match the tensor ", leaf.shape(), " ", leaf.dtype(), " on ", leaf.device());
+  AutogradMeta& meta = leaf.impl()->autograd_meta();
+  std::lock_guard<std::mutex> lock(meta.mutex);
+  accumulate_locked(meta, grad);
 }
 
 SavedTensor::SavedTensor(const Tensor& t) : data_(t.detach()), version_(t.version()) {}

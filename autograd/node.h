@@ -115,6 +115,11 @@ class SavedTensor {
   uint32_t version_ = 0;
 };
 
+// Adds `grad` into leaf.grad() exactly as backward does (thread-safe, never
+// aliasing memory another tensor can see), without running hooks.
+// DataParallel reduces replicas' gradients onto the master parameters with it.
+void accumulate_grad(const Tensor& leaf, const Tensor& grad);
+
 // True when grad mode is on and any of the tensors requires grad.
 bool needs_grad(const Tensor& a);
 bool needs_grad(const Tensor& a, const Tensor& b);

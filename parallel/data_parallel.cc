@@ -1,0 +1,98 @@
+#include "parallel/data_parallel.h"
+
+#include "autograd/engine.h"
+
+namespace loom::parallel {
+
+DataParallelImpl::DataParallelImpl(nn::ModulePtr module, std::vector<Device> devices)
+    : Module("DataParallel"), module_(std::move(module)), devices_(std::move(devices)) {
+  LOOM_CHECK(module_ != nullptr, "DataParallel: the module is null");
+  LOOM_CHECK(!devices_.empty(), "DataParallel: needs at least one device");
+  module_->to(devices_[0]);
+  register_module("module", module_);
+  replicas_.push_back(module_);
+  for (size_t i = 1; i < devices_.size(); ++i) replicas_.push_back(module_->clone(devices_[i]));
+  workers_ = std::make_shared<WorkerPool>(static_cast<int>(devices_.size()));
+}
+
+void DataParallelImpl::broadcast_to_replicas() {
+  NoGradGuard no_grad;
+  const TensorList params = module_->parameters(), buffers = module_->buffers();
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    const TensorList rp = replicas_[r]->parameters(), rb = replicas_[r]->buffers();
+    for (size_t k = 0; k < params.size(); ++k) rp[k].copy_(params[k]);
+    for (size_t k = 0; k < buffers.size(); ++k) rb[k].copy_(buffers[k]);
+    replicas_[r]->train(module_->is_training());
+  }
+}
+
+void DataParallelImpl::reduce_gradients_to_module(int replicas) {
+  NoGradGuard no_grad;
+  const TensorList params = module_->parameters();
+  for (int r = 1; r < replicas; ++r) {
+    const TensorList rp = replicas_[r]->parameters();
+    for (size_t k = 0; k < params.size(); ++k) {
+      Tensor g = rp[k].grad();
+      if (!g.defined()) continue;
+      autograd::accumulate_grad(params[k], g.to(params[k].device()));
+      rp[k].set_grad(Tensor());
+    }
+  }
+}
+
+Tensor DataParallelImpl::forward(const Tensor& x) {
+  LOOM_CHECK(x.defined() && x.dim() >= 1, "DataParallel: expected a batched input, got ",
+             x.defined() ? x.shape() : Shape{});
+  // As PyTorch: a batch smaller than the device count uses fewer replicas.
+  const int replicas = static_cast<int>(std::min<int64_t>(devices_.size(), x.size(0)));
+  if (replicas <= 1) return module_->forward(x.to(devices_[0]));
+
+  broadcast_to_replicas();
+  // Each replica gets a detached chunk: its graph ends there, and the gather's
+  // backward hands the chunk gradients back to x.
+  TensorList chunks = chunk(x.detach(), replicas, 0);
+  std::vector<int64_t> sizes;
+  TensorList inputs;
+  for (int r = 0; r < replicas; ++r) {
+    sizes.push_back(chunks[r].size(0));
+    Tensor in = chunks[r].to(devices_[r]);
+    if (x.requires_grad()) in = contiguous_copy(in).requires_grad_();
+    inputs.push_back(in);
+  }
+  TensorList outputs(replicas);
+  workers_->run([&](int r) { outputs[r] = replicas_[r]->forward(inputs[r]); }, replicas);
+
+  TensorList gathered;
+  bool any_grad = false;
+  for (int r = 0; r < replicas; ++r) {
+    gathered.push_back(outputs[r].detach().to(devices_[0]));
+    any_grad |= outputs[r].requires_grad();
+  }
+  Tensor y = cat(gathered, 0);
+  if (!autograd::grad_enabled() || !any_grad) return y;
+
+  auto self = std::static_pointer_cast<DataParallelImpl>(shared_from_this());
+  autograd::record("DataParallelGatherBackward", {x}, TensorList{y},
+                   [self, outputs, inputs, sizes, replicas, x_device = x.device()](const TensorList& g) {
+                     TensorList parts = split(g[0], sizes, 0);
+                     // Every replica backpropagates its part in its own thread...
+                     self->workers_->run(
+                         [&](int r) {
+                           if (outputs[r].requires_grad())
+                             autograd::backward({outputs[r]}, {parts[r].to(self->devices_[r])});
+                         },
+                         replicas);
+                     // ...then the first device adds the replicas' gradients to its own.
+                     self->reduce_gradients_to_module(replicas);
+                     if (!inputs[0].requires_grad()) return TensorList{Tensor()};
+                     TensorList dx;
+                     for (int r = 0; r < replicas; ++r) {
+                       Tensor gr = inputs[r].grad();
+                       dx.push_back(gr.defined() ? gr.to(x_device) : zeros(inputs[r].shape(), {.dtype = inputs[r].dtype(), .device = x_device}));
+                     }
+                     return TensorList{cat(dx, 0)};
+                   });
+  return y;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,108 @@
+// DataParallel must train exactly like one device on the same global batch.
+#include "parallel/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include "nn/nn.h"
+#include "optim/optimizer.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+namespace F = nn::functional;
+
+// Conv2d, Linear and LayerNorm; `batch_norm` adds a BatchNorm2d.
+nn::Sequential make_net(bool batch_norm) {
+  nn::Sequential net(nn::Conv2d({.in_channels = 2, .out_channels = 4, .kernel_size = 3, .padding = 1}));
+  if (batch_norm) net->push_back(nn::BatchNorm2d(4));
+  net->push_back(nn::ReLU());
+  net->push_back(nn::Flatten());
+  net->push_back(nn::Linear(4 * 6 * 6, 16));
+  net->push_back(nn::LayerNorm(16));
+  net->push_back(nn::Tanh());
+  net->push_back(nn::Linear(16, 3));
+  return net;
+}
+
+double max_param_difference(const nn::Module& a, const nn::Module& b) {
+  TensorList pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, testing::max_rel_error(pa[i], pb[i]));
+  return worst;
+}
+
+// k steps of Adam on the same batches: single device vs DataParallel over
+// `replicas` CPU devices; the parameters must agree after every step.
+// BatchNorm normalises each replica's shard with the shard's statistics (as
+// in PyTorch), so with it the single-device reference normalises the same
+// shards: its forward runs shard by shard on the one device.
+void expect_equivalent(int replicas, DType dtype, bool batch_norm, double tolerance) {
+  manual_seed(7);
+  nn::Sequential single = make_net(batch_norm);
+  single->to(dtype);
+  nn::ModulePtr copy = single->clone();
+  parallel::DataParallel dp(copy, std::vector<Device>(replicas, Device::cpu()));
+  optim::Adam opt_single(single->parameters(), {.lr = 1e-2});
+  optim::Adam opt_dp(dp->parameters(), {.lr = 1e-2});
+
+  Generator gen(99);
+  for (int step = 0; step < 4; ++step) {
+    const int64_t batch = 12 + step;  // also batches that do not split evenly
+    Tensor x = randn({batch, 2, 6, 6}, {.dtype = dtype}, &gen);
+    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+
+    Tensor logits;
+    if (batch_norm) {
+      TensorList parts;
+      for (const Tensor& shard : chunk(x, replicas, 0)) parts.push_back(single->forward(shard));
+      logits = cat(parts, 0);
+    } else {
+      logits = single->forward(x);
+    }
+    opt_single.zero_grad();
+    F::cross_entropy(logits, y).backward();
+    opt_single.step();
+
+    opt_dp.zero_grad();
+    F::cross_entropy(dp->forward(x), y).backward();
+    opt_dp.step();
+
+    EXPECT_LT(max_param_difference(*single, *dp->module()), tolerance) << "step " << step;
+  }
+}
+
+// The tolerance: DataParallel adds the same gradient terms in a different
+// order (per shard, then across replicas), so results differ by rounding
+// only. A few ulps per step, carried through Adam's normalised update over
+// four steps: about 1e-6 relative in float32 (bound 1e-5), and 1e-11 in
+// float64 (bound 1e-10). A wrong gradient (a replica dropped, counted twice,
+// or stale parameters) differs by 1e-2 or more.
+TEST(DataParallel, TwoReplicasFloat64) { expect_equivalent(2, kFloat64, false, 1e-10); }
+TEST(DataParallel, ThreeReplicasFloat64) { expect_equivalent(3, kFloat64, false, 1e-10); }
+TEST(DataParallel, TwoReplicasFloat32) { expect_equivalent(2, kFloat32, false, 1e-5); }
+TEST(DataParallel, ThreeReplicasFloat32) { expect_equivalent(3, kFloat32, false, 1e-5); }
+TEST(DataParallel, BatchNormThreeReplicas) { expect_equivalent(3, kFloat64, true, 1e-10); }
+
+TEST(DataParallel, InputGradientMatchesSingleDevice) {
+  manual_seed(3);
+  nn::Sequential net(nn::Linear(5, 4), nn::Tanh(), nn::Linear(4, 2));
+  nn::ModulePtr copy = net->clone();
+  parallel::DataParallel dp(copy, {Device::cpu(), Device::cpu(), Device::cpu()});
+  Tensor x1 = randn({7, 5}).requires_grad_();
+  Tensor x2 = x1.detach().clone().requires_grad_();
+  net->forward(x1).square().sum().backward();
+  dp->forward(x2).square().sum().backward();
+  testing::expect_values(x2.grad(), testing::values(x1.grad()), 1e-5);
+}
+
+TEST(DataParallel, SmallBatchUsesFewerReplicasAndErrorsPropagate) {
+  nn::Linear fc(3, 2);
+  parallel::DataParallel dp(fc.ptr(), {Device::cpu(), Device::cpu(), Device::cpu()});
+  EXPECT_EQ(dp->forward(randn({2, 3})).shape(), (Shape{2, 2}));
+  EXPECT_THROW_MSG(dp->forward(randn({6, 4})), "linear: input of shape [2, 4] does not end in the weight's in_features 3");
+  EXPECT_EQ(dp->named_parameters()[0].first, "module.weight");
+}
+
+}  // namespace
+}  // namespace loom
