@@ -1,0 +1,63 @@
+// Tracing: spans of compute, communication and idle time on named lanes
+// (one per device stream, worker thread or pipeline stage), written as
+// Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or chrome://tracing.
+//
+//   trace::enable(true);
+//   {
+//     trace::Span span("forward", "compute", trace::lane("rank0/compute"));
+//     ...
+//   }
+//   trace::write_chrome_trace("step.json");
+//
+// Off by default: a Span then costs one relaxed atomic load. Times are host
+// wall-clock microseconds; GPU work is traced at the points the host waits
+// for it, so spans show where each lane spends its time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::trace {
+
+void enable(bool on);
+bool enabled();
+// Drops recorded spans (lanes keep their ids).
+void clear();
+
+// The id of a lane (a row in the trace viewer), created on first use.
+int lane(const std::string& name);
+// The process id to write (e.g. the MPI rank), so that ranks' traces merge.
+void set_process(int pid, const std::string& name);
+
+struct Event {
+  std::string name;
+  std::string category;  // compute, communication, idle, optimizer, ...
+  int lane;
+  int64_t begin_us;
+  int64_t end_us;
+};
+
+int64_t now_us();
+void record(const std::string& name, const std::string& category, int lane, int64_t begin_us, int64_t end_us);
+std::vector<Event> events();
+
+// Records [construction, destruction) on `lane` when tracing is on.
+class Span {
+ public:
+  Span(const char* name, const char* category, int lane);
+  ~Span();
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+ private:
+  const char* name_;
+  const char* category_;
+  int lane_;
+  int64_t begin_us_ = -1;  // -1: tracing was off
+};
+
+// Writes all events and lane names, atomically (temporary file, then rename).
+void write_chrome_trace(const std::string& path);
+
+}  // namespace loom::trace
