@@ -1,0 +1,30 @@
+// Mailbox: tensors passed between two pipeline stages, keyed by micro-batch.
+// take() blocks until the sender has put that micro-batch; if any stage has
+// failed, it throws instead, so a failure never leaves the others waiting.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace loom::parallel {
+
+class Mailbox {
+ public:
+  void put(int key, Tensor value);
+  Tensor take(int key);
+  // Wakes every waiting take() with an error.
+  void fail(const std::string& why);
+  void reset();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::map<int, Tensor> items_;
+  std::string failure_;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,108 @@
+// Pipeline parallelism in one process: a model split into p stages, one per
+// device, each run by its own worker thread; a batch split into m
+// micro-batches that flow through the stages according to a schedule
+// (GPipe or 1F1B, see schedule.h). Activations move forward and gradients
+// backward between stages through mailboxes; gradients accumulate over the
+// micro-batches, so one train_step equals one step on the whole batch.
+//
+//   parallel::Pipeline pipe(parallel::split_sequential(model, {2, 5}), {dev0, dev1, dev2},
+//                           {.micro_batches = 8, .schedule = parallel::ScheduleKind::OneFOneB});
+//   opt.zero_grad();
+//   Tensor loss = pipe.train_step(x, y, [](const Tensor& out, const Tensor& t) {
+//     return nn::functional::cross_entropy(out, t);
+//   });
+//   opt.step();                                // opt over pipe.parameters()
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "nn/layers/container.h"
+#include "parallel/pipeline/mailbox.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/worker_pool.h"
+
+namespace loom::parallel {
+
+struct PipelineOptions {
+  int micro_batches = 4;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+};
+
+// What the last train_step measured.
+struct StageStats {
+  double busy_seconds = 0;   // running forward and backward passes
+  double idle_fraction = 0;  // 1 - busy / step time
+  int peak_in_flight = 0;    // most micro-batches whose activations it held at once
+  int64_t bytes_sent = 0;    // activations and gradients passed to neighbours
+};
+
+struct PipelineStats {
+  double step_seconds = 0;
+  double bubble_fraction = 0;  // the stages' mean idle fraction
+  std::vector<StageStats> stages;
+};
+
+// A loss that is a mean over its batch, so that micro-batch losses weighted
+// by their share of the batch add up to the whole batch's loss.
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// Cuts a Sequential before the children at `boundaries` (increasing indices):
+// {2, 5} makes children [0, 2), [2, 5), [5, end). The parts share the
+// children (no copies).
+std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const std::vector<int>& boundaries);
+
+class Pipeline {
+ public:
+  // Stage s is moved to devices[s].
+  Pipeline(std::vector<nn::ModulePtr> stages, std::vector<Device> devices, PipelineOptions options = {});
+
+  // Forward and backward of the batch (x, y) in micro-batches; returns the
+  // batch loss (a 0-d tensor on the last stage's device).
+  Tensor train_step(const Tensor& x, const Tensor& y, const LossFn& loss);
+  // Micro-batched forward without gradients; the output on the last device.
+  Tensor forward(const Tensor& x);
+
+  TensorList parameters() const;
+  const std::vector<nn::ModulePtr>& stages() const { return stages_; }
+  const PipelineSchedule& schedule() const { return schedule_; }
+  const PipelineStats& stats() const { return stats_; }
+
+ private:
+  void run_stage(int s, const TensorList& inputs, const TensorList& targets, const LossFn& loss, int64_t batch,
+                 std::vector<Tensor>& losses);
+
+  std::vector<nn::ModulePtr> stages_;
+  std::vector<Device> devices_;
+  PipelineOptions options_;
+  PipelineSchedule schedule_;
+  std::vector<Mailbox> activations_;  // [s]: from stage s to s + 1
+  std::vector<Mailbox> gradients_;    // [s]: from stage s + 1 to s
+  std::unique_ptr<WorkerPool> workers_;
+  PipelineStats stats_;
+};
+
+// Layer-split model parallelism: the stages run one after another on the
+// calling thread, each on its device; activations move forward and
+// gradients backward across devices through Tensor::to (autograd records
+// the copies). No micro-batches: one device works at a time.
+class LayerSplitImpl : public nn::Module {
+ public:
+  LayerSplitImpl(std::vector<nn::ModulePtr> stages, std::vector<Device> devices);
+  Tensor forward(const Tensor& x) override;
+  const std::vector<Device>& devices() const { return devices_; }
+
+ private:
+  std::vector<nn::ModulePtr> stages_;
+  std::vector<Device> devices_;
+};
+
+class LayerSplit : public nn::ModuleHolder<LayerSplitImpl> {
+ public:
+  using ModuleHolder::ModuleHolder;
+  LayerSplit(std::vector<nn::ModulePtr> stages, std::vector<Device> devices)
+      : ModuleHolder(std::make_shared<LayerSplitImpl>(std::move(stages), std::move(devices))) {}
+};
+
+}  // namespace loom::parallel

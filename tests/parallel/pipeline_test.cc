@@ -1,0 +1,174 @@
+// Pipeline schedules and the single-process pipeline: schedule orders,
+// equivalence with single-device training, measured activation memory and
+// bubble, failure handling; and layer-split model parallelism.
+#include "parallel/pipeline/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "autograd/node.h"
+#include "nn/nn.h"
+#include "optim/optimizer.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using parallel::ScheduleKind;
+namespace F = nn::functional;
+
+TEST(Schedule, GPipeOrderForFourStagesEightMicroBatches) {
+  const std::string all_forward_then_backward = " F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7\n";
+  EXPECT_EQ(parallel::to_string(parallel::gpipe_schedule(4, 8)),
+            "stage 0:" + all_forward_then_backward + "stage 1:" + all_forward_then_backward +
+                "stage 2:" + all_forward_then_backward + "stage 3:" + all_forward_then_backward);
+}
+
+TEST(Schedule, OneFOneBOrderForFourStagesEightMicroBatches) {
+  // Warm-up of p - s - 1 forwards, alternate, then cool down (Narayanan et al. 2021, Fig. 4).
+  EXPECT_EQ(parallel::to_string(parallel::one_f_one_b_schedule(4, 8)),
+            "stage 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7\n"
+            "stage 1: F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7\n"
+            "stage 2: F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7\n"
+            "stage 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7\n");
+  // Fewer micro-batches than stages: the warm-up is cut short.
+  EXPECT_EQ(parallel::to_string(parallel::one_f_one_b_schedule(3, 1)),
+            "stage 0: F0 B0\nstage 1: F0 B0\nstage 2: F0 B0\n");
+  EXPECT_THROW_MSG(parallel::gpipe_schedule(0, 4), "gpipe_schedule: need at least one stage");
+}
+
+nn::Sequential make_net() {
+  return nn::Sequential(nn::Linear(6, 8), nn::Tanh(), nn::Linear(8, 8), nn::LayerNorm(8), nn::ReLU(),
+                        nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 3));
+}
+
+double max_param_difference(const TensorList& a, const TensorList& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, testing::max_rel_error(a[i], b[i]));
+  return worst;
+}
+
+struct PipelineCase {
+  ScheduleKind kind;
+  std::vector<int> boundaries;  // p = boundaries + 1 stages
+  int micro_batches;
+};
+
+class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
+
+// Three SGD steps through the pipeline equal three steps on one device with
+// the whole batch: the same gradient terms summed in another order, so they
+// agree to float64 rounding (1e-10).
+TEST_P(PipelineEquivalence, EqualsSingleDeviceTraining) {
+  const PipelineCase& c = GetParam();
+  manual_seed(5);
+  nn::Sequential single = make_net();
+  single->to(kFloat64);
+  auto copy = std::static_pointer_cast<nn::SequentialImpl>(single->clone());
+  parallel::Pipeline pipe(parallel::split_sequential(nn::Sequential(copy), c.boundaries),
+                          std::vector<Device>(c.boundaries.size() + 1, Device::cpu()),
+                          {.micro_batches = c.micro_batches, .schedule = c.kind});
+  optim::SGD opt_single(single->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  Generator gen(11);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({12, 6}, {.dtype = kFloat64}, &gen);
+    Tensor y = randint(0, 3, {12}, {.dtype = kInt64}, &gen);
+    opt_single.zero_grad();
+    Tensor loss = F::cross_entropy(single->forward(x), y);
+    loss.backward();
+    opt_single.step();
+    opt_pipe.zero_grad();
+    Tensor pipe_loss = pipe.train_step(x, y, [](const Tensor& out, const Tensor& t) { return F::cross_entropy(out, t); });
+    opt_pipe.step();
+    EXPECT_NEAR(pipe_loss.item(), loss.item(), 1e-12);
+    EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SchedulesStagesMicroBatches, PipelineEquivalence,
+    ::testing::Values(PipelineCase{ScheduleKind::GPipe, {4}, 1}, PipelineCase{ScheduleKind::GPipe, {2, 5}, 4},
+                      PipelineCase{ScheduleKind::GPipe, {1, 3, 6}, 6}, PipelineCase{ScheduleKind::OneFOneB, {4}, 2},
+                      PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4}, PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 6},
+                      PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3}));
+
+// A stage whose forward and backward each take a fixed time without using a
+// core (it sleeps), so stages overlap as on separate devices even on a
+// machine with fewer cores than stages.
+class SleepStageImpl : public nn::Cloneable<SleepStageImpl> {
+ public:
+  explicit SleepStageImpl(int ms) : Cloneable("SleepStage"), ms_(ms) { reset(); }
+  void reset() override { scale = register_parameter("scale", ones({1})); }
+  Tensor forward(const Tensor& x) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    Tensor y = x.detach() * scale.detach();
+    autograd::record("SleepStageBackward", {x, scale}, y, [ms = ms_, x = x.detach()](const TensorList& g) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return TensorList{g[0], sum(g[0] * x).reshape({1})};
+    });
+    return y;
+  }
+  int ms_;
+  Tensor scale;
+};
+
+parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms) {
+  std::vector<nn::ModulePtr> parts;
+  for (int s = 0; s < stages; ++s) parts.push_back(std::make_shared<SleepStageImpl>(ms));
+  return parallel::Pipeline(parts, std::vector<Device>(stages, Device::cpu()), {.micro_batches = micro_batches, .schedule = kind});
+}
+
+Tensor sum_loss(const Tensor& out, const Tensor&) { return out.sum(); }
+
+TEST(PipelineMemory, PeakActivationsArePStagesFor1F1BAndMForGPipe) {
+  const int p = 4, m = 8;
+  auto one_f_one_b = sleep_pipeline(p, m, ScheduleKind::OneFOneB, 1);
+  one_f_one_b.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  auto gpipe = sleep_pipeline(p, m, ScheduleKind::GPipe, 1);
+  gpipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(one_f_one_b.stats().stages[s].peak_in_flight, p - s) << "stage " << s;  // at most p
+    EXPECT_EQ(gpipe.stats().stages[s].peak_in_flight, m) << "stage " << s;
+  }
+}
+
+// The measured idle fraction of balanced stages against (p - 1) / (m + p - 1).
+// Each pass sleeps 40 ms, so thread hand-offs (well under a millisecond) are
+// small against the 5-point margin.
+TEST(PipelineBubble, MeasuredIdleFractionMatchesTheory) {
+  for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 3}}) {
+    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+      auto pipe = sleep_pipeline(p, m, kind, 40);
+      pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
+      EXPECT_NEAR(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m), 0.05)
+          << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
+    }
+  }
+}
+
+TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
+  parallel::Pipeline pipe({nn::Linear(4, 3).ptr(), nn::Linear(5, 2).ptr()}, {Device::cpu(), Device::cpu()},
+                          {.micro_batches = 2});
+  EXPECT_THROW_MSG(pipe.train_step(ones({4, 4}), zeros({4}), sum_loss), "does not end in the weight's in_features 5");
+  EXPECT_THROW_MSG(pipe.train_step(ones({1, 4}), zeros({1}), sum_loss), "a batch of 1 cannot make 2 micro-batches");
+}
+
+TEST(LayerSplit, EqualsSingleDevice) {
+  manual_seed(8);
+  nn::Sequential single = make_net();
+  auto copy = std::static_pointer_cast<nn::SequentialImpl>(single->clone());
+  parallel::LayerSplit split(parallel::split_sequential(nn::Sequential(copy), {3, 6}),
+                             {Device::cpu(), Device::cpu(), Device::cpu()});
+  Tensor x = randn({5, 6});
+  single->forward(x).square().sum().backward();
+  split->forward(x).square().sum().backward();
+  TensorList a = single->parameters(), b = split->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) testing::expect_values(b[i].grad(), testing::values(a[i].grad()), 1e-6);
+}
+
+}  // namespace
+}  // namespace loom
