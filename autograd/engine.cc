@@ -36,7 +36,18 @@ class GraphTask {
   void capture(const Edge& edge) { captures_.push_back(edge); }
   TensorList captured() const { return captured_; }
 
+  void queue(std::function<void()> callback) { callbacks_.push_back(std::move(callback)); }
+
   void run() {
+    // This task is the thread's current one while it runs (backwards may nest,
+    // as DataParallel's replicas do inside the gather's backward).
+    GraphTask* outer = current_;
+    current_ = this;
+    struct Restore {
+      GraphTask*& slot;
+      GraphTask* value;
+      ~Restore() { slot = value; }
+    } restore{current_, outer};
     count_dependencies();
     std::unordered_set<Node*> seen;
     for (const auto& root : roots_)
@@ -47,7 +58,14 @@ class GraphTask {
       ready_.pop();
       execute(node);
     }
+    // Callbacks may queue more callbacks.
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      std::function<void()> callback = std::move(callbacks_[i]);
+      callback();
+    }
   }
+
+  static thread_local GraphTask* current_;
 
  private:
   void count_dependencies() {
@@ -121,7 +139,10 @@ class GraphTask {
   std::priority_queue<Node*, std::vector<Node*>, LatestFirst> ready_;
   std::vector<Edge> captures_;
   TensorList captured_;
+  std::vector<std::function<void()>> callbacks_;
 };
+
+thread_local GraphTask* GraphTask::current_ = nullptr;
 
 Tensor root_gradient(const Tensor& root, const TensorList& grad_roots, size_t i) {
   if (i < grad_roots.size() && grad_roots[i].defined()) {
@@ -157,6 +178,11 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   GraphTask task(retain_graph, /*accumulate=*/true);
   seed(task, roots, grad_roots);
   task.run();
+}
+
+void queue_callback(std::function<void()> callback) {
+  LOOM_CHECK(GraphTask::current_ != nullptr, "queue_callback: no backward is running on this thread");
+  GraphTask::current_->queue(std::move(callback));
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,

@@ -4,6 +4,8 @@
 //   TensorList g = autograd::grad({y}, {x}, {dy});    // dy/dx without touching x.grad()
 #pragma once
 
+#include <functional>
+
 #include "autograd/node.h"
 
 namespace loom::autograd {
@@ -16,5 +18,11 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
 // not affect the outputs). Leaves' .grad() are left alone.
 TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 const TensorList& grad_outputs = {}, bool retain_graph = false);
+
+// Runs `callback` on this thread when the backward now running on it has
+// finished all its nodes (PyTorch's queue_callback). Called from a gradient
+// hook, it lets DistributedDataParallel wait for its last all-reduces.
+// Outside a backward it is an error.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace loom::autograd

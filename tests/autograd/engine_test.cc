@@ -146,6 +146,21 @@ TEST(Hooks, FiresOnceAfterAllUsesOfTheLeaf) {
                    "only leaf tensors that require grad accumulate gradients");
 }
 
+TEST(Callbacks, RunAfterEveryNodeOfTheBackward) {
+  Tensor w1 = ones({2}).requires_grad_(), w2 = ones({2}).requires_grad_();
+  std::vector<std::string> log;
+  w2.register_post_accumulate_grad_hook([&](const Tensor&) {
+    log.push_back("w2 ready");
+    autograd::queue_callback([&] {
+      log.push_back(std::string("callback, w1 ") + (w1.grad().defined() ? "done" : "missing"));
+    });
+  });
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) { log.push_back("w1 ready"); });
+  (tanh(w1 * 2.0) * w2).sum().backward();
+  EXPECT_EQ(log, (std::vector<std::string>{"w2 ready", "w1 ready", "callback, w1 done"}));
+  EXPECT_THROW_MSG(autograd::queue_callback([] {}), "queue_callback: no backward is running on this thread");
+}
+
 TEST(Tape, ThreadsRecordAndReplayTheirOwnGraphsConcurrently) {
   constexpr int kThreads = 4;
   std::vector<Tensor> leaves;
