@@ -1,0 +1,77 @@
+#include "data/fortunes.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tensor/error.h"
+
+namespace loom::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_fortune_file(const fs::directory_entry& entry) {
+  std::error_code ec;
+  if (entry.is_symlink(ec) || !entry.is_regular_file(ec)) return false;  // .u8 links, folders
+  const std::string ext = entry.path().extension().string();
+  return ext != ".dat" && ext != ".u8";
+}
+
+bool blank(const std::string& s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
+}
+
+}  // namespace
+
+std::vector<std::string> split_fortunes(const std::string& text) {
+  std::vector<std::string> fortunes;
+  std::string current;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    end = end == std::string::npos ? text.size() : end + 1;  // the line, with its '\n'
+    const std::string line = text.substr(start, end - start);
+    if (line == "%\n" || line == "%") {
+      if (!blank(current)) fortunes.push_back(current);
+      current.clear();
+    } else {
+      current += line;
+    }
+    start = end;
+  }
+  if (!blank(current)) fortunes.push_back(current);
+  return fortunes;
+}
+
+std::string read_fortunes(const std::string& dir) {
+  std::error_code ec;
+  LOOM_CHECK(fs::is_directory(dir, ec), "read_fortunes: ", dir,
+             " not found; install the Debian package fortunes (sudo apt-get install fortunes, or ",
+             "run tools/setup.sh), or pass the folder of fortune files");
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir))
+    if (is_fortune_file(entry)) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());  // directory order is the file system's whim
+
+  std::string corpus;
+  for (const fs::path& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    LOOM_CHECK(in.good(), "read_fortunes: cannot open ", path.string());
+    std::ostringstream text;
+    text << in.rdbuf();
+    for (std::string& fortune : split_fortunes(text.str())) {
+      if (fortune.back() != '\n') fortune += '\n';  // the last one of a file may lack it
+      corpus += fortune;
+      corpus += '\n';
+    }
+  }
+  LOOM_CHECK(!corpus.empty(), "read_fortunes: no fortunes in ", dir, " (", files.size(),
+             " fortune files); install the Debian package fortunes, or pass a folder of fortune ",
+             "files");
+  return corpus;
+}
+
+}  // namespace loom::data
