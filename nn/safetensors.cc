@@ -1,0 +1,191 @@
+#include "nn/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tensor/error.h"
+#include "tensor/shape.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
+
+namespace loom::nn {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // the format's own limit
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, nan
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  } else if (mantissa == 0) {
+    bits = sign;  // zero
+  } else {        // a subnormal half: normalise it
+    int shift = 0;
+    uint32_t m = mantissa;
+    while (!(m & 0x400u)) {
+      m <<= 1;
+      ++shift;
+    }
+    bits = sign | ((113 - shift) << 23) | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bfloat16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The header's JSON, rejecting duplicate top-level names (the format forbids them).
+json parse_json(const uint8_t* data, size_t size, const std::string& origin) {
+  std::set<std::string> names;
+  std::string duplicate;
+  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json header;
+  try {
+    header = json::parse(data, data + size, on_event);
+  } catch (const json::exception& e) {
+    LOOM_FAIL("checkpoint ", origin, ": the header is not valid JSON (", e.what(), ")");
+  }
+  LOOM_CHECK(duplicate.empty(), "checkpoint ", origin, ": tensor '", duplicate, "' appears twice in the header");
+  LOOM_CHECK(header.is_object(), "checkpoint ", origin, ": the header must be a JSON object, got ", header.type_name());
+  return header;
+}
+
+uint64_t as_size(const json& v, const std::string& origin, const std::string& what) {
+  LOOM_CHECK(v.is_number_unsigned(), "checkpoint ", origin, ": ", what, " must be a non-negative integer, got ",
+             v.dump());
+  return v.get<uint64_t>();
+}
+
+}  // namespace
+
+bool safetensors_dtype(const std::string& dtype, size_t* bytes, DType* loads_as) {
+  static const std::map<std::string, std::pair<size_t, DType>> known = {
+      {"BOOL", {1, kBool}}, {"U8", {1, kUInt8}},     {"I32", {4, kInt64}},   {"I64", {8, kInt64}},
+      {"F16", {2, kFloat32}}, {"BF16", {2, kFloat32}}, {"F32", {4, kFloat32}}, {"F64", {8, kFloat64}}};
+  auto it = known.find(dtype);
+  if (it == known.end()) return false;
+  *bytes = it->second.first;
+  *loads_as = it->second.second;
+  return true;
+}
+
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case kBool: return "BOOL";
+    case kUInt8: return "U8";
+    case kInt64: return "I64";
+    case kFloat32: return "F32";
+    case kFloat64: return "F64";
+  }
+  return "?";
+}
+
+void decode_elements(const std::string& dtype, const uint8_t* src, size_t count, void* dst) {
+  if (dtype == "F16" || dtype == "BF16") {
+    float* out = static_cast<float*>(dst);
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      out[i] = dtype == "F16" ? half_to_float(v) : bfloat16_to_float(v);
+    }
+  } else if (dtype == "I32") {
+    int64_t* out = static_cast<int64_t*>(dst);
+    for (size_t i = 0; i < count; ++i) {
+      int32_t v;
+      std::memcpy(&v, src + 4 * i, 4);
+      out[i] = v;
+    }
+  } else {
+    size_t bytes;
+    DType loads_as;
+    LOOM_INTERNAL_ASSERT(safetensors_dtype(dtype, &bytes, &loads_as), "unknown dtype ", dtype);
+    if (count > 0) std::memcpy(dst, src, count * bytes);
+  }
+}
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& origin) {
+  LOOM_CHECK(size >= 8, "checkpoint ", origin, ": the file has ", size,
+             " bytes, too short for a safetensors header length (8 bytes); is it a safetensors file?");
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, data, 8);
+  LOOM_CHECK(header_bytes <= kMaxHeaderBytes && header_bytes <= size - 8, "checkpoint ", origin,
+             ": the header claims ", header_bytes, " bytes but the file has ", size - 8,
+             " after the length (truncated, or not a safetensors file)");
+  json header = parse_json(data + 8, header_bytes, origin);
+  SafetensorsHeader out;
+  out.data_start = 8 + header_bytes;
+  const uint64_t data_bytes = size - out.data_start;
+
+  for (auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      LOOM_CHECK(entry.is_object(), "checkpoint ", origin, ": __metadata__ must be an object of strings");
+      for (auto& [key, value] : entry.items()) {
+        LOOM_CHECK(value.is_string(), "checkpoint ", origin, ": metadata '", key, "' must be a string, got ",
+                   value.dump());
+        out.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    LOOM_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
+               "checkpoint ", origin, ": ", where, " needs dtype, shape and data_offsets");
+    LOOM_CHECK(entry["dtype"].is_string(), "checkpoint ", origin, ": ", where, " has a non-string dtype");
+    SafetensorsEntry e;
+    e.name = name;
+    e.dtype = entry["dtype"].get<std::string>();
+    size_t element_bytes;
+    DType loads_as;
+    LOOM_CHECK(safetensors_dtype(e.dtype, &element_bytes, &loads_as), "checkpoint ", origin, ": ", where,
+               " has unsupported dtype ", e.dtype);
+    LOOM_CHECK(entry["shape"].is_array() && entry["shape"].size() <= kMaxDims, "checkpoint ", origin, ": ", where,
+               " needs a shape of at most ", kMaxDims, " sizes, got ", entry["shape"].dump());
+    uint64_t bytes = element_bytes;
+    for (const json& s : entry["shape"]) {
+      const uint64_t dim = as_size(s, origin, where + " shape size");
+      LOOM_CHECK(dim <= static_cast<uint64_t>(INT64_MAX) && !__builtin_mul_overflow(bytes, dim, &bytes), "checkpoint ",
+                 origin, ": ", where, " shape ", entry["shape"].dump(), " is too large");
+      e.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const json& offsets = entry["data_offsets"];
+    LOOM_CHECK(offsets.is_array() && offsets.size() == 2, "checkpoint ", origin, ": ", where,
+               " data_offsets must be [begin, end], got ", offsets.dump());
+    e.begin = as_size(offsets[0], origin, where + " offset");
+    e.end = as_size(offsets[1], origin, where + " offset");
+    LOOM_CHECK(e.begin <= e.end && e.end <= data_bytes, "checkpoint ", origin, ": ", where, " data_offsets [", e.begin,
+               ", ", e.end, "] lie outside the ", data_bytes, " data bytes (truncated file?)");
+    LOOM_CHECK(e.end - e.begin == bytes, "checkpoint ", origin, ": ", where, " has ", e.end - e.begin, " bytes but ",
+               e.dtype, " shape ", entry["shape"].dump(), " needs ", bytes);
+    out.entries.push_back(std::move(e));
+  }
+  // The tensors must tile the data exactly: no gaps, no overlaps.
+  std::sort(out.entries.begin(), out.entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const SafetensorsEntry& e : out.entries) {
+    LOOM_CHECK(e.begin == expected, "checkpoint ", origin, ": tensor '", e.name, "' starts at byte ", e.begin,
+               ", expected ", expected, " (tensors overlap or leave a gap)");
+    expected = e.end;
+  }
+  LOOM_CHECK(expected == data_bytes, "checkpoint ", origin, ": ", data_bytes - expected,
+             " bytes after the last tensor belong to none");
+  return out;
+}
+
+}  // namespace loom::nn

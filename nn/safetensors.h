@@ -1,0 +1,48 @@
+// The safetensors format itself, apart from tensors: parsing and validating a
+// file's header, and converting element bytes. nn/checkpoint.h builds tensors
+// on it; the fuzzer (nn/fuzz/) calls it directly.
+//
+// Layout: an 8-byte little-endian header length N, N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}, ...,
+//    "__metadata__": {"key": "value"}}
+// then the data; each tensor's little-endian bytes lie at its offsets,
+// relative to the end of the header, and together they tile the data exactly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace loom::nn {
+
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // as in the file: "F32", "BF16", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into the data section
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> entries;  // in data order
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // offset of the data section in the file
+};
+
+// Checks everything the format requires against a file of `size` bytes; the
+// entries then point only inside it. `origin` names the file in errors.
+SafetensorsHeader parse_safetensors_header(const uint8_t* file, size_t size, const std::string& origin);
+
+// The file dtypes loom reads, with their size and the dtype they load as
+// (F16 and BF16 as float32, I32 as int64). False for others.
+bool safetensors_dtype(const std::string& dtype, size_t* bytes, DType* loads_as);
+// The file dtype loom writes for `dtype`.
+const char* safetensors_dtype_name(DType dtype);
+
+// Converts `count` elements of file dtype `dtype` at `src` into the loaded
+// dtype's representation at `dst`.
+void decode_elements(const std::string& dtype, const uint8_t* src, size_t count, void* dst);
+
+}  // namespace loom::nn
