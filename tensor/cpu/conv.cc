@@ -6,7 +6,6 @@
 // backward passes are the two other products of the same three matrices, and
 // col2im (the adjoint of im2col) scatters the input gradient back.
 #include <Eigen/Core>
-#include <mutex>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/parallel.h"
@@ -139,14 +138,15 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, c
     const T* dy = dy_t.data_ptr<T>();
     const T* x = x_t.data_ptr<T>();
     T* dw = dw_t.data_ptr<T>();
-    std::fill(dw, dw + dw_t.numel(), T(0));
-    std::mutex merge;
-    // Each thread sums its samples' dw in a private buffer, then adds it in.
-    parallel_for(s.n, 1, [&](int64_t begin, int64_t end) {
+    // Each chunk of samples sums its dw privately; the partials are added in
+    // chunk order, so the result does not depend on thread timing.
+    const int64_t chunks = parallel_chunks(s.n, 1);
+    Tensor partials_t = zeros({chunks, dw_t.numel()}, {.dtype = dw_t.dtype()});
+    T* partials = partials_t.data_ptr<T>();
+    parallel_for_chunks(s.n, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
       Tensor col_t = empty({s.k(), s.pixels()}, {.dtype = x_t.dtype()});
-      Tensor partial_t = zeros(dw_t.shape(), {.dtype = dw_t.dtype()});
       T* col = col_t.data_ptr<T>();
-      T* partial = partial_t.data_ptr<T>();
+      T* partial = partials + chunk * dw_t.numel();
       for (int64_t n = begin; n < end; ++n)
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col(group_plane(x, n, g, s.groups, s.cg, s.h * s.w), s, p, col);
@@ -155,9 +155,10 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, c
               ConstMatrixMap<T>(group_plane(dy, n, g, s.groups, s.og, s.pixels()), s.og, s.pixels()) *
               ConstMatrixMap<T>(col, s.k(), s.pixels()).transpose();
         }
-      std::lock_guard<std::mutex> lock(merge);
-      for (int64_t i = 0; i < dw_t.numel(); ++i) dw[i] += partial[i];
     });
+    std::fill(dw, dw + dw_t.numel(), T(0));
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t i = 0; i < dw_t.numel(); ++i) dw[i] += partials[c * dw_t.numel() + i];
   });
 }
 

@@ -2,7 +2,6 @@
 // the output per row; the backward needs two row reductions per row, and the
 // weight and bias gradients are column sums accumulated per thread.
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
@@ -60,11 +59,13 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     T* dx = dx_t.data_ptr<T>();
     T* dw = dw_t.defined() ? dw_t.data_ptr<T>() : nullptr;
     T* db = db_t.defined() ? db_t.data_ptr<T>() : nullptr;
-    if (dw) std::fill(dw, dw + cols, T(0));
-    if (db) std::fill(db, db + cols, T(0));
-    std::mutex merge;
-    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-      std::vector<T> dw_part(dw ? cols : 0, T(0)), db_part(db ? cols : 0, T(0));
+    // Per-chunk column sums for dweight and dbias, added in chunk order (deterministic).
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1));
+    const int64_t chunks = parallel_chunks(rows, grain);
+    std::vector<T> dw_parts(dw ? chunks * cols : 0, T(0)), db_parts(db ? chunks * cols : 0, T(0));
+    parallel_for_chunks(rows, grain, [&](int64_t chunk, int64_t r0, int64_t r1) {
+      T* dw_part = dw ? dw_parts.data() + chunk * cols : nullptr;
+      T* db_part = db ? db_parts.data() + chunk * cols : nullptr;
       for (int64_t r = r0; r < r1; ++r) {
         const T* xr = x + r * cols;
         const T* dyr = dy + r * cols;
@@ -75,8 +76,8 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
           const T g = w ? dyr[c] * w[c] : dyr[c];
           g_sum += g;
           gx_sum += g * xhat;
-          if (dw) dw_part[c] += dyr[c] * xhat;
-          if (db) db_part[c] += dyr[c];
+          if (dw_part) dw_part[c] += dyr[c] * xhat;
+          if (db_part) db_part[c] += dyr[c];
         }
         const T g_mean = T(g_sum / cols), gx_mean = T(gx_sum / cols);
         T* dxr = dx + r * cols;
@@ -86,10 +87,15 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
           dxr[c] = inv * (g - g_mean - xhat * gx_mean);
         }
       }
-      std::lock_guard<std::mutex> lock(merge);
-      for (int64_t c = 0; c < (dw ? cols : 0); ++c) dw[c] += dw_part[c];
-      for (int64_t c = 0; c < (db ? cols : 0); ++c) db[c] += db_part[c];
     });
+    for (int64_t c = 0; c < cols; ++c) {
+      if (dw) dw[c] = T(0);
+      if (db) db[c] = T(0);
+      for (int64_t k = 0; k < chunks; ++k) {
+        if (dw) dw[c] += dw_parts[k * cols + c];
+        if (db) db[c] += db_parts[k * cols + c];
+      }
+    }
   });
 }
 

@@ -295,3 +295,33 @@ TEST(Losses, MseAndNll) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Resuming from a checkpoint must retrace an uninterrupted run, so kernels
+// that split work across threads add the pieces in a fixed order.
+TEST(Determinism, ParallelBackwardsRepeatBitForBit) {
+  Generator gen(31);
+  Tensor x = randn({16, 3, 12, 12}, {}, &gen);
+  Tensor w = randn({8, 3, 3, 3}, {}, &gen).requires_grad_();
+  Tensor rows = randn({4096, 64}, {}, &gen).requires_grad_();
+  Tensor gamma = randn({64}, {}, &gen).requires_grad_();
+  std::vector<double> first_w, first_gamma;
+  for (int run = 0; run < 4; ++run) {
+    w.set_grad(Tensor());
+    gamma.set_grad(Tensor());
+    F::conv2d(x, w).square().sum().backward();
+    F::layer_norm(rows, {64}, gamma).square().sum().backward();
+    if (run == 0) {
+      first_w = values(w.grad());
+      first_gamma = values(gamma.grad());
+    } else {
+      EXPECT_EQ(values(w.grad()), first_w) << "run " << run;
+      EXPECT_EQ(values(gamma.grad()), first_gamma) << "run " << run;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
