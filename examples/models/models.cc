@@ -4,12 +4,13 @@
 
 namespace loom::models {
 
-nn::Sequential fashion_cnn() {
-  return nn::Sequential(nn::Conv2d({.in_channels = 1, .out_channels = 32, .kernel_size = 3, .padding = 1}),
+nn::Sequential fashion_cnn(int64_t width) {
+  LOOM_CHECK(width > 0, "fashion_cnn: width must be positive, got ", width);
+  return nn::Sequential(nn::Conv2d({.in_channels = 1, .out_channels = width, .kernel_size = 3, .padding = 1}),
                         nn::ReLU(), nn::MaxPool2d(2),
-                        nn::Conv2d({.in_channels = 32, .out_channels = 64, .kernel_size = 3, .padding = 1}),
-                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
-                        nn::Linear(128, 10));
+                        nn::Conv2d({.in_channels = width, .out_channels = 2 * width, .kernel_size = 3, .padding = 1}),
+                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(2 * width * 7 * 7, 4 * width),
+                        nn::ReLU(), nn::Linear(4 * width, 10));
 }
 
 BlockImpl::BlockImpl(const GPTConfig& c) : Cloneable("Block"), config(c) { reset(); }

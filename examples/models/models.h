@@ -11,9 +11,9 @@
 
 namespace loom::models {
 
-// Conv(1,32,3,p1)-ReLU-MaxPool2-Conv(32,64,3,p1)-ReLU-MaxPool2-Flatten-Linear(3136,128)-ReLU-Linear(128,10),
-// for 1x28x28 images.
-nn::Sequential fashion_cnn();
+// Conv(1,w,3,p1)-ReLU-MaxPool2-Conv(w,2w,3,p1)-ReLU-MaxPool2-Flatten-Linear(2w*7*7,4w)-ReLU-Linear(4w,10),
+// for 1x28x28 images. The benchmark shape is width 32.
+nn::Sequential fashion_cnn(int64_t width = 32);
 
 struct GPTConfig {
   int64_t vocab_size = 65;

@@ -1,0 +1,67 @@
+#include "optim/training_checkpoint.h"
+
+#include "nn/checkpoint.h"
+
+namespace loom::optim {
+namespace {
+
+const char* kModel = "model.";
+const char* kOptim = "optim.";
+
+uint64_t metadata_number(const std::map<std::string, std::string>& m, const std::string& key,
+                         const std::string& path) {
+  auto it = m.find(key);
+  LOOM_CHECK(it != m.end(), "training checkpoint ", path, ": metadata '", key,
+             "' is missing (not a loom training checkpoint?)");
+  size_t used = 0;
+  uint64_t value = 0;
+  try {
+    value = std::stoull(it->second, &used);
+  } catch (const std::exception&) {
+  }
+  LOOM_CHECK(used == it->second.size() && used > 0, "training checkpoint ", path, ": metadata '", key,
+             "' is not a non-negative integer: '", it->second, "'");
+  return value;
+}
+
+}  // namespace
+
+void save_training_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& optimizer,
+                              const TrainingProgress& progress) {
+  nn::NamedTensors tensors;
+  for (const auto& [name, t] : model.state_dict()) tensors.emplace_back(kModel + name, t);
+  for (const auto& [name, t] : optimizer.state_dict()) tensors.emplace_back(kOptim + name, t);
+  std::map<std::string, std::string> metadata = progress.extra;
+  const GeneratorState rng = default_generator().state();
+  metadata["epoch"] = std::to_string(progress.epoch);
+  metadata["step"] = std::to_string(progress.step);
+  // Strings of the unsigned values: JSON numbers would lose 64-bit precision.
+  metadata["rng_seed"] = std::to_string(rng.seed);
+  metadata["rng_offset"] = std::to_string(rng.offset);
+  nn::save_safetensors(path, tensors, metadata);
+}
+
+TrainingProgress load_training_checkpoint(const std::string& path, nn::Module& model, Optimizer& optimizer) {
+  nn::Checkpoint c = nn::load_safetensors(path);
+  nn::NamedTensors model_state, optim_state;
+  for (const auto& [name, t] : c.tensors) {
+    if (name.rfind(kModel, 0) == 0)
+      model_state.emplace_back(name.substr(6), t);
+    else if (name.rfind(kOptim, 0) == 0)
+      optim_state.emplace_back(name.substr(6), t);
+    else
+      LOOM_FAIL("training checkpoint ", path, ": unexpected tensor '", name, "'");
+  }
+  model.load_state_dict(model_state);
+  optimizer.load_state_dict(optim_state);
+  TrainingProgress progress;
+  progress.epoch = static_cast<int64_t>(metadata_number(c.metadata, "epoch", path));
+  progress.step = static_cast<int64_t>(metadata_number(c.metadata, "step", path));
+  default_generator().set_state(
+      {metadata_number(c.metadata, "rng_seed", path), metadata_number(c.metadata, "rng_offset", path)});
+  for (const auto& [key, value] : c.metadata)
+    if (key != "epoch" && key != "step" && key != "rng_seed" && key != "rng_offset") progress.extra[key] = value;
+  return progress;
+}
+
+}  // namespace loom::optim
