@@ -43,6 +43,7 @@ Evaluation evaluate(nn::Module& model, const data::DataLoader& loader) {
 int main(int argc, char** argv) {
   CLI::App app{"Train a CNN on Fashion-MNIST"};
   int epochs = 5, width = 16, workers = 2, log_every = 100;
+  int64_t max_steps_per_epoch = 0, stop_after_epoch = 0;
   int64_t batch_size = 128;
   double lr = 2e-3;
   uint64_t seed = 0;
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", resume, "continue from --checkpoint");
   app.add_option("--seed", seed, "random seed (weights, shuffling)")->capture_default_str();
   app.add_option("--log-every", log_every, "steps between progress lines when not on a terminal")->capture_default_str();
+  app.add_option("--max-steps-per-epoch", max_steps_per_epoch, "stop each epoch early (0: the whole epoch; for quick checks)")
+      ->capture_default_str();
+  app.add_option("--stop-after-epoch", stop_after_epoch, "exit after this epoch, as if interrupted (0: never)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -73,7 +78,8 @@ int main(int argc, char** argv) {
     nn::Sequential model = models::fashion_cnn(width);
     model->to(device);
     optim::AdamW opt(model->parameters(), {.lr = lr, .weight_decay = 1e-4});
-    const int64_t steps_per_epoch = train.num_batches();
+    const int64_t steps_per_epoch =
+        max_steps_per_epoch > 0 ? std::min(max_steps_per_epoch, train.num_batches()) : train.num_batches();
     optim::CosineAnnealingLR schedule(opt, epochs * steps_per_epoch);
     optim::TrainingProgress progress;
     examples::MetricsCsv csv(metrics, {"epoch", "step", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "seconds"});
@@ -93,7 +99,9 @@ int main(int argc, char** argv) {
     for (int64_t epoch = progress.epoch + 1; epoch <= epochs; ++epoch) {
       const auto epoch_start = std::chrono::steady_clock::now();
       Tensor loss_sum = zeros({}, {.device = device});
+      int64_t step_in_epoch = 0;
       for (auto& [x, y] : train.epoch(epoch)) {
+        if (step_in_epoch++ == steps_per_epoch) break;
         Tensor loss = nn::functional::cross_entropy(model->forward(x), y);
         opt.zero_grad();
         loss.backward();
@@ -109,7 +117,7 @@ int main(int argc, char** argv) {
         }
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-      samples_per_second = train.dataset().size() / seconds;
+      samples_per_second = steps_per_epoch * batch_size / seconds;
       result = evaluate(*model, test);
       bar.finish_line();
       const double train_loss = loss_sum.item() / steps_per_epoch;
@@ -120,6 +128,10 @@ int main(int argc, char** argv) {
       csv.append({static_cast<double>(epoch), static_cast<double>(progress.step), train_loss, result.loss,
                   result.accuracy, samples_per_second,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+      if (epoch == stop_after_epoch) {
+        std::printf("stopping after epoch %lld; continue with --resume\n", static_cast<long long>(epoch));
+        return 0;
+      }
     }
     if (progress.epoch >= epochs && result.accuracy == 0) result = evaluate(*model, test);  // nothing left to train
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

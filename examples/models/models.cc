@@ -65,22 +65,55 @@ Tensor GPTImpl::forward(const Tensor& idx) {
   return head->forward(ln_f->forward(x));
 }
 
+int64_t sample_token(const Tensor& logits, double temperature, Generator& generator) {
+  std::vector<double> p = softmax(logits / temperature, -1).to_vector<double>();
+  // Inverse-CDF sampling on the host: one draw per token.
+  double u = generator.next_double(), cumulative = 0;
+  for (size_t k = 0; k < p.size(); ++k)
+    if ((cumulative += p[k]) > u) return static_cast<int64_t>(k);
+  return static_cast<int64_t>(p.size()) - 1;
+}
+
 Tensor GPTImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator) {
   NoGradGuard no_grad;
   Generator& gen = generator ? *generator : default_generator();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - config.block_size);
-    Tensor logits = forward(idx.narrow(1, start, t - start)).select(1, -1);  // (1, vocab)
-    std::vector<double> p = softmax(logits / temperature, -1).to_vector<double>();
-    // Inverse-CDF sampling on the host: one draw per token.
-    double u = gen.next_double(), cumulative = 0;
-    int64_t next = static_cast<int64_t>(p.size()) - 1;
-    for (size_t k = 0; k < p.size(); ++k)
-      if ((cumulative += p[k]) > u) {
-        next = static_cast<int64_t>(k);
-        break;
-      }
+    Tensor logits = forward(idx.narrow(1, start, t - start)).select(0, 0).select(0, -1);  // (vocab)
+    const int64_t next = sample_token(logits, temperature, gen);
     idx = cat({idx, full({1, 1}, static_cast<double>(next), {.dtype = kInt64, .device = idx.device()})}, 1);
+  }
+  return idx;
+}
+
+CharLSTMImpl::CharLSTMImpl(const CharLSTMOptions& o) : Cloneable("CharLSTM"), options(o) {
+  LOOM_CHECK(o.vocab_size > 0, "CharLSTM: vocab_size must be positive");
+  reset();
+}
+
+void CharLSTMImpl::reset() {
+  embedding = register_module("embedding", nn::Embedding(options.vocab_size, options.embedding_dim));
+  lstm = register_module("lstm", nn::LSTM({.input_size = options.embedding_dim, .hidden_size = options.hidden_size,
+                                           .num_layers = options.num_layers, .batch_first = true}));
+  head = register_module("head", nn::Linear(options.hidden_size, options.vocab_size));
+}
+
+Tensor CharLSTMImpl::forward(const Tensor& idx) {
+  return head->forward(lstm->forward(embedding->forward(idx), nn::LSTMState{}).output);
+}
+
+Tensor CharLSTMImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator) {
+  NoGradGuard no_grad;
+  Generator& gen = generator ? *generator : default_generator();
+  // Read the prompt once, then feed one token at a time with the carried state.
+  nn::LSTMOutput out = lstm->forward(embedding->forward(idx), nn::LSTMState{});
+  Tensor last = out.output.select(1, -1);  // (1, H)
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t next = sample_token(head->forward(last).select(0, 0), temperature, gen);
+    Tensor token = full({1, 1}, static_cast<double>(next), {.dtype = kInt64, .device = idx.device()});
+    idx = cat({idx, token}, 1);
+    out = lstm->forward(embedding->forward(token), out.state);
+    last = out.output.select(1, -1);
   }
   return idx;
 }

@@ -84,4 +84,32 @@ class LSTMClassifierImpl : public nn::Cloneable<LSTMClassifierImpl> {
 };
 LOOM_MODULE(LSTMClassifier);
 
+struct CharLSTMOptions {
+  int64_t vocab_size = 0;
+  int64_t embedding_dim = 64;
+  int64_t hidden_size = 256;
+  int64_t num_layers = 2;
+};
+
+// A character-level LSTM language model: embedding, LSTM, linear head.
+class CharLSTMImpl : public nn::Cloneable<CharLSTMImpl> {
+ public:
+  using Options = CharLSTMOptions;
+  explicit CharLSTMImpl(const CharLSTMOptions& options);
+  void reset() override;
+  // idx (B, T) -> logits (B, T, vocab)
+  Tensor forward(const Tensor& idx) override;
+  // Extends idx (1, T) by `count` tokens, carrying the LSTM state step to step.
+  Tensor generate(Tensor idx, int64_t count, double temperature = 1.0, Generator* generator = nullptr);
+
+  CharLSTMOptions options;
+  nn::Embedding embedding{nullptr};
+  nn::LSTM lstm{nullptr};
+  nn::Linear head{nullptr};
+};
+LOOM_MODULE(CharLSTM);
+
+// Draws a token from the softmax of `logits` (V) at `temperature`.
+int64_t sample_token(const Tensor& logits, double temperature, Generator& generator);
+
 }  // namespace loom::models

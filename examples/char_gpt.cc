@@ -1,0 +1,122 @@
+// char_gpt: a GPT-style character model trained on Debian's fortunes text.
+// Token and position embeddings, pre-LayerNorm blocks with causal attention
+// and a GELU MLP, AdamW with weight decay on the weight matrices only (as
+// nanoGPT). Reports the validation loss and ends with a generated sample.
+//
+//   bazel run //examples:char_gpt                               # small, for a CPU
+//   bazel run //examples:char_gpt -- --preset shakespeare --device cuda
+//     (nanoGPT's shakespeare-char shape: 6 layers, 6 heads, d=384, context 256, batch 64)
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "data/char_corpus.h"
+#include "examples/common/progress.h"
+#include "examples/common/text_training.h"
+#include "examples/models/models.h"
+#include "optim/lr_scheduler.h"
+
+using namespace loom;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a character-level GPT on the fortunes text"};
+  std::string preset = "cpu", device_name = "cpu", metrics = "char_gpt.csv";
+  models::GPTConfig config{.vocab_size = 0, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128, .dropout = 0};
+  int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
+  double lr = 2e-3, weight_decay = 0.1;
+  uint64_t seed = 0;
+  app.add_option("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)")->capture_default_str();
+  app.add_option("--steps", steps, "optimizer steps")->capture_default_str();
+  app.add_option("--batch-size", batch, "sequences per step")->capture_default_str();
+  app.add_option("--block-size", config.block_size, "context length")->capture_default_str();
+  app.add_option("--layers", config.n_layer, "transformer blocks")->capture_default_str();
+  app.add_option("--heads", config.n_head, "attention heads")->capture_default_str();
+  app.add_option("--embd", config.n_embd, "embedding width")->capture_default_str();
+  app.add_option("--dropout", config.dropout, "dropout")->capture_default_str();
+  app.add_option("--lr", lr, "peak learning rate (warm-up, then cosine)")->capture_default_str();
+  app.add_option("--weight-decay", weight_decay, "AdamW weight decay on matrices")->capture_default_str();
+  app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
+  app.add_option("--eval-every", eval_every, "steps between validation estimates")->capture_default_str();
+  app.add_option("--sample", sample_chars, "characters to generate at the end")->capture_default_str();
+  app.add_option("--metrics", metrics, "metrics CSV")->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
+    config = {0, 256, 6, 6, 384, 0.2};
+    batch = 64;
+    lr = 1e-3;
+    steps = app.count("--steps") ? steps : 5000;
+  } else if (preset != "cpu") {
+    std::fprintf(stderr, "char_gpt: unknown preset '%s' (cpu or shakespeare)\n", preset.c_str());
+    return 2;
+  }
+
+  try {
+    const Device device = Device::parse(device_name);
+    manual_seed(seed);
+    data::CharCorpus corpus = data::CharCorpus::fortunes();
+    data::CharDataset train(corpus.train, config.block_size), validation(corpus.validation, config.block_size);
+    config.vocab_size = corpus.vocab.size();
+    models::GPT model(config);
+    model->to(device);
+    // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
+    TensorList decay, no_decay;
+    for (auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
+    optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0});
+    const int64_t warmup = std::max<int64_t>(1, steps / 20);
+    auto schedule = [&](optim::Optimizer& opt) {
+      auto warm = std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, warmup);
+      auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, steps - warmup), lr / 10);
+      return std::make_unique<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warm, cosine},
+                                                   std::vector<int64_t>{warmup});
+    };
+    auto schedule_decay = schedule(opt_decay), schedule_plain = schedule(opt_plain);
+    std::printf("vocabulary %lld, %lld training tokens, %lld parameters, on %s\n",
+                static_cast<long long>(config.vocab_size), static_cast<long long>(corpus.train.numel()),
+                static_cast<long long>(model->num_parameters()), device.str().c_str());
+
+    auto forward = [&](const Tensor& idx) { return model->forward(idx); };
+    examples::MetricsCsv csv(metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
+    examples::Progress progress(steps, 50);
+    Generator batches(seed + 1);
+    const auto start = std::chrono::steady_clock::now();
+    double val_loss = 0, tokens_per_second = 0;
+    for (int64_t step = 1; step <= steps; ++step) {
+      data::Batch b = examples::random_windows(train, batch, batches, device);
+      Tensor loss = examples::next_token_loss(model->forward(b.input), b.target);
+      opt_decay.zero_grad();
+      opt_plain.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(model->parameters(), 1.0);
+      opt_decay.step();
+      opt_plain.step();
+      schedule_decay->step();
+      schedule_plain->step();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      tokens_per_second = step * batch * config.block_size / seconds;
+      if (step % 50 == 0) progress.update(step, loss.item(), tokens_per_second / config.block_size);
+      if (step % eval_every == 0 || step == steps) {
+        val_loss = examples::estimate_loss(*model, forward, validation, batch, eval_batches, device);
+        const double train_loss = examples::estimate_loss(*model, forward, train, batch, eval_batches, device);
+        progress.finish_line();
+        std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
+                    train_loss, val_loss, tokens_per_second);
+        csv.append({static_cast<double>(step), train_loss, val_loss, tokens_per_second});
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    model->eval();
+    Tensor prompt = full({1, 1}, static_cast<double>(corpus.vocab.encode("\n")[0]), {.dtype = kInt64, .device = device});
+    Generator sampler(seed + 2);
+    std::string sample = corpus.vocab.decode(model->generate(prompt, sample_chars, 0.8, &sampler));
+    std::printf("---- sample ----%s\n----------------\n", sample.c_str());
+    std::printf("RESULT {\"example\": \"char_gpt\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
+                "\"seconds\": %.1f, \"device\": \"%s\"}\n",
+                static_cast<long long>(steps), val_loss, tokens_per_second, seconds, device.str().c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "char_gpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+// lstm_lm: a character-level LSTM language model on Debian's fortunes text:
+// embedding, a multi-layer LSTM, a linear head. Reports the validation loss
+// and ends with a generated sample.
+//
+//   bazel run //examples:lstm_lm -- --steps 1000 --hidden 256
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "data/char_corpus.h"
+#include "examples/common/progress.h"
+#include "examples/common/text_training.h"
+#include "examples/models/models.h"
+#include "optim/optimizer.h"
+
+using namespace loom;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a character-level LSTM language model on the fortunes text"};
+  models::CharLSTMOptions options{.vocab_size = 0, .embedding_dim = 48, .hidden_size = 192, .num_layers = 2};
+  int64_t steps = 800, batch = 32, seq = 64, eval_every = 200, eval_batches = 10, sample_chars = 300;
+  double lr = 3e-3;
+  uint64_t seed = 0;
+  std::string device_name = "cpu", metrics = "lstm_lm.csv";
+  app.add_option("--steps", steps, "optimizer steps")->capture_default_str();
+  app.add_option("--batch-size", batch, "sequences per step")->capture_default_str();
+  app.add_option("--seq-len", seq, "characters per sequence (truncated backpropagation)")->capture_default_str();
+  app.add_option("--embedding", options.embedding_dim, "embedding width")->capture_default_str();
+  app.add_option("--hidden", options.hidden_size, "LSTM hidden size")->capture_default_str();
+  app.add_option("--layers", options.num_layers, "LSTM layers")->capture_default_str();
+  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
+  app.add_option("--eval-every", eval_every, "steps between validation estimates")->capture_default_str();
+  app.add_option("--sample", sample_chars, "characters to generate at the end")->capture_default_str();
+  app.add_option("--metrics", metrics, "metrics CSV")->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const Device device = Device::parse(device_name);
+    manual_seed(seed);
+    data::CharCorpus corpus = data::CharCorpus::fortunes();
+    data::CharDataset train(corpus.train, seq), validation(corpus.validation, seq);
+    options.vocab_size = corpus.vocab.size();
+    models::CharLSTM model(options);
+    model->to(device);
+    optim::Adam opt(model->parameters(), {.lr = lr});
+    std::printf("vocabulary %lld, %lld parameters, on %s\n", static_cast<long long>(options.vocab_size),
+                static_cast<long long>(model->num_parameters()), device.str().c_str());
+
+    auto forward = [&](const Tensor& idx) { return model->forward(idx); };
+    examples::MetricsCsv csv(metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
+    examples::Progress progress(steps, 50);
+    Generator batches(seed + 1);
+    const auto start = std::chrono::steady_clock::now();
+    double val_loss = 0, tokens_per_second = 0;
+    for (int64_t step = 1; step <= steps; ++step) {
+      data::Batch b = examples::random_windows(train, batch, batches, device);
+      Tensor loss = examples::next_token_loss(model->forward(b.input), b.target);
+      opt.zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
+      opt.step();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      tokens_per_second = step * batch * seq / seconds;
+      if (step % 50 == 0) progress.update(step, loss.item(), tokens_per_second / seq);
+      if (step % eval_every == 0 || step == steps) {
+        val_loss = examples::estimate_loss(*model, forward, validation, batch, eval_batches, device);
+        progress.finish_line();
+        std::printf("step %lld  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step), val_loss,
+                    tokens_per_second);
+        csv.append({static_cast<double>(step), loss.item(), val_loss, tokens_per_second});
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Tensor prompt = full({1, 1}, static_cast<double>(corpus.vocab.encode("\n")[0]), {.dtype = kInt64, .device = device});
+    Generator sampler(seed + 2);
+    std::printf("---- sample ----%s\n----------------\n",
+                corpus.vocab.decode(model->generate(prompt, sample_chars, 0.8, &sampler)).c_str());
+    std::printf("RESULT {\"example\": \"lstm_lm\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
+                "\"seconds\": %.1f, \"device\": \"%s\"}\n",
+                static_cast<long long>(steps), val_loss, tokens_per_second, seconds, device.str().c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lstm_lm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

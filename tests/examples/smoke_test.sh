@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every example runs end to end on tiny settings and ends with its RESULT line.
+set -euo pipefail
+dir=${TEST_TMPDIR:-$(mktemp -d)}
+binaries=()
+for b in "$@"; do binaries+=("$(realpath "$b")"); done
+set -- "${binaries[@]}"
+cd "$dir"  # the examples write their CSVs and checkpoints here
+run() {
+  local name=$1; shift
+  "$@" > "$name.log" 2>&1 || { echo "$name failed:"; cat "$name.log"; exit 1; }
+  grep -q "^RESULT {\"example\": \"$name\"" "$name.log" || { echo "$name: no RESULT line"; cat "$name.log"; exit 1; }
+}
+run autograd_mlp "$1" --steps 20
+run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20
+run lstm_lm "$3" --steps 4 --eval-every 4 --batch-size 4 --hidden 32 --sample 20
+run fashion_mnist_cnn "$4" --epochs 1 --max-steps-per-epoch 3 --width 4 --workers 1
+echo PASS
