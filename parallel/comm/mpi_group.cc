@@ -42,11 +42,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // How the communication thread waits for MPI. It must keep calling MPI_Test
-// for anything to move, so it polls back to back (yielding the CPU between
-// polls) while operations are changing stage; once nothing has changed for
-// kSpinFor it naps kNap between polls, so that a rank waiting for a slow peer
-// leaves the cores to the computation. See docs/comm.md for the measurements.
-constexpr auto kSpinFor = std::chrono::milliseconds(5);
+// for data to move, so while any operation is moving data it polls back to
+// back, yielding the CPU between polls. While operations only wait for their
+// peers to join (the descriptor exchange) or for a message to arrive, it
+// polls back to back for kSpinFor after the last change, then naps kNap
+// between polls, so that a rank waiting for a slow peer leaves the cores to
+// the computation. See docs/comm.md for measurements.
+constexpr auto kSpinFor = std::chrono::milliseconds(2);
 constexpr auto kNap = std::chrono::microseconds(50);
 
 // What a send puts in front of the tensor's bytes, in the same message.
@@ -514,9 +516,11 @@ void MpiGroup::run() {
       waiting.clear();
     }
 
+    bool moving = false;
+    for (auto& p : running) moving |= p->stage == InFlight::Stage::Payload;
     if (changed) {
       last_change = Clock::now();
-    } else if (Clock::now() - last_change < kSpinFor) {
+    } else if (moving || Clock::now() - last_change < kSpinFor) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(kNap);

@@ -40,23 +40,36 @@ char* mutable_bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()
 
 // out[i] = in[0][first + i] (op) in[1][first + i] (op) ... for i in [0, count),
 // combining the ranks in rank order so that every element is computed the same
-// way whichever rank computes it.
+// way whichever rank computes it. `out` may be one of the inputs (all_reduce
+// is in place), so each block is reduced into a local buffer first; the plain
+// loops over it vectorise.
+template <typename T, typename Combine>
+void reduce(const std::vector<const T*>& in, int64_t first, int64_t count, T* out,
+            Combine combine, bool average) {
+  constexpr int64_t kBlock = 1024;
+  T acc[kBlock];
+  const int n = static_cast<int>(in.size());
+  for (int64_t begin = 0; begin < count; begin += kBlock) {
+    const int64_t len = std::min(kBlock, count - begin);
+    const T* src = in[0] + first + begin;
+    for (int64_t i = 0; i < len; ++i) acc[i] = src[i];
+    for (int q = 1; q < n; ++q) {
+      src = in[q] + first + begin;
+      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], src[i]);
+    }
+    if (average)
+      for (int64_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<T>(n);
+    std::memcpy(out + begin, acc, len * sizeof(T));
+  }
+}
+
 template <typename T>
 void reduce(ReduceOp op, const std::vector<const T*>& in, int64_t first, int64_t count, T* out) {
-  const int n = static_cast<int>(in.size());
-  for (int64_t i = 0; i < count; ++i) {
-    T acc = in[0][first + i];
-    for (int q = 1; q < n; ++q) {
-      T v = in[q][first + i];
-      switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Avg: acc = acc + v; break;
-        case ReduceOp::Max: acc = std::max(acc, v); break;
-        case ReduceOp::Min: acc = std::min(acc, v); break;
-      }
-    }
-    if (op == ReduceOp::Avg) acc = acc / static_cast<T>(n);
-    out[i] = acc;
+  switch (op) {
+    case ReduceOp::Sum: return reduce(in, first, count, out, [](T a, T b) -> T { return a + b; }, false);
+    case ReduceOp::Avg: return reduce(in, first, count, out, [](T a, T b) -> T { return a + b; }, true);
+    case ReduceOp::Max: return reduce(in, first, count, out, [](T a, T b) { return std::max(a, b); }, false);
+    case ReduceOp::Min: return reduce(in, first, count, out, [](T a, T b) { return std::min(a, b); }, false);
   }
 }
 
