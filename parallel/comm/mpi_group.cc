@@ -1,5 +1,8 @@
 #include "parallel/comm/mpi_group.h"
 
+// loom uses MPI's C API only. Without this, mpi.h pulls in Open MPI's C++
+// bindings, whose inline functions need libmpi_cxx in unoptimised builds.
+#define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <climits>

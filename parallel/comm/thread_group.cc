@@ -38,6 +38,11 @@ std::string rank_list(const std::vector<int>& ranks) {
 const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
 char* mutable_bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
+// memcpy, which must not see the null data of an empty tensor.
+void copy_bytes(void* dst, const void* src, size_t count) {
+  if (count > 0) std::memcpy(dst, src, count);
+}
+
 // out[i] = in[0][first + i] (op) in[1][first + i] (op) ... for i in [0, count),
 // combining the ranks in rank order so that every element is computed the same
 // way whichever rank computes it. `out` may be one of the inputs (all_reduce
@@ -59,7 +64,7 @@ void reduce(const std::vector<const T*>& in, int64_t first, int64_t count, T* ou
     }
     if (average)
       for (int64_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<T>(n);
-    std::memcpy(out + begin, acc, len * sizeof(T));
+    copy_bytes(out + begin, acc, len * sizeof(T));
   }
 }
 
@@ -223,20 +228,20 @@ void ThreadGroup::collective(const Op& op, Clock::time_point deadline) {
       const size_t item = op.output.element_size();
       for (int q = 0; q < n; ++q)
         if (q != r)
-          std::memcpy(mutable_bytes_of(op.output) + first[q] * item,
+          copy_bytes(mutable_bytes_of(op.output) + first[q] * item,
                       bytes_of(peers[q]->output) + first[q] * item, (first[q + 1] - first[q]) * item);
       break;
     }
     case OpKind::Broadcast:
       if (r != op.peer)
-        std::memcpy(mutable_bytes_of(op.output), bytes_of(peers[op.peer]->input),
+        copy_bytes(mutable_bytes_of(op.output), bytes_of(peers[op.peer]->input),
                     op.output.numel() * op.output.element_size());
       break;
     case OpKind::AllGather: {
       std::vector<int64_t> at = offsets_of(split_counts(descriptors, op.kind));
       const size_t item = op.output.element_size();
       for (int q = 0; q < n; ++q)
-        std::memcpy(mutable_bytes_of(op.output) + at[q] * item, bytes_of(peers[q]->input),
+        copy_bytes(mutable_bytes_of(op.output) + at[q] * item, bytes_of(peers[q]->input),
                     (at[q + 1] - at[q]) * item);
       break;
     }
@@ -285,7 +290,7 @@ void ThreadGroup::recv(const Op& op, Clock::time_point deadline) {
   LOOM_CHECK(message.dtype == op.output.dtype() && message.numel == op.output.numel(), op.where(),
              ": rank ", op.peer, " sent ", message.numel, " x ", message.dtype, ", but this recv expects ",
              op.output.numel(), " x ", op.output.dtype());
-  std::memcpy(mutable_bytes_of(op.output), message.bytes.data(), message.bytes.size());
+  copy_bytes(mutable_bytes_of(op.output), message.bytes.data(), message.bytes.size());
 }
 
 }  // namespace loom::parallel

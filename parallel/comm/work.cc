@@ -7,7 +7,7 @@ namespace loom::parallel {
 void Work::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   completed_cv_.wait(lock, [&] { return completed_; });
-  if (error_) std::rethrow_exception(error_);
+  if (failed_) throw Error(error_);
 }
 
 bool Work::is_completed() const {
@@ -17,15 +17,26 @@ bool Work::is_completed() const {
 
 bool Work::is_success() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return completed_ && !error_;
+  return completed_ && !failed_;
 }
 
 void Work::mark_completed(std::exception_ptr error) {
+  std::string message;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "unknown error";
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     LOOM_INTERNAL_ASSERT(!completed_, "Work completed twice");
     completed_ = true;
-    error_ = std::move(error);
+    failed_ = error != nullptr;
+    error_ = std::move(message);
   }
   completed_cv_.notify_all();
 }

@@ -12,6 +12,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace loom::parallel {
 
@@ -26,14 +27,18 @@ class Work {
   // True once the operation has finished without error.
   bool is_success() const;
 
-  // Called once by the process group that ran the operation.
+  // Called once by the process group that ran the operation, on its thread.
   void mark_completed(std::exception_ptr error = nullptr);
 
  private:
   mutable std::mutex mutex_;
   std::condition_variable completed_cv_;
   bool completed_ = false;
-  std::exception_ptr error_;
+  // The failure's message. wait() throws a fresh loom::Error with it rather
+  // than rethrowing the original object, which would then be shared between
+  // the communication thread and every waiting thread.
+  bool failed_ = false;
+  std::string error_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;
