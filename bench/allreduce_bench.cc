@@ -53,15 +53,18 @@ void run(ProcessGroup& pg, const Config& config) {
     const int64_t numel = bytes / static_cast<int64_t>(element_size(config.dtype));
     Tensor t = full({numel}, pg.rank() + 1.0, {.dtype = config.dtype});
 
-    // Warm-up, which also checks the result once: sum of 1..n.
-    double start = now_seconds();
+    // Warm-up, which also checks the result once (the sum of 1..n), then a
+    // few timed rounds to choose the iteration count.
     pg.all_reduce(t)->wait();
-    double warm = slowest(pg, now_seconds() - start);
     double got = t.narrow(0, numel - 1, 1).item();
     if (got != n * (n + 1) / 2.0)
       std::fprintf(stderr, "allreduce_bench: wrong result %g (expected %g) at %lld bytes\n", got,
                    n * (n + 1) / 2.0, static_cast<long long>(bytes));
     t.zero_();  // zeros stay zeros: no overflow, no denormals, however many iterations
+    constexpr int kWarm = 3;
+    double start = now_seconds();
+    for (int i = 0; i < kWarm; ++i) pg.all_reduce(t)->wait();
+    const double warm = slowest(pg, (now_seconds() - start) / kWarm);
 
     const int iters = std::clamp(static_cast<int>(config.budget_seconds / std::max(warm, 1e-6)), 3,
                                  config.max_iters);
