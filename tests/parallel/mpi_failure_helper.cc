@@ -1,7 +1,8 @@
 // A small MPI program for mpi_failure_test.cc: each scenario makes one rank
 // misbehave, and the ranks print what they saw. Run under mpirun -np 2:
 //
-//   mpi_failure_helper rank-exits-early | rank-crashes | never-joins | wrong-size
+//   mpi_failure_helper rank-exits-early | rank-crashes | never-joins | never-joins-uncaught |
+//                      wrong-size
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,11 +24,12 @@ int main(int argc, char** argv) {
   if (rank == 1) {
     if (scenario == "rank-exits-early") return 0;  // cleanly, before the collective
     if (scenario == "rank-crashes") std::_Exit(3);  // as a crash would: no cleanup
-    if (scenario == "never-joins")
+    if (scenario.rfind("never-joins", 0) == 0)
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // stuck until killed
   }
 
   Tensor t = ones({scenario == "wrong-size" && rank == 1 ? 5 : 4});
+  if (scenario == "never-joins-uncaught") pg->all_reduce(t)->wait();  // as most programs would
   try {
     pg->all_reduce(t)->wait();
   } catch (const Error& e) {

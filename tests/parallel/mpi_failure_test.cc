@@ -73,6 +73,17 @@ TEST(MpiFailure, RankThatNeverJoins) {
   EXPECT_TRUE(contains(run.output, "The process group is now unusable"));
 }
 
+// The same, in a program that does not catch the error: std::terminate
+// prints it, the process aborts (so MPI_Finalize cannot hang), and mpirun
+// reports the signal and ends the job.
+TEST(MpiFailure, UncaughtTimeoutEndsTheJob) {
+  MpiRun run = mpirun("never-joins-uncaught", 2);
+  EXPECT_NE(run.status, 0);
+  EXPECT_TRUE(contains(run.output, "terminate called after throwing an instance of 'loom::Error'"));
+  EXPECT_TRUE(contains(run.output, "rank 0: all_reduce #1 (sum, 4 x float32): did not complete within 2 s"));
+  EXPECT_TRUE(contains(run.output, "exited on signal 6"));
+}
+
 // Rank 1 all-reduces 5 elements where rank 0 has 4: both fail with the same
 // facts, nothing hangs, and the job goes on and ends cleanly.
 TEST(MpiFailure, RankThatSendsTheWrongSize) {
