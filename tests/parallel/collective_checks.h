@@ -64,6 +64,31 @@ inline void check_all_reduce(ProcessGroup& pg) {
     }
 }
 
+// Like expect_values, for large tensors: one failure with the count and the
+// first mismatch, not one per element.
+inline void expect_all(const Tensor& t, const std::vector<double>& expected) {
+  std::vector<double> got = loom::testing::values(t);
+  ASSERT_EQ(got.size(), expected.size());
+  int64_t wrong = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != expected[i] && wrong++ == 0) first = i;
+  EXPECT_EQ(wrong, 0) << "first at element " << first << ": got " << (first >= 0 ? got[first] : 0)
+                      << ", expected " << (first >= 0 ? expected[first] : 0);
+}
+
+// Tensors of several MB, which the MPI backend moves in 4 MB pieces: every
+// piece must land in its place (the values differ along the tensor).
+inline void check_large_messages(ProcessGroup& pg) {
+  const int n = pg.size(), r = pg.rank();
+  const int64_t numel = 1'500'001;  // 12 MB of float64: 3 pieces, the last one short
+  Tensor t = rank_tensor(r, {numel}, kFloat64);
+  pg.all_reduce(t)->wait();
+  expect_all(t, reduced(ReduceOp::Sum, n, numel));
+  Tensor b = rank_tensor(r, {1'000'003}, kInt64);  // 8 MB and a bit
+  pg.broadcast(b, n - 1)->wait();
+  expect_all(b, loom::testing::values(rank_tensor(n - 1, {1'000'003}, kInt64)));
+}
+
 // int64 values above 2^53 survive exactly (no detour through double).
 inline void check_all_reduce_int64_exact(ProcessGroup& pg) {
   const int64_t big = (int64_t{1} << 60) + 12345;

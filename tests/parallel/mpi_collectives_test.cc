@@ -30,6 +30,7 @@ TEST(Mpi, InitUnderMpirunGivesTheMpiBackend) {
 }
 
 TEST(Mpi, AllReduce) { check_all_reduce(world()); }
+TEST(Mpi, LargeMessages) { check_large_messages(world()); }
 TEST(Mpi, AllReduceInt64IsExact) { check_all_reduce_int64_exact(world()); }
 TEST(Mpi, Broadcast) { check_broadcast(world()); }
 TEST(Mpi, AllGather) { check_all_gather(world()); }
