@@ -46,7 +46,11 @@ TEST(ThreadFailure, RankThatNeverJoinsTimesOutWithTheFacts) {
     // collective and its number, and the rank that never came.
     EXPECT_NE(error.find(detail::concat("rank ", pg.rank(), ": all_reduce #1 (sum, 4 x float32)")),
               std::string::npos) << error;
-    EXPECT_NE(error.find("timed out after 0.2 s waiting for rank 2"), std::string::npos) << error;
+    // Rank 2 is missing; rank 1 too if its thread had not started the
+    // all_reduce yet when rank 0's clock ran out (a very busy machine).
+    EXPECT_TRUE(error.find("timed out after 0.2 s waiting for rank 2 ") != std::string::npos ||
+                error.find("timed out after 0.2 s waiting for ranks 1, 2 ") != std::string::npos)
+        << error;
     // What was queued behind it fails too, and so does anything later.
     EXPECT_NE(error_of(queued).find("broadcast #2 (root 0, 2 x float32): not run"), std::string::npos);
     EXPECT_NE(error_of(pg.barrier()).find("the process group failed earlier"), std::string::npos);
