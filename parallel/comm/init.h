@@ -1,0 +1,34 @@
+// Starting a parallel job: the process group of this process.
+//
+//   int main(int argc, char** argv) {
+//     auto pg = loom::parallel::init(argc, argv);  // `mpirun -np 4 ./train`: 4 ranks; `./train`: 1
+//     Device dev = cuda_available() ? Device::cuda(pg->local_rank()) : Device::cpu();
+//     ...
+//   }
+//
+// Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE) or srun (PMIX_RANK or
+// PMI_RANK), init() returns the MPI backend's group of all processes, and MPI
+// is finalised when the process exits. Started any other way, it returns a
+// one-rank group (the threads backend), so the same program runs unchanged.
+// Every rank calls init() once. How to launch: docs/comm.md.
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm/process_group.h"
+
+namespace loom::parallel {
+
+// argc and argv go to MPI_Init_thread, which may remove MPI's own arguments.
+std::shared_ptr<ProcessGroup> init(int& argc, char**& argv, ProcessGroupOptions options = {});
+std::shared_ptr<ProcessGroup> init(ProcessGroupOptions options = {});
+
+// Whether an MPI launcher started this process (its environment says so).
+bool launched_by_mpi();
+
+// This process's index among the job's processes on its machine, from the
+// launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID);
+// 0 when started without one. Each rank picks its GPU with it.
+int local_rank();
+
+}  // namespace loom::parallel

@@ -1,0 +1,197 @@
+#include "parallel/comm/process_group.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "tensor/backend.h"
+#include "tensor/creation.h"
+#include "tensor/error.h"
+
+namespace loom::parallel {
+
+std::chrono::milliseconds default_timeout() {
+  const char* text = std::getenv("LOOM_COMM_TIMEOUT_SECONDS");
+  if (text == nullptr || *text == '\0') return std::chrono::minutes(5);
+  char* end = nullptr;
+  double seconds = std::strtod(text, &end);
+  LOOM_CHECK(*end == '\0' && std::isfinite(seconds) && seconds > 0,
+             "LOOM_COMM_TIMEOUT_SECONDS: expected a positive number of seconds, got '", text, "'");
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
+    : rank_(rank), size_(size), options_(options) {
+  LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: rank ", rank,
+             " is out of range for a group of ", size, " ranks");
+  LOOM_CHECK(options.timeout.count() > 0, "ProcessGroup: the timeout must be positive, got ",
+             options.timeout.count(), " ms");
+}
+
+namespace {
+
+const char* name(OpKind kind) { return op_kind_name(kind); }
+
+void check_rank(OpKind kind, const char* role, int peer, int size) {
+  LOOM_CHECK(peer >= 0 && peer < size, name(kind), ": ", role, " ", peer,
+             " is out of range for a group of ", size, " ranks");
+}
+
+void check_reducible(OpKind kind, const Tensor& t, ReduceOp op) {
+  LOOM_CHECK(t.dtype() != kBool, name(kind), ": cannot reduce bool tensors (", reduce_op_name(op),
+             "); convert to uint8 or int64 first");
+  LOOM_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), name(kind),
+             ": ReduceOp::Avg needs a floating-point tensor, got ", t.dtype(),
+             " (use Sum and divide)");
+}
+
+// Whether the bytes of two tensors' storage overlap.
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
+  auto begin = [](const Tensor& t) { return static_cast<const char*>(t.raw_data()); };
+  auto end = [&](const Tensor& t) { return begin(t) + t.numel() * t.element_size(); };
+  return begin(a) < end(b) && begin(b) < end(a);
+}
+
+// Collectives write through raw pointers, not through ops: bump the version
+// counter so that autograd notices a saved tensor that was overwritten.
+void mark_written(const Tensor& t) { t.storage()->bump_version(); }
+
+}  // namespace
+
+void ProcessGroup::check_tensor(const char* what, const Tensor& t, const Tensor& like) const {
+  LOOM_CHECK(t.defined(), what, " is undefined");
+  LOOM_CHECK(supports(t.device()), what, " is on ", t.device(), ", but the ", backend(),
+             " backend moves only tensors it can reach (CPU tensors for threads and mpi)");
+  LOOM_CHECK(t.is_contiguous(), what, " must be contiguous (shape ", t.shape(), ", strides ",
+             t.strides(), "); call .contiguous() and copy the result back");
+  LOOM_CHECK(t.numel() <= INT_MAX, what, " has ", t.numel(),
+             " elements; at most 2^31 - 1 per operation (MPI counts are int)");
+  if (like.defined())
+    LOOM_CHECK(t.dtype() == like.dtype(), what, " is ", t.dtype(), " but the input is ",
+               like.dtype());
+}
+
+WorkPtr ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
+  check_tensor("all_reduce: the tensor", tensor);
+  check_reducible(OpKind::AllReduce, tensor, op);
+  auto o = std::make_shared<Op>(OpKind::AllReduce);
+  o->input = o->output = tensor;
+  o->reduce = op;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  check_tensor("broadcast: the tensor", tensor);
+  check_rank(OpKind::Broadcast, "root", root, size_);
+  auto o = std::make_shared<Op>(OpKind::Broadcast);
+  o->input = o->output = tensor;
+  o->peer = root;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& input) {
+  check_tensor("all_gather: the input", input);
+  LOOM_CHECK(static_cast<int>(outputs.size()) == size_, "all_gather: expected one output per rank (",
+             size_, "), got ", outputs.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_tensor(detail::concat("all_gather: outputs[", i, "]").c_str(), outputs[i], input);
+    LOOM_CHECK(!overlap(outputs[i], input), "all_gather: outputs[", i,
+               "] shares memory with the input");
+    total += outputs[i].numel();
+  }
+  auto o = std::make_shared<Op>(OpKind::AllGather);
+  o->input = input;
+  // The backends gather into one buffer; finish() copies it into the list.
+  o->output = empty({total}, input.options());
+  o->outputs = outputs;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
+  check_tensor("all_gather: the input", input);
+  check_tensor("all_gather: the output", output, input);
+  LOOM_CHECK(!overlap(output, input), "all_gather: the output shares memory with the input");
+  auto o = std::make_shared<Op>(OpKind::AllGather);
+  o->input = input;
+  o->output = output;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  check_tensor("reduce_scatter: the input", input);
+  check_tensor("reduce_scatter: the output", output, input);
+  check_reducible(OpKind::ReduceScatter, input, op);
+  LOOM_CHECK(!overlap(output, input), "reduce_scatter: the output shares memory with the input");
+  auto o = std::make_shared<Op>(OpKind::ReduceScatter);
+  o->input = input;
+  o->output = output;
+  o->reduce = op;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  check_tensor("send: the tensor", tensor);
+  check_rank(OpKind::Send, "dst", dst, size_);
+  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, "send: tag ", tag, " is outside [0, ", kMaxTag, "]");
+  auto o = std::make_shared<Op>(OpKind::Send);
+  o->input = o->output = tensor;
+  o->peer = dst;
+  o->tag = tag;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
+  check_tensor("recv: the tensor", tensor);
+  check_rank(OpKind::Recv, "src", src, size_);
+  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, "recv: tag ", tag, " is outside [0, ", kMaxTag, "]");
+  auto o = std::make_shared<Op>(OpKind::Recv);
+  o->input = o->output = tensor;
+  o->peer = src;
+  o->tag = tag;
+  return issue(o);
+}
+
+WorkPtr ProcessGroup::barrier() { return issue(std::make_shared<Op>(OpKind::Barrier)); }
+
+WorkPtr ProcessGroup::issue(OpPtr op) {
+  op->rank = rank_;
+  op->group_size = size_;
+  if (op->kind != OpKind::Send && op->kind != OpKind::Barrier) mark_written(op->output);
+  for (const Tensor& t : op->outputs) mark_written(t);
+  WorkPtr work = op->work;
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  op->seq = is_p2p(op->kind) ? ++p2p_issued_ : ++collectives_issued_;
+  enqueue(std::move(op));
+  return work;
+}
+
+void ProcessGroup::finish(Op& op, std::exception_ptr error) {
+  if (!error) {
+    try {
+      int64_t offset = op.output.defined() ? op.output.storage_offset() : 0;
+      for (const Tensor& out : op.outputs) {
+        copy_data(as_strided(op.output, out.shape(), contiguous_strides(out.shape()), offset), out);
+        offset += out.numel();
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (!error) {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.ops += 1;
+    stats_.bytes += op.payload_bytes();
+    stats_.bus_bytes += op.bus_bytes();
+  }
+  op.work->mark_completed(error);
+}
+
+CommStats ProcessGroup::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,134 @@
+// ProcessGroup: the ranks of a parallel job and the asynchronous collectives
+// among them (PyTorch's torch.distributed process group).
+//
+// Every call checks its arguments on the calling thread (a loom::Error names
+// the problem), queues the operation and returns a Work at once; the group's
+// own communication thread runs the operations one after another in the order
+// they were issued, and finishes them in that order.
+//
+//   auto pg = parallel::init(argc, argv);        // MPI under mpirun, else one rank
+//   Tensor grad = ...;
+//   parallel::WorkPtr work = pg->all_reduce(grad, parallel::ReduceOp::Avg);
+//   ... compute while the gradient travels ...
+//   work->wait();                                // grad now holds the mean over ranks
+//
+// Rules, as in MPI and PyTorch:
+//  - every rank issues the same collectives in the same order, with the same
+//    dtype, sizes, root and reduce op; a rank that does not fails them all
+//    with a message saying which ranks disagree (each collective first shares
+//    a 56-byte descriptor per rank; see docs/comm.md for its cost);
+//  - tensors must be contiguous; the backend says which devices it takes
+//    (threads and MPI: CPU). Do not touch a tensor while an operation on it is
+//    in flight; wait() first. Tensors are kept alive until the op finishes;
+//  - a send never waits for its receive to start (so rank pairs may both send
+//    first, then receive); everything else behaves as if each call blocked;
+//  - an operation that does not finish within the timeout fails with an error
+//    naming the rank, the operation and its number, and the group becomes
+//    unusable: later operations fail at once instead of hanging.
+// Issue operations on one group from one thread at a time (the order of
+// concurrent calls from several threads is whichever takes the lock first).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/op.h"
+#include "parallel/comm/reduce_op.h"
+#include "parallel/comm/work.h"
+#include "tensor/tensor.h"
+
+namespace loom::parallel {
+
+// The timeout a group gets unless its options say otherwise: the environment
+// variable LOOM_COMM_TIMEOUT_SECONDS (a positive number, fractions allowed),
+// else 300 s. Throws loom::Error on a malformed value.
+std::chrono::milliseconds default_timeout();
+
+struct ProcessGroupOptions {
+  // How long one operation may run on the communication thread (waiting for
+  // its peers included) before it fails. Queued time does not count.
+  std::chrono::milliseconds timeout = default_timeout();
+  // Whether collectives first check that the ranks agree (descriptor
+  // exchange). The MPI backend can skip the exchange for all_reduce,
+  // broadcast and barrier when false, saving one small collective each;
+  // all_gather and reduce_scatter always exchange sizes (they need them), and
+  // the threads backend always checks (its exchange is free).
+  bool check_consistency = true;
+};
+
+// Communication so far, counted per group when an operation succeeds.
+struct CommStats {
+  int64_t ops = 0;        // operations completed (barriers included)
+  int64_t bytes = 0;      // Op::payload_bytes(): the tensors' sizes
+  int64_t bus_bytes = 0;  // Op::bus_bytes(): what each rank moved with an optimal algorithm
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // This rank's index among the ranks on its machine (to pick a GPU).
+  virtual int local_rank() const { return rank_; }
+  virtual std::string backend() const = 0;  // "threads", "mpi"
+  const ProcessGroupOptions& options() const { return options_; }
+
+  // In place: every rank's `tensor` becomes the reduction of all ranks' tensors.
+  WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // Every rank's `tensor` becomes rank `root`'s.
+  WorkPtr broadcast(const Tensor& tensor, int root);
+  // outputs[i] receives rank i's input; ranks may contribute different sizes
+  // (outputs[i] has as many elements as rank i's input, any shape).
+  WorkPtr all_gather(const std::vector<Tensor>& outputs, const Tensor& input);
+  // `output` receives all ranks' inputs concatenated in rank order (PyTorch's
+  // all_gather_into_tensor); its size is the sum of the inputs' sizes.
+  WorkPtr all_gather(const Tensor& output, const Tensor& input);
+  // The elementwise reduction of all ranks' inputs is split in rank order:
+  // rank i receives the next output_i.numel() elements (PyTorch's
+  // reduce_scatter_tensor, with uneven pieces allowed).
+  WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
+  // Point to point: rank dst's matching recv(tensor, src = this rank, tag)
+  // receives `tensor`. Messages between a pair with one tag arrive in order.
+  WorkPtr send(const Tensor& tensor, int dst, int tag = 0);
+  WorkPtr recv(const Tensor& tensor, int src, int tag = 0);
+  // Completes once every rank has reached it.
+  WorkPtr barrier();
+
+  CommStats stats() const;
+
+  // Tags run from 0 to kMaxTag (the least upper bound MPI guarantees).
+  static constexpr int kMaxTag = 32767;
+
+ protected:
+  ProcessGroup(int rank, int size, ProcessGroupOptions options);
+
+  // Which tensors the backend can move; the checks name the backend when not.
+  virtual bool supports(Device device) const = 0;
+  // Takes a checked, numbered operation. The backend runs its operations in
+  // the order they arrive and calls finish() on each, in the same order.
+  virtual void enqueue(OpPtr op) = 0;
+  // Completes op.work: on success counts the op in stats() and copies an
+  // all_gather's result into its output list; error is the failure, if any.
+  void finish(Op& op, std::exception_ptr error);
+
+ private:
+  WorkPtr issue(OpPtr op);
+  void check_tensor(const char* what, const Tensor& t, const Tensor& like = Tensor()) const;
+
+  const int rank_;
+  const int size_;
+  const ProcessGroupOptions options_;
+  std::mutex issue_mutex_;  // numbers and queues each operation atomically
+  int64_t collectives_issued_ = 0;
+  int64_t p2p_issued_ = 0;
+  mutable std::mutex stats_mutex_;
+  CommStats stats_;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,296 @@
+#include "parallel/comm/thread_group.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+
+#include "parallel/comm/descriptor.h"
+#include "tensor/error.h"
+
+namespace loom::parallel {
+
+namespace {
+
+// What rank r publishes for the collective it is running.
+struct Slot {
+  Descriptor descriptor;
+  const Op* op = nullptr;
+};
+
+struct Message {
+  DType dtype;
+  int64_t numel;
+  std::vector<char> bytes;
+};
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
+}
+
+const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+char* mutable_bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+
+// memcpy, which must not see the null data of an empty tensor.
+void copy_bytes(void* dst, const void* src, size_t count) {
+  if (count > 0) std::memcpy(dst, src, count);
+}
+
+// out[i] = in[0][first + i] (op) in[1][first + i] (op) ... for i in [0, count),
+// combining the ranks in rank order so that every element is computed the same
+// way whichever rank computes it. `out` may be one of the inputs (all_reduce
+// is in place), so each block is reduced into a local buffer first; the plain
+// loops over it vectorise.
+template <typename T, typename Combine>
+void reduce(const std::vector<const T*>& in, int64_t first, int64_t count, T* out,
+            Combine combine, bool average) {
+  constexpr int64_t kBlock = 1024;
+  T acc[kBlock];
+  const int n = static_cast<int>(in.size());
+  for (int64_t begin = 0; begin < count; begin += kBlock) {
+    const int64_t len = std::min(kBlock, count - begin);
+    const T* src = in[0] + first + begin;
+    for (int64_t i = 0; i < len; ++i) acc[i] = src[i];
+    for (int q = 1; q < n; ++q) {
+      src = in[q] + first + begin;
+      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], src[i]);
+    }
+    if (average)
+      for (int64_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<T>(n);
+    copy_bytes(out + begin, acc, len * sizeof(T));
+  }
+}
+
+template <typename T>
+void reduce(ReduceOp op, const std::vector<const T*>& in, int64_t first, int64_t count, T* out) {
+  switch (op) {
+    case ReduceOp::Sum: return reduce(in, first, count, out, [](T a, T b) -> T { return a + b; }, false);
+    case ReduceOp::Avg: return reduce(in, first, count, out, [](T a, T b) -> T { return a + b; }, true);
+    case ReduceOp::Max: return reduce(in, first, count, out, [](T a, T b) { return std::max(a, b); }, false);
+    case ReduceOp::Min: return reduce(in, first, count, out, [](T a, T b) { return std::min(a, b); }, false);
+  }
+}
+
+// reduce() over the ranks' tensors, for any numeric dtype.
+void reduce_slice(const Op& op, const std::vector<const Op*>& peers, bool from_inputs,
+                  int64_t first, int64_t count, const Tensor& out, int64_t out_first) {
+  dispatch_numeric(op.dtype(), op_kind_name(op.kind), [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<const T*> in;
+    for (const Op* peer : peers)
+      in.push_back(static_cast<const T*>((from_inputs ? peer->input : peer->output).raw_data()));
+    reduce<T>(op.reduce, in, first, count, static_cast<T*>(out.raw_data()) + out_first);
+  });
+}
+
+// Where rank r's piece starts when `counts` elements go to each rank.
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r) offsets[r + 1] = offsets[r] + counts[r];
+  return offsets;
+}
+
+}  // namespace
+
+struct ThreadGroup::Shared {
+  explicit Shared(int size) : size(size), arrivals(size, 0), departed(size, false), slots(size) {}
+
+  const int size;
+  std::mutex mutex;  // guards everything below
+  std::condition_variable changed;
+  std::vector<int64_t> arrivals;  // how many meet() points each rank has reached
+  std::vector<bool> departed;     // ranks whose ProcessGroup was destroyed
+  std::vector<Slot> slots;
+  std::string failure;  // why the group is unusable; empty while it is fine
+  std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // (src, dst, tag)
+};
+
+std::vector<std::shared_ptr<ProcessGroup>> ThreadGroup::create(int size,
+                                                               ProcessGroupOptions options) {
+  LOOM_CHECK(size >= 1, "ThreadGroup::create: expected at least one rank, got ", size);
+  auto shared = std::make_shared<Shared>(size);
+  std::vector<std::shared_ptr<ProcessGroup>> groups;
+  for (int r = 0; r < size; ++r)
+    groups.push_back(std::shared_ptr<ThreadGroup>(new ThreadGroup(r, shared, options)));
+  return groups;
+}
+
+ThreadGroup::ThreadGroup(int rank, std::shared_ptr<Shared> shared, ProcessGroupOptions options)
+    : ProcessGroup(rank, shared->size, options), shared_(std::move(shared)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+ThreadGroup::~ThreadGroup() {
+  queue_.close();
+  thread_.join();  // runs what is still queued; each op ends by its timeout at the latest
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->departed[rank()] = true;
+  }
+  shared_->changed.notify_all();
+}
+
+void ThreadGroup::run() {
+  while (OpPtr op = queue_.pop()) {
+    std::exception_ptr error;
+    try {
+      execute(*op, Clock::now() + options().timeout);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(*op, error);
+  }
+}
+
+void ThreadGroup::execute(const Op& op, Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    LOOM_CHECK(shared_->failure.empty(), op.where(),
+               ": not run, the process group failed earlier: ", shared_->failure);
+  }
+  switch (op.kind) {
+    case OpKind::Send: return send(op);
+    case OpKind::Recv: return recv(op, deadline);
+    default: return collective(op, deadline);
+  }
+}
+
+void ThreadGroup::meet(const Op& op, Clock::time_point deadline) {
+  Shared& s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const int64_t target = ++s.arrivals[rank()];
+  s.changed.notify_all();
+  auto missing = [&] {
+    std::vector<int> ranks;
+    for (int q = 0; q < s.size; ++q)
+      if (s.arrivals[q] < target) ranks.push_back(q);
+    return ranks;
+  };
+  for (;;) {
+    std::vector<int> absent = missing();
+    if (absent.empty()) return;
+    LOOM_CHECK(s.failure.empty(), op.where(), ": aborted, the process group failed: ", s.failure);
+    for (int q : absent)
+      LOOM_CHECK(!s.departed[q], op.where(), ": rank ", q,
+                 " has left the group (its ProcessGroup was destroyed) without joining");
+    if (s.changed.wait_until(lock, deadline) == std::cv_status::timeout && !missing().empty()) {
+      s.failure = detail::concat(op.where(), ": timed out after ", seconds_text(options().timeout),
+                                 " waiting for ", rank_list(missing()),
+                                 " (never called it, is stuck, or called something else); "
+                                 "the process group is now unusable");
+      s.changed.notify_all();
+      LOOM_FAIL(s.failure);
+    }
+  }
+}
+
+void ThreadGroup::collective(const Op& op, Clock::time_point deadline) {
+  Shared& s = *shared_;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.slots[rank()] = Slot{make_descriptor(op), &op};
+  }
+  meet(op, deadline);
+  // Until the last meet() below, every rank's slot and tensors stay as published.
+  std::vector<Descriptor> descriptors;
+  std::vector<const Op*> peers;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const Slot& slot : s.slots) {
+      descriptors.push_back(slot.descriptor);
+      peers.push_back(slot.op);
+    }
+  }
+  try {
+    check_descriptors(op, descriptors);
+  } catch (const Error&) {
+    meet(op, deadline);  // every rank found the same mismatch; leave together
+    throw;
+  }
+
+  const int n = size(), r = rank();
+  switch (op.kind) {
+    case OpKind::AllReduce: {
+      // Reduce-scatter: rank r owns elements [first[r], first[r+1]) and reduces
+      // them into its own tensor; nobody else reads or writes that range now.
+      std::vector<int64_t> first(n + 1);
+      for (int q = 0; q <= n; ++q) first[q] = op.input.numel() * q / n;
+      reduce_slice(op, peers, true, first[r], first[r + 1] - first[r], op.output, first[r]);
+      meet(op, deadline);
+      // All-gather: copy every other slice from the rank that owns it.
+      const size_t item = op.output.element_size();
+      for (int q = 0; q < n; ++q)
+        if (q != r)
+          copy_bytes(mutable_bytes_of(op.output) + first[q] * item,
+                      bytes_of(peers[q]->output) + first[q] * item, (first[q + 1] - first[q]) * item);
+      break;
+    }
+    case OpKind::Broadcast:
+      if (r != op.peer)
+        copy_bytes(mutable_bytes_of(op.output), bytes_of(peers[op.peer]->input),
+                    op.output.numel() * op.output.element_size());
+      break;
+    case OpKind::AllGather: {
+      std::vector<int64_t> at = offsets_of(split_counts(descriptors, op.kind));
+      const size_t item = op.output.element_size();
+      for (int q = 0; q < n; ++q)
+        copy_bytes(mutable_bytes_of(op.output) + at[q] * item, bytes_of(peers[q]->input),
+                    (at[q + 1] - at[q]) * item);
+      break;
+    }
+    case OpKind::ReduceScatter: {
+      std::vector<int64_t> at = offsets_of(split_counts(descriptors, op.kind));
+      reduce_slice(op, peers, true, at[r], at[r + 1] - at[r], op.output, 0);
+      break;
+    }
+    case OpKind::Barrier: break;
+    default: LOOM_INTERNAL_ASSERT(false, "not a collective: ", op_kind_name(op.kind));
+  }
+  meet(op, deadline);  // nobody reads this rank's tensors any more
+}
+
+void ThreadGroup::send(const Op& op) {
+  Message message{op.input.dtype(), op.input.numel(), {}};
+  message.bytes.assign(bytes_of(op.input), bytes_of(op.input) + op.input.numel() * op.input.element_size());
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->mailboxes[{rank(), op.peer, op.tag}].push_back(std::move(message));
+  }
+  shared_->changed.notify_all();
+}
+
+void ThreadGroup::recv(const Op& op, Clock::time_point deadline) {
+  Shared& s = *shared_;
+  Message message;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    std::deque<Message>& box = s.mailboxes[{op.peer, rank(), op.tag}];
+    while (box.empty()) {
+      LOOM_CHECK(s.failure.empty(), op.where(), ": aborted, the process group failed: ", s.failure);
+      LOOM_CHECK(!s.departed[op.peer], op.where(), ": rank ", op.peer,
+                 " has left the group (its ProcessGroup was destroyed) without sending");
+      if (s.changed.wait_until(lock, deadline) == std::cv_status::timeout && box.empty()) {
+        s.failure = detail::concat(op.where(), ": timed out after ", seconds_text(options().timeout),
+                                   ": no message from rank ", op.peer, " with tag ", op.tag,
+                                   " arrived; the process group is now unusable");
+        s.changed.notify_all();
+        LOOM_FAIL(s.failure);
+      }
+    }
+    message = std::move(box.front());
+    box.pop_front();
+  }
+  LOOM_CHECK(message.dtype == op.output.dtype() && message.numel == op.output.numel(), op.where(),
+             ": rank ", op.peer, " sent ", message.numel, " x ", message.dtype, ", but this recv expects ",
+             op.output.numel(), " x ", op.output.dtype());
+  copy_bytes(mutable_bytes_of(op.output), message.bytes.data(), message.bytes.size());
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,44 @@
+#include "parallel/comm/work.h"
+
+#include "tensor/error.h"
+
+namespace loom::parallel {
+
+void Work::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  completed_cv_.wait(lock, [&] { return completed_; });
+  if (failed_) throw Error(error_);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool Work::is_success() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !failed_;
+}
+
+void Work::mark_completed(std::exception_ptr error) {
+  std::string message;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "unknown error";
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    LOOM_INTERNAL_ASSERT(!completed_, "Work completed twice");
+    completed_ = true;
+    failed_ = error != nullptr;
+    error_ = std::move(message);
+  }
+  completed_cv_.notify_all();
+}
+
+}  // namespace loom::parallel

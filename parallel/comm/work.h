@@ -1,0 +1,46 @@
+// Work: the handle an asynchronous communication operation returns.
+//
+//   parallel::WorkPtr work = pg->all_reduce(grad);   // returns at once
+//   ... compute something else ...
+//   work->wait();                                    // rethrows the failure, if any
+//
+// A process group finishes its operations in the order they were issued, so
+// when one Work is completed, so are all that were issued before it.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace loom::parallel {
+
+class Work {
+ public:
+  // Blocks until the operation has finished. Throws its loom::Error if it
+  // failed (again on every call). Never blocks forever: a group fails an
+  // operation that does not finish within its timeout.
+  void wait();
+  // True once the operation has finished, successfully or not.
+  bool is_completed() const;
+  // True once the operation has finished without error.
+  bool is_success() const;
+
+  // Called once by the process group that ran the operation, on its thread.
+  void mark_completed(std::exception_ptr error = nullptr);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable completed_cv_;
+  bool completed_ = false;
+  // The failure's message. wait() throws a fresh loom::Error with it rather
+  // than rethrowing the original object, which would then be shared between
+  // the communication thread and every waiting thread.
+  bool failed_ = false;
+  std::string error_;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+}  // namespace loom::parallel

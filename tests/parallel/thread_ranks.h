@@ -1,0 +1,43 @@
+// Runs a function on every rank of a fresh ThreadGroup, one thread per rank,
+// as a multi-process job would run main() once per process.
+//
+//   run_ranks(3, [](ProcessGroup& pg) { pg.barrier()->wait(); });
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "parallel/comm/thread_group.h"
+
+namespace loom::parallel::testing {
+
+// Generous, so that no test depends on timing; only the timeout tests use short ones.
+inline ProcessGroupOptions test_options() {
+  ProcessGroupOptions options;
+  options.timeout = std::chrono::seconds(60);
+  return options;
+}
+
+// An exception escaping body() on any rank fails the test, naming the rank.
+inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& body,
+                      ProcessGroupOptions options = test_options()) {
+  auto groups = ThreadGroup::create(n, options);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(*groups[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " threw";
+}
+
+}  // namespace loom::parallel::testing
