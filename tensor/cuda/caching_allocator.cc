@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <iomanip>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -81,11 +83,21 @@ struct BlockOrder {
 
 using FreeBlocks = std::set<Block*, BlockOrder>;
 
+// LOOM_CUDA_NO_CACHING=1 turns caching off: every tensor gets its own
+// cudaMalloc and cudaFree. Slow, but compute-sanitizer then sees each
+// tensor's real bounds (inside a cached segment, an overrun into a
+// neighbouring block is invisible to it). tools/gpu_run.sh --sanitize sets it.
+bool caching_disabled() {
+  const char* value = std::getenv("LOOM_CUDA_NO_CACHING");
+  return value != nullptr && std::string(value) != "0" && std::string(value) != "";
+}
+
 class CudaCachingAllocator final : public Allocator {
  public:
-  explicit CudaCachingAllocator(int device) : device_(device) {}
+  explicit CudaCachingAllocator(int device) : device_(device), caching_(!caching_disabled()) {}
 
   void* allocate(size_t nbytes) override {
+    if (!caching_) return allocate_uncached(nbytes);
     const size_t size = round_size(nbytes);
     cudaStream_t stream = current_stream(device_).handle();
     DeviceGuard guard(device_);
@@ -104,7 +116,8 @@ class CudaCachingAllocator final : public Allocator {
   }
 
   // Never throws (it runs in Storage's destructor); at worst a block leaks.
-  void deallocate(void* ptr, size_t) override {
+  void deallocate(void* ptr, size_t nbytes) override {
+    if (!caching_) return deallocate_uncached(ptr, nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = allocated_.find(ptr);
     if (it == allocated_.end()) return;
@@ -146,12 +159,14 @@ class CudaCachingAllocator final : public Allocator {
   }
 
   void empty_cache() override {
+    if (!caching_) return;
     DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mutex_);
     release_cached();
   }
 
   void record_stream(void* ptr, cudaStream_t stream) {
+    if (!caching_) return;  // cudaFree waits for the whole device anyway
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = allocated_.find(ptr);
     LOOM_CHECK(it != allocated_.end(), "record_stream: the tensor's memory was not allocated by "
@@ -163,6 +178,36 @@ class CudaCachingAllocator final : public Allocator {
   }
 
  private:
+  void* allocate_uncached(size_t nbytes) {
+    DeviceGuard guard(device_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* ptr = nullptr;
+    const cudaError_t status = cudaMalloc(&ptr, nbytes);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      LOOM_FAIL("CUDA out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)), " (", nbytes,
+                " bytes) on cuda:", device_, " with caching off (", stats_, "): ", cudaGetErrorString(status));
+    }
+    ++stats_.system_allocations;
+    stats_.allocated_bytes += static_cast<int64_t>(nbytes);
+    stats_.reserved_bytes += static_cast<int64_t>(nbytes);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return ptr;
+  }
+
+  // cudaFree waits for all work on the device, so no stream can still use ptr.
+  void deallocate_uncached(void* ptr, size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int previous = -1;
+    cudaGetDevice(&previous);
+    if (previous != device_) cudaSetDevice(device_);
+    if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+    ++stats_.system_frees;
+    stats_.allocated_bytes -= static_cast<int64_t>(nbytes);
+    stats_.reserved_bytes -= static_cast<int64_t>(nbytes);
+  }
+
   Block* take_best_fit(FreeBlocks& pool, cudaStream_t stream, size_t size) {
     Block key;
     key.stream = stream;
@@ -198,8 +243,8 @@ class CudaCachingAllocator final : public Allocator {
         LOOM_FAIL("CUDA out of memory: tried to allocate ", format_bytes(requested), " (", requested,
                   " bytes) on cuda:", device_, " after emptying the cache (", stats_,
                   device_memory, ")");
-      LOOM_FAIL("cudaMalloc of ", format_bytes(bytes), " on cuda:", device_, " failed: ",
-                cudaGetErrorString(status), " (", stats_, device_memory, ")");
+      LOOM_FAIL("cudaMalloc failed while trying to allocate ", format_bytes(requested), " (", requested,
+                " bytes) on cuda:", device_, ": ", cudaGetErrorString(status), " (", stats_, device_memory, ")");
     }
     ++stats_.system_allocations;
     stats_.reserved_bytes += static_cast<int64_t>(bytes);
@@ -310,6 +355,7 @@ class CudaCachingAllocator final : public Allocator {
   }
 
   const int device_;
+  const bool caching_;
   mutable std::mutex mutex_;
   FreeBlocks small_free_, large_free_;
   std::unordered_map<void*, Block*> allocated_;

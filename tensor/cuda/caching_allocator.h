@@ -9,6 +9,10 @@
 // fails, when the cache is emptied and the cudaMalloc tried once more; if
 // that fails too, loom::Error gives the request and the statistics).
 //
+// LOOM_CUDA_NO_CACHING=1 in the environment turns caching off (a cudaMalloc
+// and cudaFree per tensor), so that compute-sanitizer sees every tensor's
+// bounds; tools/gpu_run.sh --sanitize sets it.
+//
 // Blocks belong to the stream that was current when they were allocated. A
 // freed block is reused at once by later work on that stream (the stream's
 // own order makes that safe), but not by other streams. If a tensor is used

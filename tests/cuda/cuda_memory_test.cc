@@ -3,6 +3,8 @@
 // pinned host allocator.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "tensor/backend.h"
 #include "tensor/cuda/caching_allocator.h"
 #include "tensor/cuda/event.h"
@@ -14,8 +16,16 @@ namespace {
 
 using testing::gpu_device;
 
+// tools/gpu_run.sh --sanitize turns caching off; then there is nothing to cache.
+#define SKIP_WITHOUT_CACHING()                                                             \
+  do {                                                                                     \
+    if (std::getenv("LOOM_CUDA_NO_CACHING") != nullptr)                                    \
+      GTEST_SKIP() << "LOOM_CUDA_NO_CACHING is set (a sanitizer run): caching is off";     \
+  } while (0)
+
 TEST(CudaAllocator, RepeatedSizesReuseBlocksWithoutCudaMalloc) {
   LOOM_REQUIRE_CUDA();
+  SKIP_WITHOUT_CACHING();
   { Tensor warm = empty({1 << 20}, {.device = gpu_device()}); }
   const MemoryStats before = memory_stats(gpu_device());
   for (int step = 0; step < 100; ++step) {
@@ -34,6 +44,7 @@ TEST(CudaAllocator, RepeatedSizesReuseBlocksWithoutCudaMalloc) {
 
 TEST(CudaAllocator, SmallRequestsShareOneSegment) {
   LOOM_REQUIRE_CUDA();
+  SKIP_WITHOUT_CACHING();
   empty_cache(gpu_device());
   const MemoryStats before = memory_stats(gpu_device());
   std::vector<Tensor> small;
@@ -48,6 +59,7 @@ TEST(CudaAllocator, SmallRequestsShareOneSegment) {
 
 TEST(CudaAllocator, StatsTrackAllocatedReservedAndPeak) {
   LOOM_REQUIRE_CUDA();
+  SKIP_WITHOUT_CACHING();
   empty_cache(gpu_device());
   reset_peak_memory_stats(gpu_device());
   const int64_t base = memory_stats(gpu_device()).allocated_bytes;
@@ -72,6 +84,7 @@ TEST(CudaAllocator, StatsTrackAllocatedReservedAndPeak) {
 
 TEST(CudaAllocator, OutOfMemoryIsAClearErrorWithTheRequestAndStats) {
   LOOM_REQUIRE_CUDA();
+  SKIP_WITHOUT_CACHING();
   EXPECT_THROW_MSG(empty({int64_t{1} << 48}, {.device = gpu_device()}), "CUDA out of memory: tried to allocate");
   EXPECT_THROW_MSG(empty({int64_t{1} << 48}, {.device = gpu_device()}), "on cuda:0 after emptying the cache");
   EXPECT_THROW_MSG(empty({int64_t{1} << 48}, {.device = gpu_device()}), "system_allocs=");
@@ -83,6 +96,7 @@ TEST(CudaAllocator, OutOfMemoryIsAClearErrorWithTheRequestAndStats) {
 // out before that stream is done: record_stream() says so.
 TEST(CudaAllocator, RecordStreamKeepsABlockFromReuseUntilTheOtherStreamIsDone) {
   LOOM_REQUIRE_CUDA();
+  SKIP_WITHOUT_CACHING();
   using namespace cuda;
   Stream side = Stream::from_pool(0);
   const Shape shape{5 << 20};  // 20 MiB: a size nothing else here allocates
