@@ -88,6 +88,9 @@ class Backend {
   virtual int device_count() = 0;
   // Blocks the host until all work queued on the device is done.
   virtual void synchronize(int device_index) = 0;
+  // Page-locked host memory for asynchronous host-to-device copies, or null
+  // when the backend has none (the CPU's). empty_pinned() uses it.
+  virtual Allocator* pinned_host_allocator() { return nullptr; }
 
   // ---- elementwise ----
   virtual void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha,

@@ -20,18 +20,46 @@ Tensor random_tensor(RandomOp op, const Shape& shape, double a, double b,
   return finish(t, options);
 }
 
+size_t checked_nbytes(const char* op, const Shape& shape, DType dtype) {
+  int64_t bytes = static_cast<int64_t>(element_size(dtype));
+  for (int64_t s : shape) {
+    LOOM_CHECK(s >= 0, op, ": negative size in shape ", shape);
+    LOOM_CHECK(!__builtin_mul_overflow(bytes, s, &bytes), op, ": shape ", shape, " of ", dtype,
+               " needs more bytes than fit in 64 bits");
+  }
+  return static_cast<size_t>(bytes);
+}
+
+// The allocator of pinned host memory, if a GPU backend can provide it.
+Allocator* pinned_allocator() {
+  if (!has_backend(DeviceType::CUDA) || !cuda_available()) return nullptr;
+  return backend_for(DeviceType::CUDA).pinned_host_allocator();
+}
+
 }  // namespace
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
-  int64_t bytes = static_cast<int64_t>(element_size(options.dtype));
-  for (int64_t s : shape) {
-    LOOM_CHECK(s >= 0, "empty: negative size in shape ", shape);
-    LOOM_CHECK(!__builtin_mul_overflow(bytes, s, &bytes), "empty: shape ", shape, " of ", options.dtype,
-               " needs more bytes than fit in 64 bits");
-  }
-  auto storage = std::make_shared<Storage>(static_cast<size_t>(bytes), options.device);
+  size_t bytes = checked_nbytes("empty", shape, options.dtype);
+  auto storage = std::make_shared<Storage>(bytes, options.device);
   return finish(make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype),
                 options);
+}
+
+Tensor empty_pinned(const Shape& shape, const TensorOptions& options) {
+  LOOM_CHECK(options.device.is_cpu(), "empty_pinned: pinned memory is host memory, but device ",
+             options.device, " was asked for");
+  Allocator* pinned = pinned_allocator();
+  if (pinned == nullptr) return empty(shape, options);
+  size_t bytes = checked_nbytes("empty_pinned", shape, options.dtype);
+  auto storage = std::make_shared<Storage>(bytes, Device::cpu(), *pinned);
+  return finish(make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype),
+                options);
+}
+
+bool is_pinned(const Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu()) return false;
+  Allocator* pinned = pinned_allocator();
+  return pinned != nullptr && t.storage()->allocator() == pinned;
 }
 
 Tensor full(const Shape& shape, double value, const TensorOptions& options) {

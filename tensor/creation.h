@@ -26,6 +26,14 @@ Tensor scalar_tensor(double value, const TensorOptions& options = {});
 Tensor arange(double start, double end, double step = 1, const TensorOptions& options = {});
 Tensor arange(int64_t end, const TensorOptions& options = {.dtype = kInt64});
 
+// An uninitialised CPU tensor in page-locked (pinned) host memory, from which
+// copies to a GPU run asynchronously (the DataLoader's staging buffers). On a
+// machine without a usable GPU it is ordinary host memory, so callers need no
+// special case. options.device must be the CPU.
+Tensor empty_pinned(const Shape& shape, const TensorOptions& options = {});
+// Whether t's memory is page-locked (it came from empty_pinned on a GPU machine).
+bool is_pinned(const Tensor& t);
+
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

@@ -1,5 +1,12 @@
 // The value of element i of a random draw, shared by the CPU and CUDA backends
 // so both produce the same numbers for the same (seed, offset).
+//
+// Multiply-adds are written as fma() on purpose: compilers may fuse `a + b * c`
+// into one FMA or not (GCC does for x86-64-v3 in C++ mode, nvcc does by
+// default), and the two roundings differ. An explicit fma rounds once on
+// every device, so uniform, randint and bernoulli draws are bit-identical on
+// the CPU and the GPU; normal draws may still differ in the last bit, where
+// the host's and CUDA's log and cos do.
 #pragma once
 
 #include <cmath>
@@ -13,7 +20,7 @@ namespace loom::random_draw {
 LOOM_HOST_DEVICE double uniform01(const philox::Block& b) { return philox::uniform_double(b.v[0], b.v[1]); }
 
 LOOM_HOST_DEVICE double uniform(uint64_t seed, uint64_t offset, uint64_t i, double lo, double hi) {
-  return lo + (hi - lo) * uniform01(philox::random_block(seed, offset, i));
+  return fma(hi - lo, uniform01(philox::random_block(seed, offset, i)), lo);
 }
 
 // Box-Muller on two 53-bit uniforms, in double so that hosts and GPUs agree.
@@ -21,7 +28,8 @@ LOOM_HOST_DEVICE double normal(uint64_t seed, uint64_t offset, uint64_t i, doubl
   philox::Block b = philox::random_block(seed, offset, i);
   double u1 = 1.0 - philox::uniform_double(b.v[0], b.v[1]);  // (0, 1]: log is finite
   double u2 = philox::uniform_double(b.v[2], b.v[3]);
-  return mean + stddev * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  return fma(stddev, z, mean);
 }
 
 // Integer in [lo, hi).

@@ -19,6 +19,8 @@ class Storage {
  public:
   // Allocates nbytes from the device's allocator.
   Storage(size_t nbytes, Device device);
+  // Allocates nbytes from `allocator` (e.g. pinned host memory for a CPU tensor).
+  Storage(size_t nbytes, Device device, Allocator& allocator);
   // Wraps memory loom does not own (it is not freed).
   Storage(void* data, size_t nbytes, Device device);
   ~Storage();
@@ -28,6 +30,8 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // The allocator that owns the memory; null when it is not owned.
+  Allocator* allocator() const { return allocator_; }
 
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }

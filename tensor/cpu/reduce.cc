@@ -24,6 +24,17 @@ bool is_nan(T x) {
   return false;
 }
 
+// The identities of max and min: -inf and +inf where the type has them (so
+// that the max of an all -inf slice is -inf), else the extreme values.
+template <typename T> T max_identity() {
+  if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::lowest();
+}
+template <typename T> T min_identity() {
+  if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::max();
+}
+
 // max/min that propagate NaN, as PyTorch's do.
 template <typename T> T nan_max(T a, T b) { return (is_nan(a) || a >= b) ? a : b; }
 template <typename T> T nan_min(T a, T b) { return (is_nan(a) || a <= b) ? a : b; }
@@ -131,11 +142,11 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
             [](const auto& row) { return row.template cast<Acc>().sum(); });
       case ReduceOp::Max:
         return reduce_kernel<T, T>(
-            a, out, std::numeric_limits<T>::lowest(), [](T x, T y) { return nan_max(x, y); },
+            a, out, max_identity<T>(), [](T x, T y) { return nan_max(x, y); },
             [](const auto& row) { return row.template maxCoeff<Eigen::PropagateNaN>(); });
       case ReduceOp::Min:
         return reduce_kernel<T, T>(
-            a, out, std::numeric_limits<T>::max(), [](T x, T y) { return nan_min(x, y); },
+            a, out, min_identity<T>(), [](T x, T y) { return nan_min(x, y); },
             [](const auto& row) { return row.template minCoeff<Eigen::PropagateNaN>(); });
     }
   });

@@ -128,5 +128,11 @@ TEST(Softmax, RowsSumToOneAndMatchReference) {
   expect_values(softmax(x.transpose(0, 2), 1), values(softmax(x.transpose(0, 2).contiguous(), 1)), 1e-12);
 }
 
+TEST(Reduction, ExtremaOfInfiniteSlicesAreInfinite) {
+  // max starts from -inf, not from the lowest finite value.
+  EXPECT_EQ(amax(from_vector<float>({-INFINITY, -INFINITY})).item(), -INFINITY);
+  EXPECT_EQ(amin(from_vector<double>({INFINITY}, {1, 1}), {1}).item(), INFINITY);
+}
+
 }  // namespace
 }  // namespace loom

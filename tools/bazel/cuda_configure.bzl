@@ -19,8 +19,10 @@ def _cuda_configure_impl(ctx):
         ctx.file("BUILD", """
 cc_library(
     name = "cuda_runtime",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"]),
-    includes = ["include"],
+    # cuda_fp16.h (included by cuBLAS and cuDNN headers) needs <nv/target>,
+    # which CUDA 13 ships under include/cccl without a file extension.
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "include/cccl/nv/**"]),
+    includes = ["include", "include/cccl"],
     linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64"] + {libs},
     visibility = ["//visibility:public"],
 )

@@ -1,0 +1,281 @@
+// CUDA 2-D convolution (NCHW, groups, stride, padding, dilation) and its two
+// gradients, through cuDNN's convolution API.
+//
+// Algorithms: cuDNN's heuristics rank the candidates for a shape
+// (cudnnGet*Algorithm_v7, no trial runs); the first one that runs is
+// remembered per (direction, shapes, geometry, dtype, TF32 switch, device).
+// For float32 without set_allow_tf32(true), candidates that need tensor-op
+// math are skipped and the rest run with CUDNN_FMA_MATH: exact FP32, like
+// matmul. Workspace comes from the caching allocator on the current stream.
+//
+// cuDNN 9 marks this descriptor API deprecated in favour of its graph API;
+// it is still shipped and supported, and is much shorter to use correctly.
+#include <cudnn.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tensor/creation.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/handles.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/precision.h"
+
+namespace loom::cuda {
+namespace {
+
+cudnnDataType_t cudnn_type(DType dtype, const char* op) {
+  if (dtype == kFloat32) return CUDNN_DATA_FLOAT;
+  if (dtype == kFloat64) return CUDNN_DATA_DOUBLE;
+  LOOM_FAIL(op, ": CUDA convolution supports float32 and float64, got ", dtype);
+}
+
+int as_int(int64_t v, const char* op) {
+  LOOM_CHECK(v >= 0 && v <= INT32_MAX, op, ": size ", v, " is too large for cuDNN");
+  return static_cast<int>(v);
+}
+
+class TensorDescriptor {
+ public:
+  TensorDescriptor(const Tensor& t, const char* op) {
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, cudnn_type(t.dtype(), op),
+                                           as_int(t.size(0), op), as_int(t.size(1), op),
+                                           as_int(t.size(2), op), as_int(t.size(3), op)));
+  }
+  ~TensorDescriptor() { cudnnDestroyTensorDescriptor(desc_); }
+  TensorDescriptor(const TensorDescriptor&) = delete;
+  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
+  cudnnTensorDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnTensorDescriptor_t desc_ = nullptr;
+};
+
+class FilterDescriptor {
+ public:
+  FilterDescriptor(const Tensor& w, const char* op) {
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, cudnn_type(w.dtype(), op), CUDNN_TENSOR_NCHW,
+                                           as_int(w.size(0), op), as_int(w.size(1), op),
+                                           as_int(w.size(2), op), as_int(w.size(3), op)));
+  }
+  ~FilterDescriptor() { cudnnDestroyFilterDescriptor(desc_); }
+  FilterDescriptor(const FilterDescriptor&) = delete;
+  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
+  cudnnFilterDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnFilterDescriptor_t desc_ = nullptr;
+};
+
+class ConvolutionDescriptor {
+ public:
+  ConvolutionDescriptor(const Conv2dParams& p, DType dtype, const char* op) {
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc_));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc_, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
+                                                p.dilation_w, CUDNN_CROSS_CORRELATION, cudnn_type(dtype, op)));
+    CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc_, p.groups));
+  }
+  ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(desc_); }
+  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
+  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
+  cudnnConvolutionDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnConvolutionDescriptor_t desc_ = nullptr;
+};
+
+enum class Direction { Forward, BackwardData, BackwardFilter };
+
+struct Candidate {
+  int algo;
+  cudnnMathType_t math;
+  size_t workspace;
+};
+
+// The algorithms that worked, per problem.
+class AlgorithmCache {
+ public:
+  bool find(const std::string& key, Candidate* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = chosen_.find(key);
+    if (it == chosen_.end()) return false;
+    *out = it->second;
+    return true;
+  }
+  void remember(const std::string& key, const Candidate& c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    chosen_[key] = c;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, Candidate> chosen_;
+};
+
+AlgorithmCache& algorithm_cache() {
+  static auto* cache = new AlgorithmCache();  // never destroyed
+  return *cache;
+}
+
+std::string problem_key(Direction direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                        const Conv2dParams& p, int device) {
+  std::ostringstream key;
+  key << static_cast<int>(direction) << '|' << device << '|' << x.dtype() << '|' << allow_tf32() << '|'
+      << x.shape() << w.shape() << y.shape() << '|' << p.stride_h << ',' << p.stride_w << ',' << p.pad_h << ','
+      << p.pad_w << ',' << p.dilation_h << ',' << p.dilation_w << ',' << p.groups;
+  return key.str();
+}
+
+// Exact FP32 unless TF32 is allowed; float64 has no faster mode to avoid.
+bool exact_fp32(DType dtype) { return dtype == kFloat32 && !allow_tf32(); }
+
+bool uses_tensor_ops(cudnnMathType_t math) {
+  return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// Ranked candidates from cuDNN's heuristics, filtered for the precision asked.
+template <typename Perf>
+std::vector<Candidate> usable(const Perf* perf, int count, DType dtype) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (exact_fp32(dtype) && uses_tensor_ops(perf[i].mathType)) continue;
+    out.push_back({static_cast<int>(perf[i].algo), exact_fp32(dtype) ? CUDNN_FMA_MATH : perf[i].mathType,
+                   perf[i].memory});
+  }
+  return out;
+}
+
+// Runs `call(candidate, workspace, bytes)` with the remembered algorithm, or
+// with each ranked candidate until one runs; cuDNN answers NOT_SUPPORTED for
+// an algorithm it cannot run on this problem, which is not an error here.
+template <typename Rank, typename Call>
+void run_convolution(const char* op, const std::string& key, const ConvolutionDescriptor& conv, DType dtype,
+                     const Device& device, Rank rank, Call call) {
+  std::vector<Candidate> candidates;
+  Candidate remembered{};
+  const bool known = algorithm_cache().find(key, &remembered);
+  if (known) {
+    candidates.push_back(remembered);
+  } else {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), exact_fp32(dtype) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+    candidates = rank();
+  }
+  for (const Candidate& c : candidates) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), c.math));
+    Tensor workspace;
+    if (c.workspace > 0) {
+      try {
+        workspace = empty({static_cast<int64_t>(c.workspace)}, {.dtype = kUInt8, .device = device});
+      } catch (const Error&) {
+        continue;  // out of memory for this one: try a leaner algorithm
+      }
+    }
+    const cudnnStatus_t status = call(c, workspace.defined() ? workspace.raw_data() : nullptr, c.workspace);
+    if (status == CUDNN_STATUS_SUCCESS) {
+      if (!known) algorithm_cache().remember(key, c);
+      return;
+    }
+    if (status != CUDNN_STATUS_NOT_SUPPORTED) CUDNN_CHECK(status);
+  }
+  LOOM_FAIL(op, ": cuDNN found no algorithm it can run for this convolution (", key, ")");
+}
+
+// alpha = 1, beta = 0 in the data's precision.
+struct Scalars {
+  explicit Scalars(DType dtype) : is_double(dtype == kFloat64) {}
+  const void* one() const { return is_double ? static_cast<const void*>(&one_d) : &one_f; }
+  const void* zero() const { return is_double ? static_cast<const void*>(&zero_d) : &zero_f; }
+  bool is_double;
+  float one_f = 1, zero_f = 0;
+  double one_d = 1, zero_d = 0;
+};
+
+}  // namespace
+
+void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) {
+  const char* op = "conv2d";
+  if (out.numel() == 0) return;
+  LaunchContext ctx(out);
+  if (x.numel() == 0 || w.numel() == 0) return fill(out, 0);
+  cudnnHandle_t handle = cudnn_handle(ctx.device);
+  TensorDescriptor xd(x, op), yd(out, op);
+  FilterDescriptor wd(w, op);
+  ConvolutionDescriptor conv(p, x.dtype(), op);
+  const Scalars s(x.dtype());
+  run_convolution(
+      op, problem_key(Direction::Forward, x, w, out, p, ctx.device), conv, x.dtype(), out.device(),
+      [&] {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int count = 0;
+        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, xd.get(), wd.get(), conv.get(), yd.get(),
+                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
+        return usable(perf, count, x.dtype());
+      },
+      [&](const Candidate& c, void* workspace, size_t bytes) {
+        return cudnnConvolutionForward(handle, s.one(), xd.get(), x.raw_data(), wd.get(), w.raw_data(), conv.get(),
+                                       static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace, bytes, s.zero(),
+                                       yd.get(), out.raw_data());
+      });
+}
+
+void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p, const Tensor& dx) {
+  const char* op = "conv2d_backward_input";
+  if (dx.numel() == 0) return;
+  LaunchContext ctx(dx);
+  if (dy.numel() == 0 || w.numel() == 0) return fill(dx, 0);
+  cudnnHandle_t handle = cudnn_handle(ctx.device);
+  TensorDescriptor dyd(dy, op), dxd(dx, op);
+  FilterDescriptor wd(w, op);
+  ConvolutionDescriptor conv(p, dy.dtype(), op);
+  const Scalars s(dy.dtype());
+  run_convolution(
+      op, problem_key(Direction::BackwardData, dx, w, dy, p, ctx.device), conv, dy.dtype(), dx.device(),
+      [&] {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        int count = 0;
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, wd.get(), dyd.get(), conv.get(), dxd.get(),
+                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
+        return usable(perf, count, dy.dtype());
+      },
+      [&](const Candidate& c, void* workspace, size_t bytes) {
+        return cudnnConvolutionBackwardData(handle, s.one(), wd.get(), w.raw_data(), dyd.get(), dy.raw_data(),
+                                            conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                            workspace, bytes, s.zero(), dxd.get(), dx.raw_data());
+      });
+}
+
+void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p, const Tensor& dw) {
+  const char* op = "conv2d_backward_weight";
+  if (dw.numel() == 0) return;
+  LaunchContext ctx(dw);
+  if (dy.numel() == 0 || x.numel() == 0) return fill(dw, 0);
+  cudnnHandle_t handle = cudnn_handle(ctx.device);
+  TensorDescriptor xd(x, op), dyd(dy, op);
+  FilterDescriptor dwd(dw, op);
+  ConvolutionDescriptor conv(p, x.dtype(), op);
+  const Scalars s(x.dtype());
+  run_convolution(
+      op, problem_key(Direction::BackwardFilter, x, dw, dy, p, ctx.device), conv, x.dtype(), dw.device(),
+      [&] {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        int count = 0;
+        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, xd.get(), dyd.get(), conv.get(), dwd.get(),
+                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                                                                  perf));
+        return usable(perf, count, x.dtype());
+      },
+      [&](const Candidate& c, void* workspace, size_t bytes) {
+        return cudnnConvolutionBackwardFilter(handle, s.one(), xd.get(), x.raw_data(), dyd.get(), dy.raw_data(),
+                                              conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                              workspace, bytes, s.zero(), dwd.get(), dw.raw_data());
+      });
+}
+
+}  // namespace loom::cuda

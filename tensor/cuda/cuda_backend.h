@@ -1,0 +1,77 @@
+// The CUDA backend: loom's primitive set (tensor/backend.h) on NVIDIA GPUs.
+//
+// Every method makes the tensors' device current, enqueues its kernels (or
+// cuBLAS / cuDNN calls) on that device's current stream (stream.h) and returns
+// without waiting; memory comes from the caching allocator. Only copies to
+// the host and synchronize() wait. Each group of kernels lives in its own file
+// (unary.cu, binary.cu, reduce.cu, softmax.cu, matmul.cc, conv.cc, ...), as
+// the CPU backend's do; this class only ties them to the Backend interface.
+// The backend registers itself for DeviceType::CUDA when the library is
+// linked (cuda_backend.cc), which Bazel decides with select(//:cuda_enabled).
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace loom::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  Allocator& allocator(int device_index) override;
+  int device_count() override;
+  void synchronize(int device_index) override;
+  Allocator* pinned_host_allocator() override;
+
+  void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha, double beta) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
+              double alpha) override;
+  void ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,
+               double alpha) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& out, double value) override;
+  void arange(const Tensor& out, double start, double step) override;
+  void random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
+              uint64_t offset) override;
+
+  void reduce(ReduceOp op, const Tensor& a, const Tensor& out) override;
+  void arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) override;
+  void softmax(const Tensor& a, int dim, bool log, const Tensor& out) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, int dim, bool log,
+                        const Tensor& dx) override;
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+
+  void index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+  void gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
+
+  void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) override;
+  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
+                             const Tensor& dx) override;
+  void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
+                              const Tensor& dw) override;
+
+  void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out,
+                  const Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;
+  void avg_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out) override;
+  void avg_pool2d_backward(const Tensor& dy, const Pool2dParams& p, const Tensor& dx) override;
+  void adaptive_avg_pool2d(const Tensor& x, const Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) override;
+
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                           const Tensor& dweight, const Tensor& dbias) override;
+
+  void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
+                 const TensorList& exp_avg_sq, const AdamParams& p) override;
+  void sgd_step(const TensorList& params, const TensorList& grads,
+                const TensorList& momentum_buffers, const SgdParams& p) override;
+};
+
+// dst = src converted to dst's dtype, both on one GPU, any strides (convert.cu).
+void convert_on_device(const Tensor& src, const Tensor& dst);
+
+}  // namespace loom::cuda

@@ -1,0 +1,89 @@
+#include "tensor/cuda/device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/error.h"
+
+namespace loom::cuda {
+namespace {
+
+struct DeviceTable {
+  int count = 0;
+  std::string reason;
+  std::vector<std::unique_ptr<cudaDeviceProp>> properties;
+  std::vector<std::once_flag> properties_once;
+};
+
+DeviceTable& table() {
+  // Never destroyed: tensors in static objects may be freed after main().
+  static DeviceTable* t = [] {
+    auto* table = new DeviceTable();
+    int count = 0;
+    // Without a driver this returns cudaErrorInsufficientDriver, without a
+    // GPU cudaErrorNoDevice: both mean "no CUDA here", not a failure.
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      count = 0;
+      table->reason = std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + ")";
+    } else if (count == 0) {
+      table->reason = "no CUDA-capable device was found";
+    }
+    table->count = count;
+    table->properties.resize(count);
+    table->properties_once = std::vector<std::once_flag>(count);
+    return table;
+  }();
+  return *t;
+}
+
+}  // namespace
+
+int device_count() { return table().count; }
+
+const std::string& no_device_reason() { return table().reason; }
+
+void check_device(int index) {
+  const DeviceTable& t = table();
+  if (index >= 0 && index < t.count) return;
+  if (t.count == 0)
+    LOOM_FAIL("cuda:", index, " is not available: this machine has no usable CUDA device (",
+              t.reason, ")");
+  LOOM_FAIL("cuda:", index, " is not available: this machine has ", t.count, " CUDA device",
+            t.count == 1 ? "" : "s", " (cuda:0 to cuda:", t.count - 1, ")");
+}
+
+const cudaDeviceProp& device_properties(int index) {
+  check_device(index);
+  DeviceTable& t = table();
+  std::call_once(t.properties_once[index], [&] {
+    auto props = std::make_unique<cudaDeviceProp>();
+    CUDA_CHECK(cudaGetDeviceProperties(props.get(), index));
+    t.properties[index] = std::move(props);
+  });
+  return *t.properties[index];
+}
+
+int multiprocessor_count(int index) { return device_properties(index).multiProcessorCount; }
+
+DeviceGuard::DeviceGuard(int index) {
+  int current = -1;
+  CUDA_CHECK(cudaGetDevice(&current));
+  if (current != index) {
+    check_device(index);
+    CUDA_CHECK(cudaSetDevice(index));
+    previous_ = current;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  // A destructor must not throw; restoring can only fail if the context is gone.
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+}  // namespace loom::cuda

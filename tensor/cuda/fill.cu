@@ -1,0 +1,42 @@
+// CUDA fill (any strides, any dtype) and arange (contiguous, numeric dtypes).
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/loops.cuh"
+
+namespace loom::cuda {
+namespace {
+
+template <typename T>
+struct Constant {
+  T value;
+  __device__ T operator()() const { return value; }
+};
+
+// Computed in double, as the CPU does, then converted.
+template <typename T>
+__global__ void arange_kernel(T* out, int64_t n, double start, double step) {
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads)
+    out[i] = static_cast<T>(start + step * static_cast<double>(i));
+}
+
+}  // namespace
+
+void CudaBackend::fill(const Tensor& out, double value) {
+  dispatch_all(out.dtype(), "fill", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elementwise<0, T>(out, {}, Constant<T>{static_cast<T>(value)});
+  });
+}
+
+void CudaBackend::arange(const Tensor& out, double start, double step) {
+  dispatch_numeric(out.dtype(), "arange", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    LaunchContext ctx(out);
+    arange_kernel<T><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(out.data_ptr<T>(), n, start, step);
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+  });
+}
+
+}  // namespace loom::cuda

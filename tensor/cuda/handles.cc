@@ -1,0 +1,94 @@
+#include "tensor/cuda/handles.h"
+
+#include <mutex>
+#include <vector>
+
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/stream.h"
+
+namespace loom::cuda {
+namespace {
+
+// Handles that no thread holds, per device. Never destroyed: destroying
+// handles at exit races with the CUDA runtime's own teardown.
+template <typename Handle>
+struct Pool {
+  std::mutex mutex;
+  std::vector<std::vector<Handle>> free;
+
+  bool take(int device, Handle* handle) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (static_cast<int>(free.size()) <= device || free[device].empty()) return false;
+    *handle = free[device].back();
+    free[device].pop_back();
+    return true;
+  }
+
+  void give_back(int device, Handle handle) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (static_cast<int>(free.size()) <= device) free.resize(device + 1);
+    free[device].push_back(handle);
+  }
+};
+
+Pool<cublasHandle_t>& cublas_pool() {
+  static auto* pool = new Pool<cublasHandle_t>();
+  return *pool;
+}
+
+Pool<cudnnHandle_t>& cudnn_pool() {
+  static auto* pool = new Pool<cudnnHandle_t>();
+  return *pool;
+}
+
+// The calling thread's handles; returned to the pools when the thread ends.
+struct ThreadHandles {
+  std::vector<cublasHandle_t> cublas;
+  std::vector<cudnnHandle_t> cudnn;
+
+  ~ThreadHandles() {
+    for (size_t d = 0; d < cublas.size(); ++d)
+      if (cublas[d] != nullptr) cublas_pool().give_back(static_cast<int>(d), cublas[d]);
+    for (size_t d = 0; d < cudnn.size(); ++d)
+      if (cudnn[d] != nullptr) cudnn_pool().give_back(static_cast<int>(d), cudnn[d]);
+  }
+};
+
+thread_local ThreadHandles thread_handles;
+
+}  // namespace
+
+cublasHandle_t cublas_handle(int device) {
+  check_device(device);
+  auto& mine = thread_handles.cublas;
+  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
+  if (mine[device] == nullptr) {
+    cublasHandle_t handle = nullptr;
+    if (!cublas_pool().take(device, &handle)) {
+      DeviceGuard guard(device);
+      CUBLAS_CHECK(cublasCreate(&handle));
+    }
+    mine[device] = handle;
+  }
+  CUBLAS_CHECK(cublasSetStream(mine[device], current_stream(device).handle()));
+  return mine[device];
+}
+
+cudnnHandle_t cudnn_handle(int device) {
+  check_device(device);
+  auto& mine = thread_handles.cudnn;
+  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
+  if (mine[device] == nullptr) {
+    cudnnHandle_t handle = nullptr;
+    if (!cudnn_pool().take(device, &handle)) {
+      DeviceGuard guard(device);
+      CUDNN_CHECK(cudnnCreate(&handle));
+    }
+    mine[device] = handle;
+  }
+  CUDNN_CHECK(cudnnSetStream(mine[device], current_stream(device).handle()));
+  return mine[device];
+}
+
+}  // namespace loom::cuda

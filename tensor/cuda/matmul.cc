@@ -1,0 +1,109 @@
+// CUDA batched matmul through cuBLAS (one strided-batched GEMM per call).
+//
+// cuBLAS is column-major. loom's out (M, N) row-major is, to cuBLAS, the
+// (N, M) matrix C = B^T A^T; a row-major operand's memory is its transpose
+// read column-major, and a transposed view (x.t(), stride 1 along its rows)
+// is the matrix itself, which cuBLAS transposes with a flag. So transposed
+// operands and broadcast batches (batch stride 0) cost no copy; only an
+// operand with no unit stride (a slice with a step) is copied first.
+//
+// float32 is exact FP32 (CUBLAS_COMPUTE_32F) unless set_allow_tf32(true)
+// (CUBLAS_COMPUTE_32F_FAST_TF32); float64 uses FP64 (cuBLAS's Dgemm path).
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "tensor/creation.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/handles.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/precision.h"
+
+namespace loom::cuda {
+namespace {
+
+// cuBLAS's recommended workspace on Hopper; taken from the caching allocator
+// on the current stream for each call, so streams never share one.
+constexpr int64_t kWorkspaceBytes = 32 << 20;
+
+// How a (rows x cols) slice with the given strides reaches cuBLAS without a copy.
+struct GemmOperand {
+  bool usable = false;
+  bool row_major = true;  // true: cuBLAS sees the transpose (op N gives it back)
+  int64_t ld = 0;         // cuBLAS's leading dimension
+};
+
+GemmOperand describe(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  // Strides of size-1 dims mean nothing; cuBLAS wants ld >= its row count.
+  if (cols == 1 || col_stride == 1) {
+    const int64_t ld = rows == 1 ? std::max<int64_t>(cols, 1) : row_stride;
+    if (ld >= std::max<int64_t>(cols, 1)) return {true, true, ld};
+  }
+  if (rows == 1 || row_stride == 1) {
+    const int64_t ld = cols == 1 ? std::max<int64_t>(rows, 1) : col_stride;
+    if (ld >= std::max<int64_t>(rows, 1)) return {true, false, ld};
+  }
+  return {};
+}
+
+// The operand as cuBLAS can take it: itself, or a contiguous copy.
+Tensor gemm_ready(const Tensor& t, GemmOperand& layout) {
+  const int64_t rows = t.size(1), cols = t.size(2);
+  layout = describe(rows, cols, t.stride(1), t.stride(2));
+  if (layout.usable) return t;
+  Tensor copy = contiguous_copy(t);
+  layout = describe(rows, cols, copy.stride(1), copy.stride(2));
+  LOOM_INTERNAL_ASSERT(layout.usable);
+  return copy;
+}
+
+bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+}  // namespace
+
+void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  LaunchContext ctx(out);
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
+  if (out.numel() == 0) return;
+  GemmOperand la, lb;
+  const Tensor a = gemm_ready(a_in, la);
+  const Tensor b = gemm_ready(b_in, lb);
+  LOOM_CHECK(fits_int(m) && fits_int(n) && fits_int(k) && fits_int(batch) && fits_int(la.ld) && fits_int(lb.ld),
+             "matmul: sizes (", batch, " x ", m, " x ", k, " @ ", k, " x ", n,
+             ") exceed what one cuBLAS call takes (2^31 - 1 per dim)");
+
+  const bool is_double = out.dtype() == kFloat64;
+  LOOM_CHECK(is_double || out.dtype() == kFloat32, "matmul: CUDA supports float32 and float64, got ", out.dtype());
+  const cudaDataType_t type = is_double ? CUDA_R_64F : CUDA_R_32F;
+  const cublasComputeType_t compute =
+      is_double ? CUBLAS_COMPUTE_64F : (allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  const float alpha_f = 1, beta_f = 0;
+  const double alpha_d = 1, beta_d = 0;
+  const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f);
+  const void* beta = is_double ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f);
+
+  cublasHandle_t handle = cublas_handle(ctx.device);
+  Tensor workspace = empty({kWorkspaceBytes}, {.dtype = kUInt8, .device = out.device()});
+  CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.raw_data(), kWorkspaceBytes));
+
+  // C (n x m, column-major) = op(B) (n x k) * op(A) (k x m).
+  const cublasOperation_t op_b = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasOperation_t op_a = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  if (batch == 1) {
+    CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                              alpha, b.raw_data(), type, static_cast<int>(lb.ld), a.raw_data(), type,
+                              static_cast<int>(la.ld), beta, out.raw_data(), type, static_cast<int>(n), compute,
+                              CUBLAS_GEMM_DEFAULT));
+  } else {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), alpha, b.raw_data(),
+        type, static_cast<int>(lb.ld), static_cast<long long>(b.stride(0)), a.raw_data(), type,
+        static_cast<int>(la.ld), static_cast<long long>(a.stride(0)), beta, out.raw_data(), type,
+        static_cast<int>(n), static_cast<long long>(m * n), static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
+  }
+  // The workspace goes back to the cache for later work on this stream only.
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,221 @@
+// CUDA layer norm over the last dim of a contiguous (rows, C) tensor.
+//
+// Forward and the dx part of backward: a warp per row up to C = 1024 (four
+// rows per block), a 256-thread block per row above. Each row is read from
+// memory once; the second and third passes hit the cache. Statistics
+// accumulate in double, as on the CPU (the variance is a difference of
+// large terms).
+// dweight and dbias are sums over rows: 32 x 8 thread blocks, threads along
+// the columns (coalesced), the rows split over blocks whose double partial
+// sums a second kernel adds up when there are many rows.
+#include <algorithm>
+#include <cstdint>
+
+#include "tensor/creation.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/cuda/row_reduce.cuh"
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kWideRow = 256;  // threads per row above 1024 columns
+
+template <int GROUP>
+constexpr int row_block() {
+  return GROUP == 32 ? 128 : GROUP;
+}
+
+template <typename T, int GROUP>
+__global__ void __launch_bounds__(row_block<GROUP>())
+    layer_norm_kernel(const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd,
+                      int64_t rows, int64_t cols) {
+  __shared__ double scratch[kMaxWarps];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (row_block<GROUP>() / GROUP) + threadIdx.x / GROUP;
+  const int lane = threadIdx.x % GROUP;
+  if (row >= rows) return;  // whole warps only; a block row always exists
+  const T* xr = x + row * cols;
+  double sum = 0;
+  for (int64_t c = lane; c < cols; c += GROUP) sum += xr[c];
+  sum = row_allreduce<GROUP>(sum, Plus<double>(), scratch);
+  const double mu = sum / cols;
+  double sum_sq = 0;
+  for (int64_t c = lane; c < cols; c += GROUP) {
+    const double d = xr[c] - mu;
+    sum_sq += d * d;
+  }
+  sum_sq = row_allreduce<GROUP>(sum_sq, Plus<double>(), scratch);
+  const T inv = T(1.0 / ::sqrt(sum_sq / cols + eps));
+  const T mu_t = T(mu);
+  if (lane == 0) {
+    mean[row] = mu_t;
+    rstd[row] = inv;
+  }
+  T* yr = y + row * cols;
+  for (int64_t c = lane; c < cols; c += GROUP) {
+    const T v = (xr[c] - mu_t) * inv;
+    yr[c] = (weight ? v * weight[c] : v) + (bias ? bias[c] : T(0));
+  }
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), with g = dy * weight.
+template <typename T, int GROUP>
+__global__ void __launch_bounds__(row_block<GROUP>())
+    layer_norm_dx_kernel(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+                         int64_t rows, int64_t cols) {
+  __shared__ double scratch[kMaxWarps];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (row_block<GROUP>() / GROUP) + threadIdx.x / GROUP;
+  const int lane = threadIdx.x % GROUP;
+  if (row >= rows) return;
+  const T* xr = x + row * cols;
+  const T* dyr = dy + row * cols;
+  const T mu = mean[row], inv = rstd[row];
+  double g_sum = 0, gx_sum = 0;
+  for (int64_t c = lane; c < cols; c += GROUP) {
+    const T xhat = (xr[c] - mu) * inv;
+    const T g = weight ? dyr[c] * weight[c] : dyr[c];
+    g_sum += g;
+    gx_sum += g * xhat;
+  }
+  g_sum = row_allreduce<GROUP>(g_sum, Plus<double>(), scratch);
+  gx_sum = row_allreduce<GROUP>(gx_sum, Plus<double>(), scratch);
+  const T g_mean = T(g_sum / cols), gx_mean = T(gx_sum / cols);
+  T* dxr = dx + row * cols;
+  for (int64_t c = lane; c < cols; c += GROUP) {
+    const T xhat = (xr[c] - mu) * inv;
+    const T g = weight ? dyr[c] * weight[c] : dyr[c];
+    dxr[c] = inv * (g - g_mean - xhat * gx_mean);
+  }
+}
+
+// Column sums of dy * xhat (dweight) and dy (dbias) over a chunk of rows.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    layer_norm_params_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dweight, T* dbias,
+                             double* partial, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
+  __shared__ double sums[2][8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  double dw = 0, db = 0;
+  if (c < cols) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
+      const T g = dy[r * cols + c];
+      const T xhat = (x[r * cols + c] - mean[r]) * rstd[r];
+      dw += g * xhat;
+      db += g;
+    }
+  }
+  sums[0][threadIdx.y][threadIdx.x] = dw;
+  sums[1][threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  for (int k = 1; k < 8; ++k) {
+    dw += sums[0][k][threadIdx.x];
+    db += sums[1][k][threadIdx.x];
+  }
+  if (gridDim.y == 1) {
+    if (dweight) dweight[c] = T(dw);
+    if (dbias) dbias[c] = T(db);
+  } else {
+    partial[(2 * static_cast<int64_t>(blockIdx.y)) * cols + c] = dw;
+    partial[(2 * static_cast<int64_t>(blockIdx.y) + 1) * cols + c] = db;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_params_finish(const double* partial, T* dweight, T* dbias, int64_t cols, int64_t chunks) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  double dw = 0, db = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    dw += partial[(2 * k) * cols + c];
+    db += partial[(2 * k + 1) * cols + c];
+  }
+  if (dweight) dweight[c] = T(dw);
+  if (dbias) dbias[c] = T(db);
+}
+
+template <typename T>
+const T* optional(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+template <typename T>
+T* optional_out(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+// Calls launch(GROUP) with the row width that suits `cols`.
+template <typename Launch>
+void with_row_group(int64_t cols, Launch&& launch) {
+  if (cols <= 1024)
+    launch(std::integral_constant<int, 32>());
+  else
+    launch(std::integral_constant<int, kWideRow>());
+}
+
+}  // namespace
+
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                             const Tensor& mean, const Tensor& rstd) {
+  if (x.numel() == 0) return;
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    LaunchContext ctx(x);
+    const int64_t cols = x.size(-1), rows = x.numel() / cols;
+    with_row_group(cols, [&](auto group) {
+      constexpr int G = decltype(group)::value;
+      const int64_t blocks = ceil_div(rows, row_block<G>() / G);
+      layer_norm_kernel<T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
+          x.data_ptr<T>(), optional<T>(weight), optional<T>(bias), eps, y.data_ptr<T>(), mean.data_ptr<T>(),
+          rstd.data_ptr<T>(), rows, cols);
+    });
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+  });
+}
+
+void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                                      const Tensor& dbias) {
+  if (x.numel() == 0) return;
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    LaunchContext ctx(x);
+    const int64_t cols = x.size(-1), rows = x.numel() / cols;
+    with_row_group(cols, [&](auto group) {
+      constexpr int G = decltype(group)::value;
+      const int64_t blocks = ceil_div(rows, row_block<G>() / G);
+      layer_norm_dx_kernel<T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
+          dy.data_ptr<T>(), x.data_ptr<T>(), optional<T>(weight), mean.data_ptr<T>(), rstd.data_ptr<T>(),
+          dx.data_ptr<T>(), rows, cols);
+    });
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    if (!dweight.defined() && !dbias.defined()) return;
+
+    const int64_t column_blocks = ceil_div(cols, 32);
+    const int64_t target = static_cast<int64_t>(ctx.multiprocessors) * 8;
+    int64_t chunks = std::min<int64_t>({std::max<int64_t>(1, ceil_div(target, column_blocks)),
+                                        std::max<int64_t>(1, ceil_div(rows, 64)), 65535});
+    const int64_t rows_per_chunk = ceil_div(rows, chunks);
+    chunks = ceil_div(rows, rows_per_chunk);
+    Tensor scratch;
+    double* partial = nullptr;
+    if (chunks > 1) {
+      scratch = empty({2 * chunks * cols}, {.dtype = kFloat64, .device = x.device()});
+      partial = scratch.data_ptr<double>();
+    }
+    layer_norm_params_kernel<T><<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)),
+                                  dim3(32, 8), 0, ctx.stream>>>(
+        dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<T>(), rstd.data_ptr<T>(), optional_out<T>(dweight),
+        optional_out<T>(dbias), partial, rows, cols, rows_per_chunk);
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    if (chunks > 1) {
+      layer_norm_params_finish<T><<<static_cast<unsigned>(ceil_div(cols, kBlockSize)), kBlockSize, 0, ctx.stream>>>(
+          partial, optional_out<T>(dweight), optional_out<T>(dbias), cols, chunks);
+      LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    }
+  });
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,187 @@
+// CUDA fused optimizer steps over many tensors per launch.
+//
+// A model has tens to hundreds of parameters, many of them small (biases,
+// norms): a launch per parameter would cost more in launch overhead than the
+// update itself. So parameters are packed, up to kMaxTensors per launch,
+// into one kernel argument (their pointers and sizes, 2.6 KiB, inside CUDA's
+// 4 KiB argument limit); each 256-thread block updates a chunk of kChunk
+// elements of one tensor and finds which tensor by a binary search over the
+// packed block offsets. A step of a typical model is then one launch per
+// dtype. The per-element formulas are the CPU's (tensor/cpu/optim.cc).
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/launch.h"
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kMaxTensors = 56;
+constexpr int64_t kChunk = 4096;  // elements per block
+constexpr int kOptimBlock = 256;
+
+// The tensors of one launch: NPTR pointers per tensor (param, grad, state...).
+template <typename T, int NPTR>
+struct TensorPack {
+  T* ptrs[NPTR][kMaxTensors];
+  int64_t sizes[kMaxTensors];
+  int first_block[kMaxTensors + 1];  // first_block[count] = blocks in the launch
+  int count;
+};
+
+template <typename T, int NPTR, typename Update>
+__global__ void __launch_bounds__(kOptimBlock) multi_tensor_kernel(TensorPack<T, NPTR> pack, Update update) {
+  const int block = blockIdx.x;
+  int lo = 0, hi = pack.count - 1;  // the last tensor whose first block <= this block
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (pack.first_block[mid] <= block) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t begin = static_cast<int64_t>(block - pack.first_block[lo]) * kChunk;
+  const int64_t end = begin + kChunk < pack.sizes[lo] ? begin + kChunk : pack.sizes[lo];
+  T* p[NPTR];
+#pragma unroll
+  for (int k = 0; k < NPTR; ++k) p[k] = pack.ptrs[k][lo];
+  for (int64_t i = begin + threadIdx.x; i < end; i += kOptimBlock) update(p, i);
+}
+
+// Packs the tensors of dtype T from `lists` (same length, same shapes) and
+// launches `update` over them, kMaxTensors at a time.
+template <typename T, int NPTR, typename Update>
+void multi_tensor_apply(const char* op, const std::array<const TensorList*, NPTR>& lists, const Update& update) {
+  const TensorList& params = *lists[0];
+  if (params.empty()) return;
+  LaunchContext ctx(params[0]);
+  TensorPack<T, NPTR> pack{};
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (pack.count == 0) return;
+    pack.first_block[pack.count] = static_cast<int>(blocks);
+    multi_tensor_kernel<T, NPTR, Update><<<static_cast<unsigned>(blocks), kOptimBlock, 0, ctx.stream>>>(pack, update);
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    pack = TensorPack<T, NPTR>{};
+    blocks = 0;
+  };
+  for (size_t t = 0; t < params.size(); ++t) {
+    if (params[t].dtype() != dtype_of<T>() || params[t].numel() == 0) continue;
+    for (int k = 0; k < NPTR; ++k) {
+      const Tensor& x = (*lists[k])[t];
+      LOOM_CHECK(x.device() == params[0].device(), op, ": tensor ", t, " is on ", x.device(),
+                 " but the first parameter is on ", params[0].device());
+      LOOM_CHECK(x.is_contiguous() && x.numel() == params[t].numel(), op, ": tensor ", t,
+                 " of each list must be contiguous with ", params[t].numel(), " elements");
+      pack.ptrs[k][pack.count] = x.data_ptr<T>();
+    }
+    const int64_t chunks = ceil_div(params[t].numel(), kChunk);
+    if (blocks + chunks >= (int64_t{1} << 30)) flush();
+    pack.sizes[pack.count] = params[t].numel();
+    pack.first_block[pack.count] = static_cast<int>(blocks);
+    blocks += chunks;
+    if (++pack.count == kMaxTensors) flush();
+  }
+  flush();
+}
+
+template <typename T>
+struct AdamUpdate {
+  T lr, beta1, beta2, eps, weight_decay, step_size, inv_sqrt_bias2;
+  bool decoupled;
+
+  // p: param, grad, exp_avg, exp_avg_sq
+  __device__ void operator()(T* const* p, int64_t i) const {
+    T w = p[0][i], grad = p[1][i], m = p[2][i], v = p[3][i];
+    if (decoupled)
+      w *= T(1) - lr * weight_decay;  // AdamW: decay the weight itself
+    else
+      grad += weight_decay * w;       // Adam: L2 penalty in the gradient
+    m = beta1 * m + (T(1) - beta1) * grad;
+    v = beta2 * v + (T(1) - beta2) * grad * grad;
+    w -= step_size * m / (::sqrt(v) * inv_sqrt_bias2 + eps);
+    p[0][i] = w;
+    p[2][i] = m;
+    p[3][i] = v;
+  }
+};
+
+template <typename T>
+struct SgdUpdate {
+  T lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+
+  // p: param, grad
+  __device__ void operator()(T* const* p, int64_t i) const {
+    p[0][i] -= lr * (p[1][i] + weight_decay * p[0][i]);
+  }
+};
+
+template <typename T>
+struct SgdMomentumUpdate {
+  T lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+
+  // p: param, grad, momentum buffer
+  __device__ void operator()(T* const* p, int64_t i) const {
+    const T w = p[0][i];
+    T d = p[1][i] + weight_decay * w;
+    const T buf = first_step ? d : momentum * p[2][i] + (T(1) - dampening) * d;
+    p[2][i] = buf;
+    d = nesterov ? d + momentum * buf : buf;
+    p[0][i] = w - lr * d;
+  }
+};
+
+void check_floating(const char* op, const TensorList& params) {
+  for (size_t t = 0; t < params.size(); ++t)
+    LOOM_CHECK(is_floating(params[t].dtype()), op, ": parameter ", t, " is ", params[t].dtype(),
+               "; expected float32 or float64");
+}
+
+}  // namespace
+
+void CudaBackend::adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
+                            const TensorList& exp_avg_sq, const AdamParams& p) {
+  LOOM_CHECK(grads.size() == params.size() && exp_avg.size() == params.size() &&
+                 exp_avg_sq.size() == params.size(),
+             "adam_step: ", params.size(), " parameters but ", grads.size(), " gradients, ", exp_avg.size(),
+             " and ", exp_avg_sq.size(), " state tensors");
+  check_floating("adam_step", params);
+  const double bias1 = 1 - std::pow(p.beta1, static_cast<double>(p.step));
+  const double bias2 = 1 - std::pow(p.beta2, static_cast<double>(p.step));
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const AdamUpdate<T> update{T(p.lr), T(p.beta1), T(p.beta2), T(p.eps), T(p.weight_decay),
+                               T(p.lr / bias1), T(1 / std::sqrt(bias2)), p.decoupled_weight_decay};
+    multi_tensor_apply<T, 4>("adam_step", {&params, &grads, &exp_avg, &exp_avg_sq}, update);
+  };
+  run(float{});
+  run(double{});
+}
+
+void CudaBackend::sgd_step(const TensorList& params, const TensorList& grads, const TensorList& momentum_buffers,
+                           const SgdParams& p) {
+  LOOM_CHECK(grads.size() == params.size(), "sgd_step: ", params.size(), " parameters but ", grads.size(),
+             " gradients");
+  check_floating("sgd_step", params);
+  const bool momentum = p.momentum != 0;
+  LOOM_CHECK(!momentum || momentum_buffers.size() == params.size(), "sgd_step: ", params.size(),
+             " parameters but ", momentum_buffers.size(), " momentum buffers");
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (momentum) {
+      const SgdMomentumUpdate<T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
+                                        p.first_step};
+      multi_tensor_apply<T, 3>("sgd_step", {&params, &grads, &momentum_buffers}, update);
+    } else {
+      const SgdUpdate<T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
+                                p.first_step};
+      multi_tensor_apply<T, 2>("sgd_step", {&params, &grads}, update);
+    }
+  };
+  run(float{});
+  run(double{});
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,208 @@
+#include "tensor/cuda/pinned_allocator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device.h"
+#include "tensor/error.h"
+
+namespace loom::cuda {
+namespace {
+
+constexpr size_t kMinBlock = 512;
+
+// Size classes at most 1/16 above the request, as the host allocator's.
+size_t size_class(size_t nbytes) {
+  size_t step = kMinBlock;
+  if (nbytes > 8192) {
+    size_t top = size_t{1} << (63 - __builtin_clzll(nbytes));
+    step = std::max(kMinBlock, top / 16);
+  }
+  return std::max(kMinBlock, (nbytes + step - 1) / step * step);
+}
+
+struct PinnedBlock {
+  size_t size = 0;
+  bool allocated = false;
+  int pending_events = 0;
+  std::vector<std::pair<cudaStream_t, int>> used_on;  // (stream, device)
+};
+
+struct PendingEvent {
+  cudaEvent_t event;
+  int device;
+  void* block;
+};
+
+class PinnedHostAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    const size_t size = size_class(nbytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    process_events();
+    void* ptr = nullptr;
+    auto& list = free_[size];
+    if (!list.empty()) {
+      ptr = list.back();
+      list.pop_back();
+    } else {
+      cudaError_t status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        release_cached();
+        status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+      }
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        LOOM_FAIL("out of pinned host memory: cudaHostAlloc of ", nbytes, " bytes failed: ",
+                  cudaGetErrorString(status), " (", stats_, ")");
+      }
+      ++stats_.system_allocations;
+      stats_.reserved_bytes += static_cast<int64_t>(size);
+      blocks_[ptr].size = size;
+    }
+    PinnedBlock& block = blocks_[ptr];
+    block.allocated = true;
+    stats_.allocated_bytes += static_cast<int64_t>(size);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return ptr;
+  }
+
+  // Never throws (it runs in Storage's destructor).
+  void deallocate(void* ptr, size_t) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end() || !it->second.allocated) return;
+    PinnedBlock& block = it->second;
+    block.allocated = false;
+    stats_.allocated_bytes -= static_cast<int64_t>(block.size);
+    int previous = -1;
+    cudaGetDevice(&previous);
+    for (const auto& [stream, device] : block.used_on) {
+      if (cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        ++block.pending_events;  // cannot tell when it is safe: keep it out of use
+        continue;
+      }
+      cudaEvent_t event = take_event(device);
+      if (event == nullptr || cudaEventRecord(event, stream) != cudaSuccess) {
+        cudaGetLastError();
+        ++block.pending_events;
+        continue;
+      }
+      pending_.push_back({event, device, ptr});
+      ++block.pending_events;
+    }
+    if (previous >= 0 && !block.used_on.empty()) cudaSetDevice(previous);
+    block.used_on.clear();
+    if (block.pending_events == 0) free_[block.size].push_back(ptr);
+  }
+
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached();
+  }
+
+  void record_use(void* ptr, cudaStream_t stream, int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end() || !it->second.allocated) return;
+    auto& used = it->second.used_on;
+    const std::pair<cudaStream_t, int> entry{stream, device};
+    if (std::find(used.begin(), used.end(), entry) == used.end()) used.push_back(entry);
+  }
+
+ private:
+  void process_events() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      cudaError_t status = cudaEventQuery(it->event);
+      if (status == cudaErrorNotReady) {
+        cudaGetLastError();
+        ++it;
+        continue;
+      }
+      if (status != cudaSuccess) cudaGetLastError();
+      finish_event(*it);
+      it = pending_.erase(it);
+    }
+  }
+
+  void finish_event(const PendingEvent& entry) {
+    events_[entry.device].push_back(entry.event);
+    PinnedBlock& block = blocks_[entry.block];
+    if (--block.pending_events == 0 && !block.allocated) free_[block.size].push_back(entry.block);
+  }
+
+  void release_cached() {
+    for (const PendingEvent& entry : pending_) {
+      if (cudaEventSynchronize(entry.event) != cudaSuccess) cudaGetLastError();
+      finish_event(entry);
+    }
+    pending_.clear();
+    for (auto& [size, list] : free_) {
+      for (void* ptr : list) {
+        if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+        blocks_.erase(ptr);
+        ++stats_.system_frees;
+        stats_.reserved_bytes -= static_cast<int64_t>(size);
+      }
+      list.clear();
+    }
+  }
+
+  // An event of `device` (the current device when called).
+  cudaEvent_t take_event(int device) {
+    auto& pool = events_[device];
+    if (!pool.empty()) {
+      cudaEvent_t event = pool.back();
+      pool.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return event;
+  }
+
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, PinnedBlock> blocks_;  // every block loom holds, in use or cached
+  std::deque<PendingEvent> pending_;
+  std::map<int, std::vector<cudaEvent_t>> events_;
+  MemoryStats stats_;
+};
+
+PinnedHostAllocator& instance() {
+  static auto* allocator = new PinnedHostAllocator();  // never destroyed
+  return *allocator;
+}
+
+}  // namespace
+
+Allocator& pinned_allocator() { return instance(); }
+
+void record_pinned_use(void* block, CUstream_st* stream, int device) {
+  instance().record_use(block, stream, device);
+}
+
+}  // namespace loom::cuda

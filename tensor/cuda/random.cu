@@ -1,0 +1,58 @@
+// CUDA random draws: element i of each draw is random_draw.h's function of
+// (seed, offset, i), the very code the CPU backend runs, so both devices give
+// the same numbers for the same generator state.
+//
+// This file is compiled with --fmad=false: nvcc would otherwise fuse
+// `lo + (hi - lo) * u` into one FMA, rounding differently from the host.
+// Uniform, randint and bernoulli draws are then bit-identical to the CPU's;
+// normal draws also call log and cos, whose last bit may differ between
+// CUDA's and glibc's double versions (CUDA: at most 1 and 2 ulp).
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/random_draw.h"
+
+namespace loom::cuda {
+namespace {
+
+template <typename T, RandomOp OP>
+__global__ void random_kernel(T* out, int64_t n, double a, double b, uint64_t seed, uint64_t offset) {
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads) {
+    const uint64_t index = static_cast<uint64_t>(i);
+    if constexpr (OP == RandomOp::Uniform)
+      out[i] = static_cast<T>(random_draw::uniform(seed, offset, index, a, b));
+    else if constexpr (OP == RandomOp::Normal)
+      out[i] = static_cast<T>(random_draw::normal(seed, offset, index, a, b));
+    else if constexpr (OP == RandomOp::RandInt)
+      out[i] = static_cast<T>(random_draw::randint(seed, offset, index, static_cast<int64_t>(a),
+                                                   static_cast<int64_t>(b)));
+    else
+      out[i] = static_cast<T>(random_draw::bernoulli(seed, offset, index, a));
+  }
+}
+
+template <typename T, RandomOp OP>
+void launch_random(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  LaunchContext ctx(out);
+  random_kernel<T, OP><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(out.data_ptr<T>(), n, a, b, seed, offset);
+  LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+}
+
+}  // namespace
+
+void CudaBackend::random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
+                         uint64_t offset) {
+  dispatch_all(out.dtype(), "random", [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case RandomOp::Uniform: return launch_random<T, RandomOp::Uniform>(out, a, b, seed, offset);
+      case RandomOp::Normal: return launch_random<T, RandomOp::Normal>(out, a, b, seed, offset);
+      case RandomOp::RandInt: return launch_random<T, RandomOp::RandInt>(out, a, b, seed, offset);
+      case RandomOp::Bernoulli: return launch_random<T, RandomOp::Bernoulli>(out, a, b, seed, offset);
+    }
+  });
+}
+
+}  // namespace loom::cuda

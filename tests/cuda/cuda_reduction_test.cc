@@ -1,0 +1,186 @@
+// Reductions, arg-reductions and softmax on the GPU against the CPU backend:
+// every reduction kernel shape (warp rows, block rows split over blocks,
+// columns, few elements per output), non-contiguous inputs, NaN and ties,
+// and softmax rows from 1 element to longer than the register kernels hold.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_close;
+using testing::expect_equal;
+using testing::gpu;
+using testing::non_contiguous;
+using testing::random;
+
+constexpr double kTol = 1e-4;
+
+struct ReduceCase {
+  Shape shape;
+  std::vector<int64_t> dims;  // empty: all
+};
+
+std::vector<ReduceCase> reduce_cases() {
+  return {
+      {{}, {}},
+      {{1000}, {}},
+      {{(1 << 22) + 17}, {}},         // one output: split over many blocks
+      {{37, 41}, {1}},                // warp per row
+      {{37, 41}, {0}},                // columns
+      {{3, 50000}, {1}},              // block rows, split
+      {{50000, 3}, {0}},              // few columns, long: split slices
+      {{200, 2}, {1}},                // two elements per output
+      {{6, 5, 4, 3}, {0, 2}},         // reduced dims that do not merge
+      {{6, 5, 4, 3}, {1, 2, 3}},      // reduced dims that merge
+      {{6, 5, 4, 3}, {0, 1, 2, 3}},
+      {{8, 1, 9}, {1}},               // a size-1 reduced dim
+      {{0, 4}, {0}},                  // sum of nothing
+  };
+}
+
+class CudaReduce : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaReduce, SumMeanMaxMinMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  uint64_t seed = 300;
+  for (const ReduceCase& c : reduce_cases()) {
+    Tensor x = random(c.shape, dtype, ++seed);
+    const std::string what = ::testing::PrintToString(c.shape.vec()) + " over " + ::testing::PrintToString(c.dims);
+    for (bool keepdim : {false, true}) {
+      const std::vector<std::pair<std::string, Tensor>> inputs = {{"contiguous", gpu(x)},
+                                                                  {"non_contiguous", non_contiguous(gpu(x))}};
+      for (const auto& [layout, input] : inputs) {
+        const std::string w = what + " " + layout + (keepdim ? " keepdim" : "");
+        expect_close(sum(input, c.dims, keepdim), sum(x, c.dims, keepdim), kTol, "sum " + w);
+        if (x.numel() == 0) continue;
+        expect_close(mean(input, c.dims, keepdim), mean(x, c.dims, keepdim), kTol, "mean " + w);
+        expect_equal(amax(input, c.dims, keepdim), amax(x, c.dims, keepdim), "amax " + w);
+        expect_equal(amin(input, c.dims, keepdim), amin(x, c.dims, keepdim), "amin " + w);
+      }
+    }
+  }
+}
+
+TEST_P(CudaReduce, TransposedAndSlicedInputs) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = random({64, 300}, dtype, 1);
+  for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{}, {0}, {1}}) {
+    expect_close(sum(gpu(x).t(), dims), sum(x.t(), dims), kTol, "sum of a transpose");
+    expect_equal(amax(gpu(x).slice(1, 1, 300, 3), dims), amax(x.slice(1, 1, 300, 3), dims), "amax of a slice");
+    expect_close(var(gpu(x).t(), dims), var(x.t(), dims), kTol, "var of a transpose");
+  }
+}
+
+TEST_P(CudaReduce, ArgmaxArgminFirstExtremumAlongEachDim) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  // Few distinct values: many ties, which must resolve to the first index.
+  Tensor x = (random({6, 70, 5}, dtype, 2, 0, 4)).to(kInt64).to(dtype);
+  for (int64_t dim = 0; dim < 3; ++dim)
+    for (bool keepdim : {false, true}) {
+      expect_equal(argmax(gpu(x), dim, keepdim), argmax(x, dim, keepdim), "argmax dim " + std::to_string(dim));
+      expect_equal(argmin(gpu(x), dim, keepdim), argmin(x, dim, keepdim), "argmin dim " + std::to_string(dim));
+      expect_equal(argmax(non_contiguous(gpu(x)), dim, keepdim), argmax(x, dim, keepdim), "argmax strided");
+    }
+  Tensor long_rows = random({3, 100000}, dtype, 3);
+  expect_equal(argmax(gpu(long_rows), 1), argmax(long_rows, 1), "argmax of long rows");
+  expect_equal(argmin(gpu(long_rows), 0), argmin(long_rows, 0), "argmin over two rows");
+}
+
+TEST_P(CudaReduce, NanPropagatesAndIsFoundFirst) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = random({4, 9}, dtype, 4);
+  std::vector<double> v = testing::values(x);
+  v[2 * 9 + 5] = NAN;
+  v[2 * 9 + 7] = NAN;
+  v[3 * 9 + 0] = NAN;
+  Tensor with_nan = from_vector<double>(v, {4, 9}).to(dtype);
+  expect_close(amax(gpu(with_nan), {1}), amax(with_nan, {1}), 0, "amax with NaN");
+  expect_close(amin(gpu(with_nan), {0}), amin(with_nan, {0}), 0, "amin with NaN");
+  expect_equal(argmax(gpu(with_nan), 1), argmax(with_nan, 1), "argmax with NaN");
+  expect_equal(argmin(gpu(with_nan), 1), argmin(with_nan, 1), "argmin with NaN");
+  EXPECT_TRUE(std::isnan(sum(gpu(with_nan)).item()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaReduce, ::testing::Values(kFloat32, kFloat64),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
+
+TEST(CudaReduceIntegers, SumsAndExtremaOfIntegersAndBools) {
+  LOOM_REQUIRE_CUDA();
+  Tensor i = random({300, 70}, kFloat64, 5, -1000, 1000).to(kInt64);
+  Tensor u = random({300, 70}, kFloat64, 6, 0, 255).to(kUInt8);
+  Tensor b = random({300, 70}, kFloat64, 7) > 0.0;
+  for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{}, {0}, {1}}) {
+    expect_equal(sum(gpu(i), dims), sum(i, dims), "int64 sum");
+    expect_equal(sum(gpu(u), dims), sum(u, dims), "uint8 sum (into int64)");
+    expect_equal(sum(gpu(b), dims), sum(b, dims), "bool sum (into int64)");
+    expect_equal(amax(gpu(u), dims), amax(u, dims), "uint8 amax");
+    expect_equal(amin(gpu(i), dims), amin(i, dims), "int64 amin");
+  }
+  expect_equal(argmax(gpu(u), 0), argmax(u, 0), "uint8 argmax");
+}
+
+// Row lengths around every switch of the softmax kernels: warp (<= 1024),
+// block in registers (<= 16384 forward, 8192 backward), three passes above.
+const std::vector<int64_t>& row_sizes() {
+  static const std::vector<int64_t> s = {1, 7, 32, 33, 100, 1000, 1024, 1025, 2048, 4096, 5000,
+                                         8192, 8193, 16384, 16385, 20000};
+  return s;
+}
+
+class CudaSoftmax : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaSoftmax, ForwardAndBackwardOverRowsOfEverySize) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  uint64_t seed = 400;
+  for (int64_t size : row_sizes())
+    for (bool log : {false, true}) {
+      Tensor x = random({5, size}, dtype, ++seed, -8, 8);
+      Tensor dy = random({5, size}, dtype, ++seed);
+      const std::string what = std::string(log ? "log_softmax" : "softmax") + " rows of " + std::to_string(size);
+      auto run = [&](const Tensor& input, const Tensor& upstream, Tensor* grad) {
+        Tensor leaf = input.detach().requires_grad_();
+        Tensor y = log ? log_softmax(leaf, -1) : softmax(leaf, -1);
+        y.backward(upstream);
+        *grad = leaf.grad();
+        return y;
+      };
+      Tensor dx_cpu, dx_gpu;
+      Tensor y_cpu = run(x, dy, &dx_cpu);
+      Tensor y_gpu = run(gpu(x), gpu(dy), &dx_gpu);
+      expect_close(y_gpu, y_cpu, kTol, what);
+      expect_close(dx_gpu, dx_cpu, kTol, what + " backward");
+    }
+}
+
+TEST_P(CudaSoftmax, AlongAnyDimAndOnStridedInputs) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = random({4, 7, 33}, dtype, 5, -5, 5);
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    expect_close(softmax(gpu(x), dim), softmax(x, dim), kTol, "softmax dim " + std::to_string(dim));
+    expect_close(log_softmax(non_contiguous(gpu(x)), dim), log_softmax(x, dim), kTol,
+                 "log_softmax strided dim " + std::to_string(dim));
+  }
+  // Rows whose length is not a multiple of 4 take the scalar loads.
+  Tensor odd = random({3, 4095}, dtype, 6);
+  expect_close(softmax(gpu(odd), 1), softmax(odd, 1), kTol, "softmax of rows of 4095");
+  expect_close(softmax(gpu(odd).narrow(1, 1, 4000), 1), softmax(odd.narrow(1, 1, 4000), 1), kTol,
+               "softmax of a narrowed (copied) input");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaSoftmax, ::testing::Values(kFloat32, kFloat64),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Builds loom's test and benchmark binaries here, and runs them on the GPU machine.
+#
+#   tools/gpu_run.sh build                     # here: Bazel + CUDA toolkit, no GPU needed
+#   tools/gpu_run.sh run [options]             # on the GPU machine: no Bazel needed
+#     --sanitize[=TOOL]   run the tests under compute-sanitizer (memcheck by default;
+#                         also racecheck, synccheck, initcheck) with loom's caching
+#                         allocator off (LOOM_CUDA_NO_CACHING=1), so that the tool sees
+#                         every allocation's real bounds; no benchmark then
+#     --filter REGEX      only test binaries whose name matches REGEX
+#     --no-bench          skip the benchmark
+#
+# build: builds every test target and //bench:cuda_bench with the CUDA backend,
+#   strips them, and packs them (with libgomp, in case the GPU machine lacks it) into
+#   .gpu/bundle.tar.xz. The binaries share most of their bytes, so the solid archive is a
+#   few MiB: small enough to carry to the GPU machine. It also copies this script to
+#   .gpu/gpu_run.sh and writes .gpu/MANIFEST (commit, date, files).
+# run: unpacks the bundle, sets LD_LIBRARY_PATH from the pip nvidia packages (see
+#   docs/cuda.md), runs every test binary and the benchmark, writes all logs, GoogleTest
+#   XML and the benchmark's JSON lines under $OUT (default .gpu/out/<time>), and prints a
+#   short summary table last. Exit status: 0 when every test binary passed.
+set -uo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+if [ -f "$here/bundle.tar.xz" ]; then
+  gpu_dir="$here"                     # running the copy inside .gpu/
+else
+  gpu_dir="$(cd "$here/.." && pwd)/.gpu"
+fi
+
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+}
+
+build() {
+  cd "$here/.." || exit 1
+  if [ ! -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]; then
+    echo "gpu_run build: no CUDA toolkit (nvcc) here: the binaries would have no CUDA backend" >&2
+    exit 1
+  fi
+  tools/setup.sh || exit 1
+  local targets
+  targets=$(bazel query 'tests(//...)' 2>/dev/null) || { echo "gpu_run build: bazel query failed" >&2; exit 1; }
+  # --//:cuda=true: fail loudly rather than quietly build a CPU-only bundle.
+  bazel build --//:cuda=true $targets //bench:cuda_bench || exit 1
+
+  rm -rf "$gpu_dir" && mkdir -p "$gpu_dir/stage/bin" "$gpu_dir/stage/lib"
+  local label path name
+  for label in $targets //bench:cuda_bench; do
+    path="bazel-bin/${label#//}"
+    path="${path/://}"
+    name="$(basename "$path")"
+    if [ -e "$gpu_dir/stage/bin/$name" ]; then
+      echo "gpu_run build: two targets are named $name" >&2
+      exit 1
+    fi
+    cp "$path" "$gpu_dir/stage/bin/$name" && chmod u+w "$gpu_dir/stage/bin/$name"
+    strip "$gpu_dir/stage/bin/$name"
+  done
+  # OpenMP's runtime ships with GCC; the GPU machine has it when it has gcc, but carry it.
+  cp "$(ldd "$gpu_dir/stage/bin/cuda_bench" | awk '/libgomp/ {print $3}')" "$gpu_dir/stage/lib/" 2>/dev/null
+  {
+    echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- . || echo ' (with uncommitted changes)')"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) with $("${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" --version | tail -1)"
+    (cd "$gpu_dir/stage" && find . -type f | sort)
+  } > "$gpu_dir/stage/MANIFEST"
+  cp "$gpu_dir/stage/MANIFEST" "$gpu_dir/MANIFEST"
+  # A solid archive with a dictionary larger than one binary stores the bytes
+  # they share once: ~250 MB of binaries become ~5 MiB, in under a minute.
+  tar -C "$gpu_dir/stage" -cf - . | xz --lzma2=preset=1,dict=128MiB -T1 > "$gpu_dir/bundle.tar.xz" || exit 1
+  rm -rf "$gpu_dir/stage"
+  cp "$0" "$gpu_dir/gpu_run.sh"
+  echo "gpu_run build: $(du -sh "$gpu_dir" | cut -f1) in $gpu_dir ($(grep -c '^./bin/' "$gpu_dir/MANIFEST") binaries)."
+  echo "On the GPU machine: bash .gpu/gpu_run.sh run   (or tools/gpu_run.sh run in the checkout)"
+}
+
+# Passed/failed/skipped counts from a GoogleTest XML file, as "P F S".
+count_xml() {
+  python3 - "$1" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+p = f = s = 0
+try:
+    for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            f += 1
+        elif case.get("result") == "skipped" or case.find("skipped") is not None:
+            s += 1
+        else:
+            p += 1
+except Exception:
+    pass
+print(p, f, s)
+EOF
+}
+
+run() {
+  local sanitize="" filter="." bench=1
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --sanitize) sanitize=memcheck ;;
+      --sanitize=*) sanitize="${1#--sanitize=}" ;;
+      --filter) shift; filter="${1:-.}" ;;
+      --no-bench) bench=0 ;;
+      *) usage ;;
+    esac
+    shift
+  done
+  [ -f "$gpu_dir/bundle.tar.xz" ] || { echo "gpu_run run: no $gpu_dir/bundle.tar.xz: run 'tools/gpu_run.sh build' first" >&2; exit 1; }
+  local out="${OUT:-$gpu_dir/out/$(date +%Y%m%d-%H%M%S)}"
+  local work="$gpu_dir/unpacked"
+  rm -rf "$work" && mkdir -p "$work" "$out/tests" || exit 1
+  tar -C "$work" -xJf "$gpu_dir/bundle.tar.xz" || exit 1
+  cp "$work/MANIFEST" "$out/MANIFEST"
+
+  # The CUDA libraries: from the pip nvidia packages when there are any
+  # (PyTorch's), then the toolkit's.
+  local pip_root
+  pip_root=$(python3 -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null)
+  if [ -n "$pip_root" ]; then
+    LD_LIBRARY_PATH="$(ls -d "$pip_root"/nvidia/*/lib | tr '\n' ':')/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  ldconfig -p 2>/dev/null | grep -q 'libgomp.so.1 ' || LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$work/lib"
+  export LD_LIBRARY_PATH
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$out/environment.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$out/environment.txt" 2>&1
+
+  local sanitizer=()
+  if [ -n "$sanitize" ]; then
+    local tool
+    tool=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    [ -n "$tool" ] || { echo "gpu_run run: --sanitize needs compute-sanitizer (CUDA toolkit), not found" >&2; exit 1; }
+    sanitizer=("$tool" --tool "$sanitize" --error-exitcode 86 --print-limit 100)
+    export LOOM_CUDA_NO_CACHING=1  # every tensor its own cudaMalloc: exact bounds for the tool
+    bench=0
+  fi
+
+  local summary="$out/summary.txt" total_p=0 total_f=0 total_s=0 failed_binaries=0
+  printf '%-26s %7s %7s %7s %5s %7s\n' binary passed failed skipped rc seconds > "$summary"
+  local bin name start rc secs counts p f s missing
+  for bin in "$work"/bin/*_test; do
+    name=$(basename "$bin")
+    [[ "$name" =~ $filter ]] || continue
+    missing=$(ldd "$bin" | grep 'not found')
+    start=$(date +%s)
+    timeout "${TEST_TIMEOUT:-1800}" "${sanitizer[@]}" "$bin" --gtest_output="xml:$out/tests/$name.xml" \
+      > "$out/tests/$name.log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    [ -n "$missing" ] && echo "missing libraries: $missing" >> "$out/tests/$name.log"
+    read -r p f s <<< "$(count_xml "$out/tests/$name.xml")"
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, timed out or sanitizer errors
+    [ "$rc" -ne 0 ] && failed_binaries=$((failed_binaries + 1))
+    total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
+    printf '%-26s %7d %7d %7d %5d %7d\n' "$name" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
+  done
+
+  if [ "$bench" = 1 ] && [ -x "$work/bin/cuda_bench" ]; then
+    "$work/bin/cuda_bench" > "$out/bench.jsonl" 2> "$out/bench.txt"
+    echo "cuda_bench exit status $?" >> "$out/bench.txt"
+  fi
+
+  echo
+  echo "logs, XML and benchmark output: $out"
+  cat "$summary"
+  [ -f "$out/bench.txt" ] && { echo; tail -n 12 "$out/bench.txt"; }
+  echo
+  echo "$total_p passed, $total_f failed, $total_s skipped${sanitize:+ (under compute-sanitizer $sanitize)}" | tee -a "$summary"
+  [ "$failed_binaries" -eq 0 ]
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) shift; run "$@" ;;
+  *) usage ;;
+esac
