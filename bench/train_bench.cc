@@ -4,65 +4,19 @@
 //
 //   bazel run //bench:train_bench -- --model cnn --device cpu --steps 20
 //
-// Shapes (fixed, so that results compare across frameworks):
-//   cnn   1x28x28 images, batch 256, the Fashion-MNIST CNN, AdamW lr 1e-3
-//   gpt   vocab 65; cuda: 6 layers, 6 heads, d=384, context 256, batch 64;
-//         cpu: 2 layers, 4 heads, d=128, context 64, batch 8; AdamW
-//   lstm  2-layer LSTM, input 64, hidden 512 (cuda) or 128 (cpu), sequence 64,
-//         batch 64, Linear(hidden, 10) on the last step; AdamW
+// Shapes: bench/workloads.h (the same as torch_reference.py's).
 // Inputs are random but fixed; each step is forward, backward, optimizer step.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <functional>
 
-#include "examples/models/models.h"
+#include "bench/workloads.h"
 #include "optim/optimizer.h"
+#include "tensor/backend.h"
 
 using namespace loom;
-
-struct Workload {
-  std::shared_ptr<nn::Module> model;
-  std::function<Tensor()> loss;  // one forward pass to the loss
-  int64_t samples_per_step;
-  int64_t tokens_per_step;  // 0 where tokens mean nothing
-};
-
-Workload make_workload(const std::string& name, Device device) {
-  const bool gpu = device.is_cuda();
-  if (name == "cnn") {
-    auto model = models::fashion_cnn();
-    model->to(device);
-    Tensor x = randn({256, 1, 28, 28}, {.device = device});
-    Tensor y = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
-    return {model.ptr(), [=] { return nn::functional::cross_entropy(model->forward(x), y); }, 256, 0};
-  }
-  if (name == "gpt") {
-    models::GPTConfig c = gpu ? models::GPTConfig{65, 256, 6, 6, 384} : models::GPTConfig{65, 64, 2, 4, 128};
-    const int64_t batch = gpu ? 64 : 8;
-    models::GPT model(c);
-    model->to(device);
-    Tensor idx = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
-    Tensor targets = randint(0, c.vocab_size, {batch * c.block_size}, {.dtype = kInt64, .device = device});
-    return {model.ptr(),
-            [=] {
-              Tensor logits = model->forward(idx);
-              return nn::functional::cross_entropy(logits.reshape({-1, c.vocab_size}), targets);
-            },
-            batch, batch * c.block_size};
-  }
-  if (name == "lstm") {
-    const int64_t hidden = gpu ? 512 : 128;
-    models::LSTMClassifier model({.input_size = 64, .hidden_size = hidden, .num_layers = 2, .classes = 10});
-    model->to(device);
-    Tensor x = randn({64, 64, 64}, {.device = device});
-    Tensor y = randint(0, 10, {64}, {.dtype = kInt64, .device = device});
-    return {model.ptr(), [=] { return nn::functional::cross_entropy(model->forward(x), y); }, 64, 0};
-  }
-  LOOM_FAIL("train_bench: unknown model '", name, "' (expected cnn, gpt or lstm)");
-}
 
 int main(int argc, char** argv) {
   CLI::App app{"Time training steps of loom's benchmark models"};
@@ -79,10 +33,10 @@ int main(int argc, char** argv) {
   try {
     const Device device = Device::parse(device_name);
     manual_seed(0);
-    Workload w = make_workload(model, device);
+    bench::Workload w = bench::make_workload(model, device);
     optim::AdamW opt(w.model->parameters(), {.lr = 1e-3});
     auto train_step = [&] {
-      Tensor loss = w.loss();
+      Tensor loss = w.loss(w.model->forward(w.input), w.target);
       opt.zero_grad();
       loss.backward();
       opt.step();

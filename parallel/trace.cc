@@ -55,8 +55,10 @@ void set_process(int pid, const std::string& name) {
   state().process_name = name;
 }
 
-int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - kStart).count();
+int64_t now_us() { return to_us(std::chrono::steady_clock::now()); }
+
+int64_t to_us(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t - kStart).count();
 }
 
 void record(const std::string& name, const std::string& category, int lane, int64_t begin_us, int64_t end_us) {

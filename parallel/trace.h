@@ -14,6 +14,7 @@
 // for it, so spans show where each lane spends its time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct Event {
 };
 
 int64_t now_us();
+// A steady-clock time point (e.g. Work::completed_at()) on the same scale.
+int64_t to_us(std::chrono::steady_clock::time_point t);
 void record(const std::string& name, const std::string& category, int lane, int64_t begin_us, int64_t end_us);
 std::vector<Event> events();
 

@@ -1,6 +1,10 @@
 #include "parallel/comm/init.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <string>
 
 #include "parallel/comm/mpi_group.h"
@@ -16,8 +20,23 @@ const char* env(const char* name) {
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
+// Ranks sharing a machine share its cores: unless OMP_NUM_THREADS says
+// otherwise, each gets cores / ranks-on-this-machine OpenMP threads (at least
+// one), instead of every rank starting a thread per core and all of them
+// spinning against each other. torchrun does the same (it sets 1).
+void share_cores_among_local_ranks() {
+  const char* local_size = env("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (env("OMP_NUM_THREADS") || !local_size) return;
+  const int ranks = std::max(1, std::atoi(local_size));
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  omp_set_num_threads(std::max(1, cores / ranks));
+}
+
 std::shared_ptr<ProcessGroup> start(int* argc, char*** argv, ProcessGroupOptions options) {
-  if (launched_by_mpi()) return MpiGroup::world(options, argc, argv);
+  if (launched_by_mpi()) {
+    share_cores_among_local_ranks();
+    return MpiGroup::world(options, argc, argv);
+  }
   return ThreadGroup::create(1, options)[0];
 }
 

@@ -11,6 +11,9 @@
 // is finalised when the process exits. Started any other way, it returns a
 // one-rank group (the threads backend), so the same program runs unchanged.
 // Every rank calls init() once. How to launch: docs/comm.md.
+//
+// Ranks on one machine share its cores: unless OMP_NUM_THREADS is set, each
+// rank uses cores / (ranks on the machine) OpenMP threads.
 #pragma once
 
 #include <memory>

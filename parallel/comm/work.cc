@@ -20,6 +20,11 @@ bool Work::is_success() const {
   return completed_ && !failed_;
 }
 
+std::chrono::steady_clock::time_point Work::completed_at() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_at_;
+}
+
 void Work::mark_completed(std::exception_ptr error) {
   std::string message;
   if (error) {
@@ -35,6 +40,7 @@ void Work::mark_completed(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mutex_);
     LOOM_INTERNAL_ASSERT(!completed_, "Work completed twice");
     completed_ = true;
+    completed_at_ = std::chrono::steady_clock::now();
     failed_ = error != nullptr;
     error_ = std::move(message);
   }

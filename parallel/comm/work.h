@@ -8,6 +8,7 @@
 // when one Work is completed, so are all that were issued before it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -26,6 +27,9 @@ class Work {
   bool is_completed() const;
   // True once the operation has finished without error.
   bool is_success() const;
+  // When the operation finished (steady clock); meaningful once completed.
+  // Tracing uses it to draw a collective's span on the communication lane.
+  std::chrono::steady_clock::time_point completed_at() const;
 
   // Called once by the process group that ran the operation, on its thread.
   void mark_completed(std::exception_ptr error = nullptr);
@@ -34,6 +38,7 @@ class Work {
   mutable std::mutex mutex_;
   std::condition_variable completed_cv_;
   bool completed_ = false;
+  std::chrono::steady_clock::time_point completed_at_;
   // The failure's message. wait() throws a fresh loom::Error with it rather
   // than rethrowing the original object, which would then be shared between
   // the communication thread and every waiting thread.

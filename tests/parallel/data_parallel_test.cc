@@ -5,32 +5,15 @@
 
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "tests/parallel/equivalence.h"
 #include "tests/test_util.h"
 
 namespace loom {
 namespace {
 
 namespace F = nn::functional;
-
-// Conv2d, Linear and LayerNorm; `batch_norm` adds a BatchNorm2d.
-nn::Sequential make_net(bool batch_norm) {
-  nn::Sequential net(nn::Conv2d({.in_channels = 2, .out_channels = 4, .kernel_size = 3, .padding = 1}));
-  if (batch_norm) net->push_back(nn::BatchNorm2d(4));
-  net->push_back(nn::ReLU());
-  net->push_back(nn::Flatten());
-  net->push_back(nn::Linear(4 * 6 * 6, 16));
-  net->push_back(nn::LayerNorm(16));
-  net->push_back(nn::Tanh());
-  net->push_back(nn::Linear(16, 3));
-  return net;
-}
-
-double max_param_difference(const nn::Module& a, const nn::Module& b) {
-  TensorList pa = a.parameters(), pb = b.parameters();
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, testing::max_rel_error(pa[i], pb[i]));
-  return worst;
-}
+using parallel::testing::make_net;
+using parallel::testing::max_param_difference;
 
 // k steps of Adam on the same batches: single device vs DataParallel over
 // `replicas` CPU devices; the parameters must agree after every step.

@@ -36,7 +36,9 @@ TEST(Trace, SpansFromThreadsLandOnTheirLanesAndNest) {
   for (const auto& e : events) {
     if (e.name == "step") step = &e;
     if (e.name == "all_reduce") reduce = &e;
-    if (e.name == "backward") EXPECT_EQ(e.lane, b);
+    if (e.name == "backward") {
+      EXPECT_EQ(e.lane, b);
+    }
   }
   ASSERT_TRUE(step && reduce);
   EXPECT_EQ(step->lane, a);

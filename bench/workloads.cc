@@ -1,0 +1,58 @@
+#include "bench/workloads.h"
+
+#include "examples/models/models.h"
+#include "nn/nn.h"
+
+namespace loom::bench {
+namespace {
+
+Tensor classification_loss(const Tensor& logits, const Tensor& labels) {
+  return nn::functional::cross_entropy(logits, labels);
+}
+
+}  // namespace
+
+Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
+  const bool gpu = device.is_cuda();
+  Workload w;
+  w.name = name;
+  w.loss = classification_loss;
+  if (name == "cnn") {
+    w.model = models::fashion_cnn().ptr();
+    w.input = randn({256, 1, 28, 28}, {.device = device});
+    w.target = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
+  } else if (name == "gpt") {
+    const models::GPTConfig c = gpu ? models::GPTConfig{65, 256, 6, 6, 384} : models::GPTConfig{65, 64, 2, 4, 128};
+    const int64_t batch = gpu ? 64 : 8;
+    w.model = models::GPT(c).ptr();
+    w.input = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
+    w.target = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
+    w.loss = [vocab = c.vocab_size](const Tensor& logits, const Tensor& targets) {
+      return nn::functional::cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}));
+    };
+    w.tokens_per_step = batch * c.block_size;
+  } else if (name == "lstm") {
+    const int64_t hidden = gpu ? 512 : 128;
+    w.model = models::LSTMClassifier({.input_size = 64, .hidden_size = hidden, .num_layers = 2, .classes = 10}).ptr();
+    w.input = randn({64, 64, 64}, {.device = device});
+    w.target = randint(0, 10, {64}, {.dtype = kInt64, .device = device});
+  } else if (name == "mlp") {
+    LOOM_CHECK(mlp.layers >= 2 && mlp.hidden > 0, "mlp: needs at least 2 layers and a positive width");
+    nn::Sequential net(nn::Linear(512, mlp.hidden), nn::ReLU());
+    for (int k = 0; k < mlp.layers - 2; ++k) {
+      net->push_back(nn::Linear(mlp.hidden, mlp.hidden));
+      net->push_back(nn::ReLU());
+    }
+    net->push_back(nn::Linear(mlp.hidden, 10));
+    w.model = net.ptr();
+    w.input = randn({256, 512}, {.device = device});
+    w.target = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
+  } else {
+    LOOM_FAIL("unknown workload '", name, "' (expected cnn, gpt, lstm or mlp)");
+  }
+  w.model->to(device);
+  w.samples_per_step = w.input.size(0);
+  return w;
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,54 @@
+// The Fashion-MNIST CNN training loop, shared by the single-device example
+// and its DataParallel and DistributedDataParallel versions, so that the
+// three differ only in how the model is wrapped and the data is shared out.
+//
+//   FashionMnistConfig config;
+//   CLI::App app;  add_fashion_mnist_flags(app, config);  ...parse...
+//   return train_fashion_mnist(config, Strategy::single());
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "nn/module.h"
+#include "parallel/comm/process_group.h"
+
+namespace loom::examples {
+
+struct FashionMnistConfig {
+  std::string name = "fashion_mnist_cnn";  // names the outputs and the RESULT line
+  int epochs = 5, width = 16, workers = 2, log_every = 100;
+  int64_t batch_size = 128;  // global: summed over DataParallel replicas or DDP ranks
+  int64_t max_steps_per_epoch = 0, stop_after_epoch = 0;
+  double lr = 2e-3;
+  uint64_t seed = 0;
+  std::string device = "cpu", data_root;
+  std::string metrics, checkpoint;  // default: <name>.csv, <name>.safetensors
+  bool resume = false;
+};
+
+// Registers the flags every version shares.
+void add_fashion_mnist_flags(CLI::App& app, FashionMnistConfig& config);
+
+// How this process takes part in training.
+struct Strategy {
+  // Turns the model (already on its device) into the module whose forward
+  // trains it: the model itself, a DataParallel, a DistributedDataParallel.
+  std::function<nn::ModulePtr(const nn::ModulePtr& model)> wrap;
+  // DDP: this process's group. Each rank reads its own share of every
+  // global batch; rank 0 alone writes metrics and checkpoints.
+  std::shared_ptr<parallel::ProcessGroup> group;
+
+  static Strategy single() {
+    return {[](const nn::ModulePtr& model) { return model; }, nullptr};
+  }
+};
+
+// Trains, evaluating on the test set after every epoch; returns the exit
+// status. The last line printed is RESULT {json}.
+int train_fashion_mnist(FashionMnistConfig config, const Strategy& strategy);
+
+}  // namespace loom::examples

@@ -1,0 +1,160 @@
+#include "parallel/ddp/reducer.h"
+
+#include <chrono>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "parallel/trace.h"
+#include "tensor/creation.h"
+#include "tensor/error.h"
+
+namespace loom::parallel {
+
+std::shared_ptr<Reducer> Reducer::create(TensorList params, std::vector<std::string> names,
+                                         std::shared_ptr<ProcessGroup> group, int64_t bucket_cap_bytes,
+                                         bool find_unused_parameters) {
+  std::shared_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(names), std::move(group),
+                                               bucket_cap_bytes, find_unused_parameters));
+  reducer->install_hooks();
+  return reducer;
+}
+
+Reducer::Reducer(TensorList params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
+                 int64_t bucket_cap_bytes, bool find_unused_parameters)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(std::move(group)),
+      find_unused_(find_unused_parameters),
+      buckets_(plan_buckets(params_, bucket_cap_bytes)),
+      slots_(params_.size()),
+      ready_(params_.size()),
+      pending_(buckets_.size()),
+      works_(buckets_.size()),
+      launch_us_(buckets_.size()),
+      pending_at_launch_(buckets_.size()) {
+  // Each bucket's flat tensor and the parameters' views into it are made
+  // once: a step allocates nothing.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Tensor& first = params_[buckets_[b].front()];
+    int64_t numel = 0;
+    for (size_t k : buckets_[b]) numel += params_[k].numel();
+    Tensor flat = zeros({numel}, {.dtype = first.dtype(), .device = first.device()});
+    int64_t offset = 0;
+    for (size_t k : buckets_[b]) {
+      const int64_t n = params_[k].numel();
+      slots_[k] = {b, flat.narrow(0, offset, n).view(params_[k].shape().vec())};
+      offset += n;
+    }
+    flat_.push_back(flat);
+  }
+  reset_step();
+}
+
+void Reducer::install_hooks() {
+  // The hooks outlive nothing: a parameter kept after its DDP wrapper is gone
+  // finds the Reducer expired and does nothing.
+  std::weak_ptr<Reducer> weak = shared_from_this();
+  for (size_t k = 0; k < params_.size(); ++k)
+    params_[k].register_post_accumulate_grad_hook([weak, k](const Tensor&) {
+      if (auto reducer = weak.lock()) reducer->on_gradient_ready(k);
+    });
+}
+
+void Reducer::reset_step() {
+  callback_queued_ = false;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int>(buckets_[b].size());
+  gradients_pending_ = static_cast<int>(params_.size());
+  next_bucket_ = 0;
+  std::fill(works_.begin(), works_.end(), nullptr);
+}
+
+void Reducer::prepare_for_backward(bool sync) {
+  reset_step();
+  armed_ = sync;
+}
+
+void Reducer::on_gradient_ready(size_t k) {
+  if (!armed_) return;
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    std::weak_ptr<Reducer> weak = shared_from_this();
+    autograd::queue_callback([weak] {
+      if (auto reducer = weak.lock()) reducer->finish_backward();
+    });
+  }
+  LOOM_CHECK(!ready_[k], "DistributedDataParallel: parameter '", names_[k],
+             "' received its gradient twice in one backward. Run one backward per forward "
+             "(or use no_sync() for the extra ones).");
+  ready_[k] = true;
+  {
+    NoGradGuard no_grad;
+    slots_[k].view.copy_(params_[k].grad());
+  }
+  --gradients_pending_;
+  if (--pending_[slots_[k].bucket] == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
+    const size_t b = next_bucket_++;
+    launch_us_[b] = trace::now_us();
+    pending_at_launch_[b] = gradients_pending_;
+    works_[b] = group_->all_reduce(flat_[b], ReduceOp::Avg);
+    stats_.allreduces += 1;
+    stats_.bytes += flat_[b].numel() * static_cast<int64_t>(flat_[b].element_size());
+  }
+}
+
+std::string Reducer::missing_gradients() const {
+  std::string names;
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (!ready_[k]) names += (names.empty() ? "'" : ", '") + names_[k] + "'";
+  return names;
+}
+
+void Reducer::finish_backward() {
+  armed_ = false;  // a second backward of the same forward does not synchronise
+  if (gradients_pending_ > 0) {
+    LOOM_CHECK(find_unused_, "DistributedDataParallel: rank ", group_->rank(),
+               ": these parameters received no gradient in this backward: ", missing_gradients(),
+               ". Every parameter must contribute to the loss on every rank, or construct "
+               "DistributedDataParallel with find_unused_parameters = true.");
+    // Locally unused: contribute zeros, so the average counts this rank as
+    // having no gradient for them, as PyTorch does.
+    NoGradGuard no_grad;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (ready_[k]) continue;
+      ready_[k] = true;
+      slots_[k].view.zero_();
+      --gradients_pending_;
+      --pending_[slots_[k].bucket];
+    }
+    launch_ready_buckets();
+  }
+  LOOM_INTERNAL_ASSERT(next_bucket_ == buckets_.size(), "Reducer: not every bucket was issued");
+
+  const bool tracing = trace::enabled();
+  const int lane = tracing ? trace::lane("rank" + std::to_string(group_->rank()) + "/comm") : 0;
+  const auto wait_begin = std::chrono::steady_clock::now();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    works_[b]->wait();
+    if (tracing)
+      trace::record("allreduce bucket " + std::to_string(b), "communication", lane, launch_us_[b],
+                    trace::to_us(works_[b]->completed_at()));
+  }
+  stats_.exposed_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_begin).count();
+  stats_.synced_backwards += 1;
+
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor grad = params_[k].grad();
+    if (grad.defined()) {
+      grad.copy_(slots_[k].view);
+    } else {
+      params_[k].set_grad(slots_[k].view.clone());  // locally unused: its first gradient
+    }
+  }
+}
+
+}  // namespace loom::parallel

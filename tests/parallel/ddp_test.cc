@@ -1,0 +1,228 @@
+// DistributedDataParallel with the threads backend: ranks are threads of this
+// process, each with its own model, optimizer and autograd tape.
+#include <gtest/gtest.h>
+
+#include "parallel/comm/thread_group.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/trace.h"
+#include "tests/parallel/ddp_checks.h"
+#include "tests/parallel/thread_ranks.h"
+#include "tests/test_util.h"
+
+namespace loom::parallel {
+namespace {
+
+namespace F = nn::functional;
+using testing::DdpCase;
+
+// Runs body(group of rank r) on one thread per rank; prepare(r) runs first,
+// on this thread, for each rank.
+template <typename Prepared>
+void run_ddp_ranks(int world, const std::function<Prepared(int rank)>& prepare,
+                   const std::function<void(const std::shared_ptr<ProcessGroup>&, Prepared&)>& body) {
+  std::vector<Prepared> prepared;
+  for (int r = 0; r < world; ++r) prepared.push_back(prepare(r));
+  auto groups = ThreadGroup::create(world, testing::test_options());
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(groups[r], prepared[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " threw";
+}
+
+using Models = std::pair<nn::ModulePtr, nn::ModulePtr>;
+
+void expect_matches_single_device(int world, DdpCase c) {
+  run_ddp_ranks<Models>(
+      world, [&](int rank) { return testing::ddp_models(rank, c); },
+      [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {
+        testing::check_ddp_matches_single_device(group, models.first, models.second, c);
+      });
+}
+
+// Tolerances as for DataParallel (data_parallel_test.cc): averaging per-rank
+// means adds the same terms in another order, a few ulps per step carried
+// through four Adam steps: ~1e-6 relative in float32 (bound 1e-5), ~1e-11 in
+// float64 (bound 1e-10). A lost or doubled rank's gradient is off by 1e-2.
+TEST(DistributedDataParallel, TwoRanksFloat64) { expect_matches_single_device(2, {.dtype = kFloat64, .tolerance = 1e-10}); }
+TEST(DistributedDataParallel, ThreeRanksFloat64) { expect_matches_single_device(3, {.dtype = kFloat64, .tolerance = 1e-10}); }
+TEST(DistributedDataParallel, TwoRanksFloat32) { expect_matches_single_device(2, {.dtype = kFloat32, .tolerance = 1e-5}); }
+// BatchNorm cases run in float64: the convolution's bias before BatchNorm has
+// a gradient that is exactly zero in real arithmetic, and in float32 rounding
+// noise of ~1e-9, which Adam's g / (|g| + eps) amplifies into arbitrary 1e-3
+// updates. In float64 the noise stays far below eps.
+TEST(DistributedDataParallel, ThreeRanksBatchNormFloat64) {
+  expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .tolerance = 1e-10});
+}
+TEST(DistributedDataParallel, NoSyncAccumulationThreeRanks) {
+  expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .micro_batches = 3, .tolerance = 1e-10});
+}
+TEST(DistributedDataParallel, OneRank) { expect_matches_single_device(1, {.dtype = kFloat64, .tolerance = 1e-12}); }
+
+TEST(DistributedDataParallel, NoSyncDoesNotCommunicate) {
+  run_ddp_ranks<int>(
+      2, [](int) { return 0; },
+      [](const std::shared_ptr<ProcessGroup>& group, int&) {
+        nn::Linear fc(3, 2);
+        DistributedDataParallel ddp(fc, group);
+        const int64_t ops_before = group->stats().ops;
+        {
+          auto guard = ddp->no_sync();
+          ddp->forward(randn({4, 3})).sum().backward();
+        }
+        EXPECT_EQ(group->stats().ops, ops_before);
+        EXPECT_EQ(ddp->reducer().stats().synced_backwards, 0);
+      });
+}
+
+TEST(DistributedDataParallel, RejectsDifferentModels) {
+  run_ddp_ranks<int>(
+      2, [](int) { return 0; },
+      [](const std::shared_ptr<ProcessGroup>& group, int&) { testing::check_ddp_rejects_different_models(group); });
+}
+
+// Rank 0's model uses head a, rank 1's head b: each head gets a gradient on
+// one rank only.
+class TwoHeadsImpl : public nn::Module {
+ public:
+  explicit TwoHeadsImpl(bool use_b) : Module("TwoHeads"), use_b_(use_b) {
+    a_ = register_module("a", nn::Linear(3, 2));
+    b_ = register_module("b", nn::Linear(3, 2));
+  }
+  Tensor forward(const Tensor& x) override { return use_b_ ? b_->forward(x) : a_->forward(x); }
+
+ private:
+  bool use_b_;
+  nn::Linear a_{nullptr}, b_{nullptr};
+};
+
+struct TwoHeadsModels {
+  std::shared_ptr<TwoHeadsImpl> local, reference;
+};
+
+TwoHeadsModels two_heads(int rank) {
+  manual_seed(5);
+  auto reference = std::make_shared<TwoHeadsImpl>(false);
+  auto local = std::make_shared<TwoHeadsImpl>(rank == 1);
+  local->load_state_dict(reference->state_dict());
+  return {local, reference};
+}
+
+TEST(DistributedDataParallel, UnusedParametersAreNamed) {
+  run_ddp_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
+    DistributedDataParallel ddp(std::static_pointer_cast<nn::Module>(m.local), group);
+    const char* unused = group->rank() == 0 ? "'b.weight', 'b.bias'" : "'a.weight', 'a.bias'";
+    EXPECT_THROW_MSG(ddp->forward(randn({4, 3})).sum().backward(), unused);
+  });
+}
+
+// With find_unused_parameters each head's gradient is its one rank's
+// gradient over the world size (the other rank contributes zero).
+TEST(DistributedDataParallel, FindUnusedParametersAveragesWithZeros) {
+  run_ddp_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
+    DistributedDataParallel ddp(std::static_pointer_cast<nn::Module>(m.local), group,
+                                {.find_unused_parameters = true});
+    Generator gen(3);
+    Tensor x0 = randn({4, 3}, {}, &gen), x1 = randn({4, 3}, {}, &gen);
+    ddp->forward(group->rank() == 0 ? x0 : x1).square().sum().backward();
+
+    // Reference: head a on rank 0's input, head b on rank 1's.
+    auto named = m.reference->named_children();
+    nn::ModulePtr a = named[0].second, b = named[1].second;
+    a->forward(x0).square().sum().backward();
+    b->forward(x1).square().sum().backward();
+    const auto local = m.local->named_parameters(), reference = m.reference->named_parameters();
+    for (size_t k = 0; k < local.size(); ++k)
+      loom::testing::expect_values(local[k].second.grad(), loom::testing::values(reference[k].second.grad() / 2), 1e-6);
+  });
+}
+
+// Backward meets the last layer first, so with one bucket per parameter the
+// first all-reduce is issued while most gradients are still to come; with
+// one big bucket it waits for all of them.
+TEST(DistributedDataParallel, SmallBucketsStartAllReduceDuringBackward) {
+  for (int64_t cap : {int64_t{1}, int64_t{25} << 20})
+    run_ddp_ranks<int>(
+        2, [](int) { return 0; },
+        [cap](const std::shared_ptr<ProcessGroup>& group, int&) {
+          nn::Sequential net(nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 2));
+          DistributedDataParallel ddp(net, group, {.bucket_cap_bytes = cap});
+          ddp->forward(randn({4, 8})).sum().backward();
+          const std::vector<int>& pending = ddp->reducer().pending_at_launch();
+          if (cap == 1) {
+            ASSERT_EQ(pending.size(), 6u);
+            EXPECT_GT(pending.front(), 0) << "the first bucket waited for every gradient";
+            EXPECT_EQ(pending.back(), 0);
+          } else {
+            EXPECT_EQ(pending, std::vector<int>{0});
+          }
+        });
+}
+
+// In eval mode BatchNorm normalises with its running statistics, so every
+// rank must use rank 0's: forward broadcasts them.
+TEST(DistributedDataParallel, ForwardBroadcastsRankZerosBuffers) {
+  run_ddp_ranks<int>(
+      2, [](int) { return 0; },
+      [](const std::shared_ptr<ProcessGroup>& group, int&) {
+        nn::Sequential net(nn::BatchNorm2d(2));
+        DistributedDataParallel ddp(net, group);
+        ddp->eval();
+        const Tensor running_mean = net->buffers()[0];
+        running_mean.fill_(group->rank() == 0 ? 1.5 : -4.0);  // ranks drift apart
+        ddp->forward(randn({2, 2, 3, 3}));
+        loom::testing::expect_values(running_mean, {1.5, 1.5}, 0);
+      });
+}
+
+TEST(DistributedDataParallel, TraceShowsEachBucketsAllReduce) {
+  trace::clear();
+  trace::enable(true);
+  run_ddp_ranks<int>(
+      2, [](int) { return 0; },
+      [](const std::shared_ptr<ProcessGroup>& group, int&) {
+        nn::Sequential net(nn::Linear(4, 4), nn::Tanh(), nn::Linear(4, 2));
+        DistributedDataParallel ddp(net, group, {.bucket_cap_bytes = 40});
+        ddp->forward(randn({3, 4})).sum().backward();
+      });
+  trace::enable(false);
+  int spans = 0;
+  for (const trace::Event& e : trace::events())
+    if (e.category == "communication") {
+      ++spans;
+      EXPECT_LE(e.begin_us, e.end_us);
+    }
+  // Buckets of <= 40 bytes: [2.bias 8 B, 2.weight 32 B], [0.bias 16 B], [0.weight 64 B]: 3 per rank.
+  EXPECT_EQ(spans, 6);
+  trace::clear();
+}
+
+TEST(DistributedDataParallel, HooksOutliveTheWrapperHarmlessly) {
+  run_ddp_ranks<int>(
+      1, [](int) { return 0; },
+      [](const std::shared_ptr<ProcessGroup>& group, int&) {
+        nn::Linear fc(3, 2);
+        { DistributedDataParallel ddp(fc, group); }
+        fc->forward(randn({2, 3})).sum().backward();  // the hooks find no Reducer
+        EXPECT_TRUE(fc->weight.grad().defined());
+      });
+}
+
+TEST(BucketPlan, ReverseOrderCapAndDtype) {
+  TensorList params{zeros({4}), zeros({2}), zeros({3}), zeros({10}), zeros({1}, {.dtype = kFloat64}), zeros({1})};
+  // float32: 16, 8, 12, 40 bytes; the float64 parameter breaks a bucket.
+  std::vector<Bucket> plan = plan_buckets(params, 24);
+  EXPECT_EQ(plan, (std::vector<Bucket>{{5}, {4}, {3}, {2, 1}, {0}}));
+  EXPECT_EQ(plan_buckets(params, 1 << 20), (std::vector<Bucket>{{5}, {4}, {3, 2, 1, 0}}));
+  EXPECT_THROW_MSG(plan_buckets(params, 0), "bucket_cap_bytes must be positive");
+}
+
+}  // namespace
+}  // namespace loom::parallel
