@@ -1,6 +1,7 @@
 #include "parallel/data_parallel.h"
 
 #include "autograd/engine.h"
+#include "parallel/trace.h"
 
 namespace loom::parallel {
 
@@ -15,7 +16,13 @@ DataParallelImpl::DataParallelImpl(nn::ModulePtr module, std::vector<Device> dev
   workers_ = std::make_shared<WorkerPool>(static_cast<int>(devices_.size()));
 }
 
+// Trace lanes: the main thread (broadcast, reduce) and one per replica. Looked
+// up only when tracing is on, so that a Span stays one atomic load when off.
+static int main_lane() { return trace::enabled() ? trace::lane("dp main") : 0; }
+static int replica_lane(int r) { return trace::enabled() ? trace::lane("dp replica " + std::to_string(r)) : 0; }
+
 void DataParallelImpl::broadcast_to_replicas() {
+  trace::Span span("broadcast parameters", "communication", main_lane());
   NoGradGuard no_grad;
   const TensorList params = module_->parameters(), buffers = module_->buffers();
   for (size_t r = 1; r < replicas_.size(); ++r) {
@@ -27,6 +34,7 @@ void DataParallelImpl::broadcast_to_replicas() {
 }
 
 void DataParallelImpl::reduce_gradients_to_module(int replicas) {
+  trace::Span span("reduce gradients", "communication", main_lane());
   NoGradGuard no_grad;
   const TensorList params = module_->parameters();
   for (int r = 1; r < replicas; ++r) {
@@ -60,7 +68,12 @@ Tensor DataParallelImpl::forward(const Tensor& x) {
     inputs.push_back(in);
   }
   TensorList outputs(replicas);
-  workers_->run([&](int r) { outputs[r] = replicas_[r]->forward(inputs[r]); }, replicas);
+  workers_->run(
+      [&](int r) {
+        trace::Span span("forward", "compute", replica_lane(r));
+        outputs[r] = replicas_[r]->forward(inputs[r]);
+      },
+      replicas);
 
   TensorList gathered;
   bool any_grad = false;
@@ -78,6 +91,7 @@ Tensor DataParallelImpl::forward(const Tensor& x) {
                      // Every replica backpropagates its part in its own thread...
                      self->workers_->run(
                          [&](int r) {
+                           trace::Span span("backward", "compute", replica_lane(r));
                            if (outputs[r].requires_grad())
                              autograd::backward({outputs[r]}, {parts[r].to(self->devices_[r])});
                          },

@@ -1,0 +1,43 @@
+#include "bench/compare/projection.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tensor/error.h"
+
+namespace loom::bench {
+
+double Profile::forward_s() const { return std::accumulate(stage_forward_s.begin(), stage_forward_s.end(), 0.0); }
+double Profile::backward_s() const { return std::accumulate(stage_backward_s.begin(), stage_backward_s.end(), 0.0); }
+
+double project_step_seconds(const std::string& strategy, const Profile& p, const ProjectionSettings& s) {
+  const double n = s.devices, fb = p.forward_s() + p.backward_s();
+  const Link& link = s.link;
+  if (strategy == "single") return fb + p.optimizer_s;
+  if (strategy == "dp")
+    return fb / n + p.optimizer_s + 2 * (n - 1) * link.seconds(p.parameter_bytes) +
+           2 * (n - 1) / n * (p.input_bytes + p.output_bytes) / link.bandwidth_bytes_per_s;
+  if (strategy == "ddp") {
+    const double k = std::max(1, s.ddp_buckets);
+    const double c = n == 1 ? 0 : 2 * (n - 1) * (k * link.latency_s + p.parameter_bytes / (n * link.bandwidth_bytes_per_s));
+    return fb / n + p.optimizer_s + std::max(c / k, c - p.backward_s() / n);
+  }
+  double boundaries = 0, largest_boundary = 0;
+  for (double a : p.boundary_bytes) {
+    boundaries += 2 * link.seconds(a);
+    largest_boundary = std::max(largest_boundary, a);
+  }
+  const double optimizer_per_stage = p.optimizer_s / n;
+  if (strategy == "layer_split") return fb + optimizer_per_stage + boundaries;
+  if (strategy == "gpipe" || strategy == "1f1b") {
+    const double m = s.micro_batches;
+    double slowest = 0;
+    for (size_t k = 0; k < p.stage_forward_s.size(); ++k)
+      slowest = std::max(slowest, p.stage_forward_s[k] + p.stage_backward_s[k]);
+    const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
+    return (m + n - 1) * (slowest / m + hop) + optimizer_per_stage;
+  }
+  LOOM_FAIL("project_step_seconds: unknown strategy '", strategy, "'");
+}
+
+}  // namespace loom::bench

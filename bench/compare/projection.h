@@ -1,0 +1,60 @@
+// The alpha-beta model compare_parallel uses to predict each strategy's step
+// time on N independent devices from what it measured on one.
+//
+// A message of b bytes over a link costs alpha + b / bandwidth. From the
+// single-device profile (forward and backward time of each pipeline stage on
+// the whole batch, optimizer time, parameter and boundary-activation bytes):
+//
+//   single        F + B + O
+//   DataParallel  (F + B)/N + O + 2(N-1)(alpha + P/bw)          broadcast + reduce from device 0, serial
+//                 + 2(N-1)/N (In + Out)/bw                       scatter inputs, gather outputs (and back)
+//   DDP           (F + B)/N + O + max(C/k, C - B/N)              ring all-reduce C = 2(N-1)(k alpha + P/(N bw)),
+//                                                                k buckets, hidden behind backward but the last
+//   layer split   F + B + O/N + 2 sum_s (alpha + A_s/bw)         one device busy at a time
+//   GPipe, 1F1B   (m + N - 1)(max_s (F_s + B_s)/m                m micro-batches, N stages: the bubble is N - 1
+//                   + 2(alpha + A_max/(m bw))) + O/N             micro-batch slots (1F1B: same time, less memory)
+//
+// where F, B are summed over stages, O is the optimizer step, P the parameter
+// bytes, A_s the activation bytes leaving stage s. It ignores contention and
+// the host's own overheads, so it is a floor; compare_parallel prints it
+// beside the measurement to show how far reality is from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::bench {
+
+struct Link {
+  double bandwidth_bytes_per_s;
+  double latency_s;
+  // Defaults: PCIe 4.0 x16 (~25 GB/s achieved, ~10 us) and NVLink 4 (H100:
+  // ~370 GB/s achieved per direction for collectives, ~5 us).
+  static Link pcie() { return {25e9, 10e-6}; }
+  static Link nvlink() { return {370e9, 5e-6}; }
+  double seconds(double bytes) const { return latency_s + bytes / bandwidth_bytes_per_s; }
+};
+
+struct Profile {
+  std::vector<double> stage_forward_s, stage_backward_s;  // whole batch, per pipeline stage
+  std::vector<double> boundary_bytes;                     // activation bytes leaving stage s (s < last)
+  double optimizer_s = 0;
+  double parameter_bytes = 0;
+  double input_bytes = 0, output_bytes = 0;  // one batch
+  double forward_s() const;
+  double backward_s() const;
+};
+
+struct ProjectionSettings {
+  int devices = 2;
+  int micro_batches = 4;
+  int ddp_buckets = 1;
+  Link link = Link::pcie();
+};
+
+// Predicted seconds per step for "single", "dp", "ddp", "layer_split",
+// "gpipe" or "1f1b" (the stages in the profile are the N devices).
+double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
+
+}  // namespace loom::bench

@@ -1,0 +1,392 @@
+#include "bench/compare/strategies.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "autograd/engine.h"
+#include "nn/nn.h"
+#include "optim/optimizer.h"
+#include "parallel/comm/thread_group.h"
+#include "parallel/data_parallel.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/pipeline/pipeline.h"
+#include "parallel/trace.h"
+#include "tensor/allocator.h"
+#include "tensor/backend.h"
+
+namespace loom::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double bytes_of(const Tensor& t) { return static_cast<double>(t.numel()) * static_cast<double>(t.element_size()); }
+
+std::shared_ptr<nn::SequentialImpl> as_sequential(const nn::ModulePtr& m) {
+  return std::dynamic_pointer_cast<nn::SequentialImpl>(m);
+}
+
+// Forward and backward seconds of each child of a Sequential on the whole
+// batch (median of three), and the bytes of each child's output.
+struct ChildTimes {
+  std::vector<double> forward_s, backward_s, output_bytes;
+};
+
+ChildTimes time_children(const Workload& w) {
+  auto seq = as_sequential(w.model->clone());
+  ChildTimes t;
+  Tensor x = w.input;
+  for (size_t i = 0; i < seq->size(); ++i) {
+    Tensor in = is_floating(x.dtype()) ? x.detach().requires_grad_() : x;
+    std::vector<double> fwd, bwd;
+    Tensor out;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto start = Clock::now();
+      out = (*seq)[i]->forward(in);
+      synchronize(w.input.device());
+      fwd.push_back(seconds_since(start));
+      Tensor grad = ones_like(out);
+      start = Clock::now();
+      if (out.requires_grad()) autograd::backward({out}, {grad});
+      synchronize(w.input.device());
+      bwd.push_back(seconds_since(start));
+    }
+    std::sort(fwd.begin(), fwd.end());
+    std::sort(bwd.begin(), bwd.end());
+    t.forward_s.push_back(fwd[1]);
+    t.backward_s.push_back(bwd[1]);
+    t.output_bytes.push_back(bytes_of(out));
+    x = out.detach();
+  }
+  return t;
+}
+
+// Runs `step` warmup + steps times; times the steps with tracing on (the
+// spans are how compute, communication and idle are told apart).
+struct Timed {
+  double step_s;
+  int64_t peak_bytes;
+  std::vector<trace::Event> events;
+};
+
+Timed time_steps(const std::function<void()>& step, const CompareConfig& c, const std::string& strategy) {
+  for (int i = 0; i < c.warmup; ++i) step();
+  synchronize(c.device);
+  reset_peak_memory_stats(c.device);
+  trace::clear();
+  trace::enable(true);
+  const auto start = Clock::now();
+  for (int i = 0; i < c.steps; ++i) step();
+  synchronize(c.device);
+  const double seconds = seconds_since(start);
+  trace::enable(false);
+  if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + strategy + ".json");
+  return {seconds / c.steps, memory_stats(c.device).peak_allocated_bytes, trace::events()};
+}
+
+// Seconds per step spent in spans of `category` on `lane`.
+double span_seconds(const std::vector<trace::Event>& events, const std::string& category, int lane, int steps) {
+  int64_t us = 0;
+  for (const trace::Event& e : events)
+    if (e.category == category && e.lane == lane) us += e.end_us - e.begin_us;
+  return us * 1e-6 / steps;
+}
+
+void split_step(Measurement& m, double comm_s, double idle_s) {
+  m.comm_s = std::min(comm_s, m.step_s);
+  m.idle_s = std::clamp(idle_s, 0.0, m.step_s - m.comm_s);
+  m.compute_s = m.step_s - m.comm_s - m.idle_s;
+}
+
+std::vector<Device> repeated(const CompareConfig& c) { return std::vector<Device>(c.devices, c.device); }
+
+Measurement run_single(const Workload& w, const CompareConfig& c) {
+  nn::ModulePtr model = w.model->clone();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+  const int lane = trace::lane("single");
+  Timed t = time_steps(
+      [&] {
+        Tensor loss;
+        {
+          trace::Span span("forward", "compute", lane);
+          loss = w.loss(model->forward(w.input), w.target);
+        }
+        opt.zero_grad();
+        {
+          trace::Span span("backward", "compute", lane);
+          loss.backward();
+        }
+        trace::Span span("optimizer", "compute", lane);
+        opt.step();
+      },
+      c, "single");
+  Measurement m{"single"};
+  m.step_s = t.step_s;
+  m.peak_bytes = t.peak_bytes;
+  split_step(m, 0, 0);
+  return m;
+}
+
+Measurement run_dp(const Workload& w, const CompareConfig& c) {
+  nn::ModulePtr model = w.model->clone();
+  parallel::DataParallel dp(model, repeated(c));
+  optim::AdamW opt(dp->parameters(), {.lr = 1e-3});
+  Timed t = time_steps(
+      [&] {
+        Tensor loss = w.loss(dp->forward(w.input), w.target);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+      },
+      c, "dp");
+  Measurement m{"dp"};
+  m.step_s = t.step_s;
+  m.peak_bytes = t.peak_bytes;
+  // Exposed communication: the main thread's broadcast and reduce. Idle: a
+  // replica's time outside its own forward/backward and that communication.
+  const double comm = span_seconds(t.events, "communication", trace::lane("dp main"), c.steps);
+  double idle = 0;
+  for (int r = 0; r < c.devices; ++r)
+    idle += t.step_s - comm - span_seconds(t.events, "compute", trace::lane("dp replica " + std::to_string(r)), c.steps);
+  split_step(m, comm, idle / c.devices);
+  // Computed: parameters to N-1 replicas, gradients back, the batch scattered
+  // and the outputs (and their gradients) gathered.
+  double params = 0;
+  for (const Tensor& p : model->parameters()) params += bytes_of(p);
+  Tensor out = model->forward(w.input.narrow(0, 0, 1));
+  const double n = c.devices;
+  m.comm_bytes = 2 * (n - 1) * params + (n - 1) / n * (bytes_of(w.input) + 2 * bytes_of(out) * w.input.size(0));
+  return m;
+}
+
+Measurement run_ddp(const Workload& w, const CompareConfig& c) {
+  Measurement m{"ddp"};
+  const int64_t batch = w.input.size(0);
+  if (batch % c.devices != 0) {
+    m.skipped = "batch " + std::to_string(batch) + " does not split over " + std::to_string(c.devices) + " ranks";
+    return m;
+  }
+  const int64_t share = batch / c.devices;
+  auto groups = parallel::ThreadGroup::create(c.devices);
+  std::vector<nn::ModulePtr> models;
+  for (int r = 0; r < c.devices; ++r) models.push_back(w.model->clone());
+  // Each rank a thread with its share of the cores, as ranks under mpirun get.
+  const int threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.devices);
+  std::vector<double> step_s(c.devices), exposed_s(c.devices), bus_bytes(c.devices);
+  std::vector<int64_t> peak(c.devices);
+  std::vector<int> buckets(c.devices);
+  std::vector<std::string> errors(c.devices);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < c.devices; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        omp_set_num_threads(threads_per_rank);
+        parallel::DistributedDataParallel ddp(models[r], groups[r]);
+        optim::AdamW opt(ddp->parameters(), {.lr = 1e-3});
+        Tensor x = w.input.narrow(0, r * share, share), y = w.target.narrow(0, r * share, share);
+        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+        auto step = [&] {
+          Tensor loss;
+          {
+            trace::Span span("forward", "compute", lane);
+            loss = w.loss(ddp->forward(x), y);
+          }
+          opt.zero_grad();
+          {
+            trace::Span span("backward", "compute", lane);
+            loss.backward();
+          }
+          trace::Span span("optimizer", "compute", lane);
+          opt.step();
+        };
+        for (int i = 0; i < c.warmup; ++i) step();
+        groups[r]->barrier()->wait();
+        if (r == 0) {
+          reset_peak_memory_stats(c.device);
+          trace::clear();
+          trace::enable(true);
+        }
+        groups[r]->barrier()->wait();
+        const parallel::ReducerStats before = ddp->reducer().stats();
+        const int64_t bus_before = groups[r]->stats().bus_bytes;
+        const auto start = Clock::now();
+        for (int i = 0; i < c.steps; ++i) step();
+        synchronize(c.device);
+        step_s[r] = seconds_since(start) / c.steps;
+        exposed_s[r] = (ddp->reducer().stats().exposed_wait_s - before.exposed_wait_s) / c.steps;
+        bus_bytes[r] = static_cast<double>(groups[r]->stats().bus_bytes - bus_before) / c.steps;
+        buckets[r] = static_cast<int>(ddp->reducer().buckets().size());
+        groups[r]->barrier()->wait();
+        if (r == 0) {
+          trace::enable(false);
+          peak[r] = memory_stats(c.device).peak_allocated_bytes;
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/ddp.json");
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < c.devices; ++r)
+    LOOM_CHECK(errors[r].empty(), "ddp rank ", r, ": ", errors[r]);
+  m.step_s = *std::max_element(step_s.begin(), step_s.end());
+  double exposed = 0;
+  for (double e : exposed_s) exposed += e / c.devices;
+  split_step(m, exposed, 0);
+  m.peak_bytes = peak[0];
+  m.comm_bytes = bus_bytes[0];
+  m.comm_bytes_measured = true;
+  m.ddp_buckets = buckets[0];
+  return m;
+}
+
+Measurement run_layer_split(const Workload& w, const std::vector<int>& boundaries, const CompareConfig& c) {
+  auto model = nn::Sequential(as_sequential(w.model->clone()));
+  parallel::LayerSplit split(parallel::split_sequential(model, boundaries), repeated(c));
+  optim::AdamW opt(split->parameters(), {.lr = 1e-3});
+  Timed t = time_steps(
+      [&] {
+        Tensor loss = w.loss(split->forward(w.input), w.target);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+      },
+      c, "layer_split");
+  Measurement m{"layer_split"};
+  m.step_s = t.step_s;
+  m.peak_bytes = t.peak_bytes;
+  // One device works at a time: each waits (N-1)/N of the step.
+  split_step(m, 0, t.step_s * (c.devices - 1) / c.devices);
+  // Computed: each boundary's activations forward, their gradients back.
+  ChildTimes sizes = time_children(w);
+  for (int b : boundaries) m.comm_bytes += 2 * sizes.output_bytes[b - 1];
+  return m;
+}
+
+Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
+                         const CompareConfig& c) {
+  auto model = nn::Sequential(as_sequential(w.model->clone()));
+  parallel::Pipeline pipe(parallel::split_sequential(model, boundaries), repeated(c),
+                          {.micro_batches = c.micro_batches,
+                           .schedule = name == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB});
+  optim::AdamW opt(pipe.parameters(), {.lr = 1e-3});
+  double bubble = 0, bytes = 0;
+  int counted = 0;
+  Timed t = time_steps(
+      [&] {
+        opt.zero_grad();
+        pipe.train_step(w.input, w.target, w.loss);
+        opt.step();
+        if (trace::enabled()) {  // the timed steps
+          bubble += pipe.stats().bubble_fraction * pipe.stats().step_seconds;
+          for (const auto& s : pipe.stats().stages) bytes += s.bytes_sent;
+          ++counted;
+        }
+      },
+      c, name);
+  Measurement m{name};
+  m.step_s = t.step_s;
+  m.peak_bytes = t.peak_bytes;
+  split_step(m, 0, bubble / std::max(1, counted));
+  m.comm_bytes = bytes / std::max(1, counted);
+  m.comm_bytes_measured = true;
+  return m;
+}
+
+}  // namespace
+
+std::vector<int> balanced_boundaries(const Workload& w, int stages) {
+  auto seq = as_sequential(w.model);
+  if (!seq || static_cast<int>(seq->size()) < stages) return {};
+  ChildTimes t = time_children(w);
+  std::vector<double> cost;
+  double total = 0;
+  for (size_t i = 0; i < t.forward_s.size(); ++i) total += t.forward_s[i] + t.backward_s[i];
+  // Cut where the running total first passes k/stages of the whole, keeping
+  // at least one child per stage.
+  std::vector<int> cuts;
+  double running = 0;
+  const int n = static_cast<int>(t.forward_s.size());
+  for (int i = 0; i < n && static_cast<int>(cuts.size()) < stages - 1; ++i) {
+    running += t.forward_s[i] + t.backward_s[i];
+    const int k = static_cast<int>(cuts.size()) + 1;
+    const int children_left = n - (i + 1), stages_left = stages - k;
+    if ((running >= total * k / stages || children_left == stages_left) && children_left >= stages_left)
+      cuts.push_back(i + 1);
+  }
+  return cuts;
+}
+
+Profile profile_workload(const Workload& w, const std::vector<int>& boundaries) {
+  Profile p;
+  p.input_bytes = bytes_of(w.input);
+  for (const Tensor& t : w.model->parameters()) p.parameter_bytes += bytes_of(t);
+  if (as_sequential(w.model)) {
+    ChildTimes t = time_children(w);
+    std::vector<int> cuts = boundaries;
+    cuts.push_back(static_cast<int>(t.forward_s.size()));
+    int begin = 0;
+    for (int end : cuts) {
+      double f = 0, b = 0;
+      for (int i = begin; i < end; ++i) f += t.forward_s[i], b += t.backward_s[i];
+      p.stage_forward_s.push_back(f);
+      p.stage_backward_s.push_back(b);
+      if (end < static_cast<int>(t.forward_s.size())) p.boundary_bytes.push_back(t.output_bytes[end - 1]);
+      begin = end;
+    }
+    p.output_bytes = t.output_bytes.back();
+  }
+  // The whole model's forward and backward (and, for a non-Sequential, its
+  // only "stage"), and the optimizer step.
+  nn::ModulePtr model = w.model->clone();
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+  std::vector<double> fwd, bwd, optimizer;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto start = Clock::now();
+    Tensor out = model->forward(w.input);
+    Tensor loss = w.loss(out, w.target);
+    synchronize(w.input.device());
+    fwd.push_back(seconds_since(start));
+    opt.zero_grad();
+    start = Clock::now();
+    loss.backward();
+    synchronize(w.input.device());
+    bwd.push_back(seconds_since(start));
+    start = Clock::now();
+    opt.step();
+    synchronize(w.input.device());
+    optimizer.push_back(seconds_since(start));
+    p.output_bytes = bytes_of(out);
+  }
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  std::sort(optimizer.begin(), optimizer.end());
+  p.optimizer_s = optimizer[1];
+  if (p.stage_forward_s.empty()) {
+    p.stage_forward_s = {fwd[1]};
+    p.stage_backward_s = {bwd[1]};
+  }
+  return p;
+}
+
+Measurement run_strategy(const std::string& strategy, const Workload& w, const std::vector<int>& boundaries,
+                         const CompareConfig& config) {
+  if (strategy == "single") return run_single(w, config);
+  if (strategy == "dp") return run_dp(w, config);
+  if (strategy == "ddp") return run_ddp(w, config);
+  Measurement skipped{strategy};
+  if (boundaries.empty()) {
+    skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
+    return skipped;
+  }
+  if (strategy == "layer_split") return run_layer_split(w, boundaries, config);
+  if (strategy == "gpipe" || strategy == "1f1b") return run_pipeline(strategy, w, boundaries, config);
+  LOOM_FAIL("compare_parallel: unknown strategy '", strategy, "'");
+}
+
+}  // namespace loom::bench

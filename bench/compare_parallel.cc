@@ -1,0 +1,178 @@
+// compare_parallel: one model, one batch, every way loom can train it on N
+// devices: single device, DataParallel, DistributedDataParallel (N ranks as
+// threads), layer split, and the GPipe and 1F1B pipelines. For each it
+// prints throughput, speed-up and scaling efficiency against the single
+// device, the step split into compute / exposed communication / idle, peak
+// memory, bytes moved per step, and what an alpha-beta model predicts for N
+// independent devices (bench/compare/projection.h). It writes a Chrome trace
+// per strategy, a CSV and a PNG chart.
+//
+//   bazel run //bench:compare_parallel -- --model cnn --devices 2
+//   bazel run //bench:compare_parallel -- --model mlp --mlp-hidden 2048 --mlp-layers 8 --devices 4 --link nvlink
+//   bazel run //bench:compare_parallel -- --device cuda:0 --devices 2     # one GPU, repeated
+//
+// The README's "Comparing strategies" section walks through a run.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "bench/compare/strategies.h"
+
+using namespace loom;
+using namespace loom::bench;
+
+namespace {
+
+void write_csv(const std::string& path, const std::vector<Measurement>& results, const std::vector<double>& projected,
+               int64_t batch) {
+  std::ofstream out(path);
+  out << "strategy,samples_per_s,compute_ms,comm_ms,idle_ms,projected_ms\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Measurement& m = results[i];
+    if (!m.skipped.empty()) continue;
+    out << m.strategy << "," << batch / m.step_s << "," << 1e3 * m.compute_s << "," << 1e3 * m.comm_s << ","
+        << 1e3 * m.idle_s << "," << 1e3 * projected[i] << "\n";
+  }
+}
+
+// Left: samples/s per strategy. Right: the step split into compute,
+// exposed communication and idle (stacked), with the projection as points.
+bool plot(const std::string& csv, const std::string& png, const std::string& title) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) return false;
+  const std::string script = png + ".gp";
+  std::ofstream gp(script);
+  gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << png << "'\n"
+     << "set termoption noenhanced\nset datafile separator ','\nset multiplot layout 1,2 title '" << title << "'\n"
+     << "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.7\n"
+     << "set xtics rotate by -30\nset grid ytics\nset key top left\n"
+     << "set title 'throughput'\nset ylabel 'samples/s'\nset yrange [0:*]\n"
+     << "plot '" << csv << "' using 2:xtic(1) title 'samples/s' lc rgb '#4477aa'\n"
+     << "set title 'step time'\nset ylabel 'ms per step'\nset style histogram rowstacked\n"
+     << "plot '" << csv << "' using 3:xtic(1) title 'compute' lc rgb '#228833', "
+     << "'' using 4 title 'communication (exposed)' lc rgb '#ee6677', "
+     << "'' using 5 title 'idle' lc rgb '#bbbbbb', "
+     << "'' using 0:6 with points pt 7 ps 1.5 lc rgb 'black' title 'projected (N devices)'\n"
+     << "unset multiplot\n";
+  gp.close();
+  return std::system(("gnuplot '" + script + "'").c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Compare single-device, DataParallel, DDP, layer-split and pipeline training"};
+  std::string model = "cnn", device_name = "cpu", strategies = "single,dp,ddp,layer_split,gpipe,1f1b";
+  std::string link_name = "pcie", out = "compare_parallel";
+  CompareConfig config;
+  MlpShape mlp;
+  double bandwidth_gbs = 0, latency_us = -1;
+  app.add_option("--model", model, "cnn or gpt (bench/train_bench's), lstm, or mlp")->capture_default_str();
+  app.add_option("--mlp-hidden", mlp.hidden, "mlp: width")->capture_default_str();
+  app.add_option("--mlp-layers", mlp.layers, "mlp: Linear layers")->capture_default_str();
+  app.add_option("--device", device_name, "cpu or cuda:N; the N 'devices' all are this one")->capture_default_str();
+  app.add_option("--devices", config.devices, "replicas, ranks or pipeline stages")->capture_default_str();
+  app.add_option("--micro-batches", config.micro_batches, "pipeline micro-batches per step")->capture_default_str();
+  app.add_option("--steps", config.steps, "timed steps per strategy")->capture_default_str();
+  app.add_option("--warmup", config.warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--strategies", strategies, "comma-separated subset to run")->capture_default_str();
+  app.add_option("--link", link_name, "projection: pcie or nvlink")->capture_default_str();
+  app.add_option("--bandwidth-gbs", bandwidth_gbs, "projection: link bandwidth in GB/s (overrides --link)");
+  app.add_option("--latency-us", latency_us, "projection: link latency in microseconds (overrides --link)");
+  app.add_option("--out", out, "prefix of the CSV, PNG and traces folder")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    config.device = Device::parse(device_name);
+    LOOM_CHECK(config.devices >= 1, "--devices must be at least 1");
+    ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
+    projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
+    LOOM_CHECK(link_name == "nvlink" || link_name == "pcie", "--link: expected pcie or nvlink, got '", link_name, "'");
+    if (bandwidth_gbs > 0) projection.link.bandwidth_bytes_per_s = bandwidth_gbs * 1e9;
+    if (latency_us >= 0) projection.link.latency_s = latency_us * 1e-6;
+    config.trace_dir = out + "_traces";
+    std::filesystem::create_directories(config.trace_dir);
+
+    manual_seed(0);
+    Workload w = make_workload(model, config.device, mlp);
+    const std::vector<int> boundaries = balanced_boundaries(w, config.devices);
+    const Profile profile = profile_workload(w, boundaries);
+    const int64_t batch = w.samples_per_step;
+
+    const unsigned cores = std::thread::hardware_concurrency();
+    std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s repeated; %d micro-batches\n",
+                model.c_str(), static_cast<long long>(batch), static_cast<long long>(w.model->num_parameters()),
+                profile.parameter_bytes / 1e6, config.devices, config.device.str().c_str(), config.micro_batches);
+    if (config.devices > 1) {
+      if (config.device.is_cuda())
+        std::printf("NOTE: the %d devices are one GPU: replicas, ranks and stages share it, so a speed-up here is "
+                    "not a multi-GPU speed-up. The 'projected' column is the model's estimate for %d separate GPUs.\n",
+                    config.devices, config.devices);
+      else
+        std::printf("NOTE: the %d devices are one CPU with %u cores, shared by every replica, rank and stage: a "
+                    "speed-up here means a strategy keeps those cores busier, not that %d devices were used.%s The "
+                    "'projected' column is the model's estimate for %d separate devices.\n",
+                    config.devices, cores, config.devices,
+                    static_cast<unsigned>(config.devices) > cores ? " There are more devices than cores." : "",
+                    config.devices);
+    }
+
+    std::vector<Measurement> results;
+    std::vector<double> projected;
+    std::stringstream list(strategies);
+    for (std::string name; std::getline(list, name, ',');) {
+      Measurement m = run_strategy(name, w, boundaries, config);
+      projection.ddp_buckets = std::max(1, m.ddp_buckets);
+      results.push_back(m);
+      projected.push_back(m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);
+    }
+
+    const Measurement* single = nullptr;
+    for (const Measurement& m : results)
+      if (m.strategy == "single" && m.skipped.empty()) single = &m;
+    std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %10s %11s\n", "strategy", "samples/s", "speed-up", "eff.",
+                "step ms", "compute", "comm", "idle", "peak MB", "MB/step", "projected");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Measurement& m = results[i];
+      if (!m.skipped.empty()) {
+        std::printf("%-12s skipped: %s\n", m.strategy.c_str(), m.skipped.c_str());
+        continue;
+      }
+      const double speedup = single ? single->step_s / m.step_s : 0;
+      const int used = m.strategy == "single" ? 1 : config.devices;
+      std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %9.2f %9.2f %9.1f %9.2f%s %8.2f ms\n", m.strategy.c_str(),
+                  batch / m.step_s, speedup, 100 * speedup / used, 1e3 * m.step_s, 1e3 * m.compute_s, 1e3 * m.comm_s,
+                  1e3 * m.idle_s, m.peak_bytes / 1e6, m.comm_bytes / 1e6, m.comm_bytes_measured ? " " : "*",
+                  1e3 * projected[i]);
+    }
+    std::printf("(* computed from tensor sizes; other byte counts measured. Projection: %s link, %.0f GB/s, %.0f us; "
+                "traces in %s/)\n",
+                link_name.c_str(), projection.link.bandwidth_bytes_per_s / 1e9, projection.link.latency_s * 1e6,
+                config.trace_dir.c_str());
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Measurement& m = results[i];
+      if (!m.skipped.empty()) continue;
+      std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
+                  "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
+                  "\"comm_ms\": %.3f, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"comm_bytes\": %.0f, "
+                  "\"projected_ms\": %.3f}\n",
+                  model.c_str(), m.strategy.c_str(), m.strategy == "single" ? 1 : config.devices,
+                  config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s, 1e3 * m.comm_s,
+                  1e3 * m.idle_s, static_cast<long long>(m.peak_bytes), m.comm_bytes, 1e3 * projected[i]);
+    }
+    write_csv(out + ".csv", results, projected, batch);
+    if (plot(out + ".csv", out + ".png", model + " on " + std::to_string(config.devices) + " x " + config.device.str()))
+      std::printf("chart: %s.png\n", out.c_str());
+    else
+      std::printf("no chart: gnuplot is missing (apt-get install gnuplot-nox); data in %s.csv\n", out.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "compare_parallel: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

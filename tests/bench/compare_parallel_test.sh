@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# compare_parallel runs every strategy on a small MLP and writes its table,
+# JSON lines, CSV, chart and one trace per strategy; the traces are valid
+# Chrome trace JSON. (Its numbers are timings, so only their shape is checked.)
+set -euo pipefail
+tool=$(realpath "$1")
+cd "${TEST_TMPDIR:-$(mktemp -d)}"
+"$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 2 --micro-batches 4 --steps 2 --warmup 1 \
+  --out cmp > out.log 2>&1 || { cat out.log; exit 1; }
+for s in single dp ddp layer_split gpipe 1f1b; do
+  grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\"" out.log \
+    || { echo "no JSON line for $s"; cat out.log; exit 1; }
+  python3 -c "import json,sys; d=json.load(open('cmp_traces/$s.json')); sys.exit(0 if d['traceEvents'] else 1)" \
+    || { echo "bad trace for $s"; exit 1; }
+done
+grep -q "NOTE: the 2 devices are one CPU" out.log || { echo "no shared-device note"; cat out.log; exit 1; }
+[ "$(wc -l < cmp.csv)" = 7 ] || { echo "cmp.csv should have a header and 6 rows"; cat cmp.csv; exit 1; }
+if command -v gnuplot > /dev/null; then
+  [ -s cmp.png ] || { echo "gnuplot is installed but no chart was written"; exit 1; }
+fi
+# A bad flag value is a clear error.
+if "$tool" --link carrier-pigeon > bad.log 2>&1; then echo "--link carrier-pigeon accepted"; exit 1; fi
+grep -q "expected pcie or nvlink" bad.log || { cat bad.log; exit 1; }
+echo PASS

@@ -1,0 +1,58 @@
+// The alpha-beta projection against step times worked out by hand.
+#include "bench/compare/projection.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace loom::bench {
+namespace {
+
+// Two stages: forward 1 s + 2 s, backward 2 s + 4 s; optimizer 0.5 s;
+// 100 parameter bytes, 10 activation bytes between the stages; input 40 and
+// output 20 bytes. Link: 10 bytes/s, 0.1 s latency (slow, so every term shows).
+Profile two_stages() {
+  Profile p;
+  p.stage_forward_s = {1, 2};
+  p.stage_backward_s = {2, 4};
+  p.boundary_bytes = {10};
+  p.optimizer_s = 0.5;
+  p.parameter_bytes = 100;
+  p.input_bytes = 40;
+  p.output_bytes = 20;
+  return p;
+}
+
+ProjectionSettings settings(int buckets = 1) {
+  return {.devices = 2, .micro_batches = 4, .ddp_buckets = buckets, .link = {10, 0.1}};
+}
+
+TEST(Projection, Single) { EXPECT_DOUBLE_EQ(project_step_seconds("single", two_stages(), settings()), 9.5); }
+
+TEST(Projection, DataParallel) {
+  // 9/2 + 0.5 + 2 * 1 * (0.1 + 100/10) + 2 * 1/2 * 60/10 = 4.5 + 0.5 + 20.2 + 6
+  EXPECT_DOUBLE_EQ(project_step_seconds("dp", two_stages(), settings()), 31.2);
+}
+
+TEST(Projection, DdpHidesAllButTheLastBucketBehindBackward) {
+  // Ring all-reduce: C = 2 * 1 * (k * 0.1 + 100 / (2 * 10)) = 2 (0.1 k + 5).
+  // One bucket: C = 10.2, nothing overlaps: 4.5 + 0.5 + 10.2.
+  EXPECT_NEAR(project_step_seconds("ddp", two_stages(), settings(1)), 15.2, 1e-12);
+  // Four buckets: C = 10.8; backward per device 3 s hides all but max(C/4, C - 3) = 7.8.
+  EXPECT_NEAR(project_step_seconds("ddp", two_stages(), settings(4)), 12.8, 1e-12);
+}
+
+TEST(Projection, LayerSplitAndPipelines) {
+  // Layer split: 9 + 0.5/2 + 2 * (0.1 + 10/10) = 11.45.
+  EXPECT_NEAR(project_step_seconds("layer_split", two_stages(), settings()), 11.45, 1e-12);
+  // Pipelines, m = 4: (4 + 1) * (6/4 + 2 * (0.1 + 10/4/10)) + 0.25 = 5 * 2.2 + 0.25.
+  EXPECT_NEAR(project_step_seconds("gpipe", two_stages(), settings()), 11.25, 1e-12);
+  EXPECT_NEAR(project_step_seconds("1f1b", two_stages(), settings()), 11.25, 1e-12);
+}
+
+TEST(Projection, UnknownStrategy) {
+  EXPECT_THROW_MSG(project_step_seconds("zero", two_stages(), settings()), "unknown strategy 'zero'");
+}
+
+}  // namespace
+}  // namespace loom::bench
