@@ -20,7 +20,7 @@ namespace loom::examples {
 
 struct FashionMnistConfig {
   std::string name = "fashion_mnist_cnn";  // names the outputs and the RESULT line
-  int epochs = 5, width = 16, workers = 2, log_every = 100;
+  int epochs = 5, width = 32, workers = 2, log_every = 100;
   int64_t batch_size = 128;  // global: summed over DataParallel replicas or DDP ranks
   int64_t max_steps_per_epoch = 0, stop_after_epoch = 0;
   double lr = 2e-3;
