@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
 
     manual_seed(0);
     Workload w = make_workload(model, config.device, mlp);
-    const std::vector<int> boundaries = balanced_boundaries(w, config.devices);
-    const Profile profile = profile_workload(w, boundaries);
+    const StagePlan plan = plan_stages(w, config.devices);
+    const Profile& profile = plan.profile;
     const int64_t batch = w.samples_per_step;
 
     const unsigned cores = std::thread::hardware_concurrency();
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     std::vector<double> projected;
     std::stringstream list(strategies);
     for (std::string name; std::getline(list, name, ',');) {
-      Measurement m = run_strategy(name, w, boundaries, config);
+      Measurement m = run_strategy(name, w, plan, config);
       projection.ddp_buckets = std::max(1, m.ddp_buckets);
       results.push_back(m);
       projected.push_back(m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);

@@ -25,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The middle of three timings (or the middle element of any odd count).
+double median3(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 double bytes_of(const Tensor& t) { return static_cast<double>(t.numel()) * static_cast<double>(t.element_size()); }
 
 std::shared_ptr<nn::SequentialImpl> as_sequential(const nn::ModulePtr& m) {
@@ -56,10 +62,8 @@ ChildTimes time_children(const Workload& w) {
       synchronize(w.input.device());
       bwd.push_back(seconds_since(start));
     }
-    std::sort(fwd.begin(), fwd.end());
-    std::sort(bwd.begin(), bwd.end());
-    t.forward_s.push_back(fwd[1]);
-    t.backward_s.push_back(bwd[1]);
+    t.forward_s.push_back(median3(fwd));
+    t.backward_s.push_back(median3(bwd));
     t.output_bytes.push_back(bytes_of(out));
     x = out.detach();
   }
@@ -103,28 +107,30 @@ void split_step(Measurement& m, double comm_s, double idle_s) {
   m.compute_s = m.step_s - m.comm_s - m.idle_s;
 }
 
+// One training step of `module` on (x, y), its phases traced on `lane`.
+void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, const Tensor& x, const Tensor& y,
+                 int lane) {
+  Tensor loss;
+  {
+    trace::Span span("forward", "compute", lane);
+    loss = w.loss(module.forward(x), y);
+  }
+  opt.zero_grad();
+  {
+    trace::Span span("backward", "compute", lane);
+    loss.backward();
+  }
+  trace::Span span("optimizer", "compute", lane);
+  opt.step();
+}
+
 std::vector<Device> repeated(const CompareConfig& c) { return std::vector<Device>(c.devices, c.device); }
 
 Measurement run_single(const Workload& w, const CompareConfig& c) {
   nn::ModulePtr model = w.model->clone();
   optim::AdamW opt(model->parameters(), {.lr = 1e-3});
   const int lane = trace::lane("single");
-  Timed t = time_steps(
-      [&] {
-        Tensor loss;
-        {
-          trace::Span span("forward", "compute", lane);
-          loss = w.loss(model->forward(w.input), w.target);
-        }
-        opt.zero_grad();
-        {
-          trace::Span span("backward", "compute", lane);
-          loss.backward();
-        }
-        trace::Span span("optimizer", "compute", lane);
-        opt.step();
-      },
-      c, "single");
+  Timed t = time_steps([&] { traced_step(*model, opt, w, w.input, w.target, lane); }, c, "single");
   Measurement m{"single"};
   m.step_s = t.step_s;
   m.peak_bytes = t.peak_bytes;
@@ -136,14 +142,8 @@ Measurement run_dp(const Workload& w, const CompareConfig& c) {
   nn::ModulePtr model = w.model->clone();
   parallel::DataParallel dp(model, repeated(c));
   optim::AdamW opt(dp->parameters(), {.lr = 1e-3});
-  Timed t = time_steps(
-      [&] {
-        Tensor loss = w.loss(dp->forward(w.input), w.target);
-        opt.zero_grad();
-        loss.backward();
-        opt.step();
-      },
-      c, "dp");
+  const int lane = trace::lane("dp step");
+  Timed t = time_steps([&] { traced_step(*dp, opt, w, w.input, w.target, lane); }, c, "dp");
   Measurement m{"dp"};
   m.step_s = t.step_s;
   m.peak_bytes = t.peak_bytes;
@@ -190,20 +190,7 @@ Measurement run_ddp(const Workload& w, const CompareConfig& c) {
         optim::AdamW opt(ddp->parameters(), {.lr = 1e-3});
         Tensor x = w.input.narrow(0, r * share, share), y = w.target.narrow(0, r * share, share);
         const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
-        auto step = [&] {
-          Tensor loss;
-          {
-            trace::Span span("forward", "compute", lane);
-            loss = w.loss(ddp->forward(x), y);
-          }
-          opt.zero_grad();
-          {
-            trace::Span span("backward", "compute", lane);
-            loss.backward();
-          }
-          trace::Span span("optimizer", "compute", lane);
-          opt.step();
-        };
+        auto step = [&] { traced_step(*ddp, opt, w, x, y, lane); };
         for (int i = 0; i < c.warmup; ++i) step();
         groups[r]->barrier()->wait();
         if (r == 0) {
@@ -245,26 +232,19 @@ Measurement run_ddp(const Workload& w, const CompareConfig& c) {
   return m;
 }
 
-Measurement run_layer_split(const Workload& w, const std::vector<int>& boundaries, const CompareConfig& c) {
+Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c) {
   auto model = nn::Sequential(as_sequential(w.model->clone()));
-  parallel::LayerSplit split(parallel::split_sequential(model, boundaries), repeated(c));
+  parallel::LayerSplit split(parallel::split_sequential(model, plan.boundaries), repeated(c));
   optim::AdamW opt(split->parameters(), {.lr = 1e-3});
-  Timed t = time_steps(
-      [&] {
-        Tensor loss = w.loss(split->forward(w.input), w.target);
-        opt.zero_grad();
-        loss.backward();
-        opt.step();
-      },
-      c, "layer_split");
+  const int lane = trace::lane("layer split step");
+  Timed t = time_steps([&] { traced_step(*split, opt, w, w.input, w.target, lane); }, c, "layer_split");
   Measurement m{"layer_split"};
   m.step_s = t.step_s;
   m.peak_bytes = t.peak_bytes;
   // One device works at a time: each waits (N-1)/N of the step.
   split_step(m, 0, t.step_s * (c.devices - 1) / c.devices);
   // Computed: each boundary's activations forward, their gradients back.
-  ChildTimes sizes = time_children(w);
-  for (int b : boundaries) m.comm_bytes += 2 * sizes.output_bytes[b - 1];
+  for (double bytes : plan.profile.boundary_bytes) m.comm_bytes += 2 * bytes;
   return m;
 }
 
@@ -300,18 +280,16 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
 
 }  // namespace
 
-std::vector<int> balanced_boundaries(const Workload& w, int stages) {
-  auto seq = as_sequential(w.model);
-  if (!seq || static_cast<int>(seq->size()) < stages) return {};
-  ChildTimes t = time_children(w);
-  std::vector<double> cost;
+namespace {
+
+// Cuts the children into `stages` parts where the running forward + backward
+// time first passes k/stages of the whole, keeping at least one child per stage.
+std::vector<int> balanced_cuts(const ChildTimes& t, int stages) {
+  const int n = static_cast<int>(t.forward_s.size());
   double total = 0;
-  for (size_t i = 0; i < t.forward_s.size(); ++i) total += t.forward_s[i] + t.backward_s[i];
-  // Cut where the running total first passes k/stages of the whole, keeping
-  // at least one child per stage.
+  for (int i = 0; i < n; ++i) total += t.forward_s[i] + t.backward_s[i];
   std::vector<int> cuts;
   double running = 0;
-  const int n = static_cast<int>(t.forward_s.size());
   for (int i = 0; i < n && static_cast<int>(cuts.size()) < stages - 1; ++i) {
     running += t.forward_s[i] + t.backward_s[i];
     const int k = static_cast<int>(cuts.size()) + 1;
@@ -322,27 +300,31 @@ std::vector<int> balanced_boundaries(const Workload& w, int stages) {
   return cuts;
 }
 
-Profile profile_workload(const Workload& w, const std::vector<int>& boundaries) {
-  Profile p;
+}  // namespace
+
+StagePlan plan_stages(const Workload& w, int stages) {
+  StagePlan plan;
+  Profile& p = plan.profile;
   p.input_bytes = bytes_of(w.input);
   for (const Tensor& t : w.model->parameters()) p.parameter_bytes += bytes_of(t);
-  if (as_sequential(w.model)) {
-    ChildTimes t = time_children(w);
-    std::vector<int> cuts = boundaries;
-    cuts.push_back(static_cast<int>(t.forward_s.size()));
+  auto seq = as_sequential(w.model);
+  if (seq && static_cast<int>(seq->size()) >= stages) {
+    const ChildTimes t = time_children(w);
+    plan.boundaries = balanced_cuts(t, stages);
+    std::vector<int> ends = plan.boundaries;
+    ends.push_back(static_cast<int>(t.forward_s.size()));
     int begin = 0;
-    for (int end : cuts) {
+    for (int end : ends) {
       double f = 0, b = 0;
       for (int i = begin; i < end; ++i) f += t.forward_s[i], b += t.backward_s[i];
       p.stage_forward_s.push_back(f);
       p.stage_backward_s.push_back(b);
-      if (end < static_cast<int>(t.forward_s.size())) p.boundary_bytes.push_back(t.output_bytes[end - 1]);
+      if (end < ends.back()) p.boundary_bytes.push_back(t.output_bytes[end - 1]);
       begin = end;
     }
-    p.output_bytes = t.output_bytes.back();
   }
-  // The whole model's forward and backward (and, for a non-Sequential, its
-  // only "stage"), and the optimizer step.
+  // The whole model's forward and backward (the only "stage" of a model that
+  // is not cut), the optimizer step, and the output size.
   nn::ModulePtr model = w.model->clone();
   optim::AdamW opt(model->parameters(), {.lr = 1e-3});
   std::vector<double> fwd, bwd, optimizer;
@@ -363,19 +345,17 @@ Profile profile_workload(const Workload& w, const std::vector<int>& boundaries) 
     optimizer.push_back(seconds_since(start));
     p.output_bytes = bytes_of(out);
   }
-  std::sort(fwd.begin(), fwd.end());
-  std::sort(bwd.begin(), bwd.end());
-  std::sort(optimizer.begin(), optimizer.end());
-  p.optimizer_s = optimizer[1];
+  p.optimizer_s = median3(optimizer);
   if (p.stage_forward_s.empty()) {
-    p.stage_forward_s = {fwd[1]};
-    p.stage_backward_s = {bwd[1]};
+    p.stage_forward_s = {median3(fwd)};
+    p.stage_backward_s = {median3(bwd)};
   }
-  return p;
+  return plan;
 }
 
-Measurement run_strategy(const std::string& strategy, const Workload& w, const std::vector<int>& boundaries,
+Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config) {
+  const std::vector<int>& boundaries = plan.boundaries;
   if (strategy == "single") return run_single(w, config);
   if (strategy == "dp") return run_dp(w, config);
   if (strategy == "ddp") return run_ddp(w, config);
@@ -384,7 +364,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const s
     skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
     return skipped;
   }
-  if (strategy == "layer_split") return run_layer_split(w, boundaries, config);
+  if (strategy == "layer_split") return run_layer_split(w, plan, config);
   if (strategy == "gpipe" || strategy == "1f1b") return run_pipeline(strategy, w, boundaries, config);
   LOOM_FAIL("compare_parallel: unknown strategy '", strategy, "'");
 }

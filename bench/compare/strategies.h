@@ -30,17 +30,19 @@ struct Measurement {
   int ddp_buckets = 0;
 };
 
-// The pipeline stages: a Sequential's children cut into `stages` parts of
-// about equal measured forward + backward time. Empty if the model is not a
-// Sequential (then only single, dp and ddp run).
-std::vector<int> balanced_boundaries(const Workload& w, int stages);
-
-// Times each stage's forward and backward on the whole batch, the optimizer
-// step, and the sizes the projection needs.
-Profile profile_workload(const Workload& w, const std::vector<int>& boundaries);
+// Where the model is cut into pipeline stages, and the single-device profile
+// the projection starts from. Each child of a Sequential is timed once
+// (forward and backward on the whole batch); the cuts give the stages about
+// equal time. A model that is not a Sequential of at least `stages` children
+// gets no boundaries (then only single, dp and ddp run) and one stage.
+struct StagePlan {
+  std::vector<int> boundaries;
+  Profile profile;
+};
+StagePlan plan_stages(const Workload& w, int stages);
 
 // strategy: single, dp, ddp, layer_split, gpipe, 1f1b.
-Measurement run_strategy(const std::string& strategy, const Workload& w, const std::vector<int>& boundaries,
+Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config);
 
 }  // namespace loom::bench
