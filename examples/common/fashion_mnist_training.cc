@@ -74,10 +74,12 @@ int train_fashion_mnist(FashionMnistConfig c, const Strategy& strategy) {
     // DistributedSampler deals out one shuffled order, so together the ranks
     // see exactly the global batches of a single-device run.
     data::DataLoaderOptions train_options{.batch_size = c.batch_size / world, .num_workers = c.workers, .device = device};
-    if (world > 1)
+    if (world > 1) {
       train_options.sampler = data::DistributedSampler(rank, world, /*shuffle=*/true, c.seed);
-    else
-      train_options.shuffle = true, train_options.seed = c.seed;
+    } else {
+      train_options.shuffle = true;
+      train_options.seed = c.seed;
+    }
     data::DataLoader train(data::FashionMnist::train(c.data_root, {.normalize = true}), train_options);
     data::DataLoader test(data::FashionMnist::test(c.data_root, {.normalize = true}),
                           {.batch_size = 1000, .num_workers = c.workers, .device = device});

@@ -133,23 +133,21 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, 
 }
 
 WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
-  check_tensor("send: the tensor", tensor);
-  check_rank(OpKind::Send, "dst", dst, size_);
-  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, "send: tag ", tag, " is outside [0, ", kMaxTag, "]");
-  auto o = std::make_shared<Op>(OpKind::Send);
-  o->input = o->output = tensor;
-  o->peer = dst;
-  o->tag = tag;
-  return issue(o);
+  return point_to_point(OpKind::Send, tensor, dst, tag);
 }
 
 WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
-  check_tensor("recv: the tensor", tensor);
-  check_rank(OpKind::Recv, "src", src, size_);
-  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, "recv: tag ", tag, " is outside [0, ", kMaxTag, "]");
-  auto o = std::make_shared<Op>(OpKind::Recv);
+  return point_to_point(OpKind::Recv, tensor, src, tag);
+}
+
+WorkPtr ProcessGroup::point_to_point(OpKind kind, const Tensor& tensor, int peer, int tag) {
+  const bool send = kind == OpKind::Send;
+  check_tensor(send ? "send: the tensor" : "recv: the tensor", tensor);
+  check_rank(kind, send ? "dst" : "src", peer, size_);
+  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, name(kind), ": tag ", tag, " is outside [0, ", kMaxTag, "]");
+  auto o = std::make_shared<Op>(kind);
   o->input = o->output = tensor;
-  o->peer = src;
+  o->peer = peer;
   o->tag = tag;
   return issue(o);
 }

@@ -119,6 +119,7 @@ class ProcessGroup {
 
  private:
   WorkPtr issue(OpPtr op);
+  WorkPtr point_to_point(OpKind kind, const Tensor& tensor, int peer, int tag);  // send, recv
   void check_tensor(const char* what, const Tensor& t, const Tensor& like = Tensor()) const;
 
   const int rank_;

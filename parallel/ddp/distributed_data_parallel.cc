@@ -56,8 +56,11 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(nn::ModulePtr module, s
   LOOM_CHECK(!params.empty(), "DistributedDataParallel: the module has no parameter that requires grad");
 
   check_same_parameters_on_all_ranks();
+  // Kept: forward broadcasts them every step, and collecting them walks the
+  // module tree. Module::to keeps tensors' identity (set_data), so the list stays valid.
+  buffers_ = module_->buffers();
   broadcast_from_rank0(module_->parameters());
-  broadcast_from_rank0(module_->buffers());
+  broadcast_from_rank0(buffers_);
   reducer_ = Reducer::create(std::move(params), std::move(names), group_, options_.bucket_cap_bytes,
                              options_.find_unused_parameters);
 }
@@ -94,13 +97,14 @@ void DistributedDataParallelImpl::check_same_parameters_on_all_ranks() {
 void DistributedDataParallelImpl::broadcast_from_rank0(const TensorList& tensors) {
   if (group_->size() == 1 || tensors.empty()) return;
   NoGradGuard no_grad;
-  std::vector<WorkPtr> works;
-  for (const Tensor& t : tensors) works.push_back(group_->broadcast(t.detach(), 0));
-  for (const WorkPtr& w : works) w->wait();
+  // A group finishes its operations in order: the last one done means all are.
+  WorkPtr last;
+  for (const Tensor& t : tensors) last = group_->broadcast(t.detach(), 0);
+  last->wait();
 }
 
 Tensor DistributedDataParallelImpl::forward(const Tensor& x) {
-  if (options_.broadcast_buffers) broadcast_from_rank0(module_->buffers());
+  if (options_.broadcast_buffers) broadcast_from_rank0(buffers_);
   reducer_->prepare_for_backward(sync_ && autograd::grad_enabled());
   return module_->forward(x);
 }

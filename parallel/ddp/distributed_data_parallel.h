@@ -79,6 +79,7 @@ class DistributedDataParallelImpl : public nn::Module {
   nn::ModulePtr module_;
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
+  TensorList buffers_;  // the module's, in registration order
   std::shared_ptr<Reducer> reducer_;
   bool sync_ = true;
 };

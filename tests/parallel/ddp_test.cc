@@ -15,26 +15,15 @@ namespace {
 namespace F = nn::functional;
 using testing::DdpCase;
 
-// Runs body(group of rank r) on one thread per rank; prepare(r) runs first,
-// on this thread, for each rank.
+// Runs body(group of rank r, what prepare(r) made) on one thread per rank;
+// prepare runs first, on this thread, for each rank (it may seed the global
+// generator, which the rank threads must not race on).
 template <typename Prepared>
 void run_ddp_ranks(int world, const std::function<Prepared(int rank)>& prepare,
                    const std::function<void(const std::shared_ptr<ProcessGroup>&, Prepared&)>& body) {
   std::vector<Prepared> prepared;
   for (int r = 0; r < world; ++r) prepared.push_back(prepare(r));
-  auto groups = ThreadGroup::create(world, testing::test_options());
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(groups[r], prepared[r]);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " threw";
+  testing::run_rank_threads(world, [&](int r, const std::shared_ptr<ProcessGroup>& group) { body(group, prepared[r]); });
 }
 
 using Models = std::pair<nn::ModulePtr, nn::ModulePtr>;

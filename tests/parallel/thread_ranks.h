@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,22 +23,29 @@ inline ProcessGroupOptions test_options() {
   return options;
 }
 
-// An exception escaping body() on any rank fails the test, naming the rank.
-inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& body,
-                      ProcessGroupOptions options = test_options()) {
+// Runs body(rank, that rank's group) on one thread per rank. An exception
+// escaping body() on any rank fails the test, naming the rank.
+inline void run_rank_threads(int n, const std::function<void(int, const std::shared_ptr<ProcessGroup>&)>& body,
+                             ProcessGroupOptions options = test_options()) {
   auto groups = ThreadGroup::create(n, options);
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        body(*groups[r]);
+        body(r, groups[r]);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " threw";
+}
+
+inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& body,
+                      ProcessGroupOptions options = test_options()) {
+  run_rank_threads(
+      n, [&](int, const std::shared_ptr<ProcessGroup>& group) { body(*group); }, options);
 }
 
 }  // namespace loom::parallel::testing
