@@ -1,6 +1,7 @@
 // compare_parallel: one model, one batch, every way loom can train it on N
 // devices: single device, DataParallel, DistributedDataParallel (N ranks as
-// threads), layer split, and the GPipe and 1F1B pipelines. For each it
+// threads, or the processes under mpirun), layer split, and the GPipe and
+// 1F1B pipelines (stages as threads, or one per process under mpirun). For each it
 // prints throughput, speed-up and scaling efficiency against the single
 // device, the step split into compute / exposed communication / idle, peak
 // memory, bytes moved per step, and what an alpha-beta model predicts for N
@@ -10,6 +11,7 @@
 //   bazel run //bench:compare_parallel -- --model cnn --devices 2
 //   bazel run //bench:compare_parallel -- --model mlp --mlp-hidden 2048 --mlp-layers 8 --devices 4 --link nvlink
 //   bazel run //bench:compare_parallel -- --device cuda:0 --devices 2     # one GPU, repeated
+//   mpirun -np 2 bazel-bin/bench/compare_parallel --model mlp          # ddp, gpipe, 1f1b over ranks
 //
 // The README's "Comparing strategies" section walks through a run.
 #include <omp.h>
@@ -23,6 +25,7 @@
 #include <thread>
 
 #include "bench/compare/strategies.h"
+#include "parallel/comm/init.h"
 
 using namespace loom;
 using namespace loom::bench;
@@ -63,9 +66,28 @@ bool plot(const std::string& csv, const std::string& png, const std::string& tit
   return std::system(("gnuplot '" + script + "'").c_str()) == 0;
 }
 
+// Rank 0 plans the stages (it alone times the layers); every rank needs the cuts.
+void share_boundaries(parallel::ProcessGroup& group, std::vector<int>& boundaries) {
+  Tensor count = from_vector(std::vector<int64_t>{static_cast<int64_t>(boundaries.size())});
+  group.broadcast(count, 0)->wait();
+  Tensor cuts = zeros({count.item<int64_t>()}, {.dtype = kInt64});
+  if (group.rank() == 0) cuts = from_vector(std::vector<int64_t>(boundaries.begin(), boundaries.end()));
+  if (cuts.numel() > 0) group.broadcast(cuts, 0)->wait();
+  boundaries.clear();
+  for (int64_t b : cuts.to_vector<int64_t>()) boundaries.push_back(static_cast<int>(b));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::shared_ptr<parallel::ProcessGroup> world;
+  try {
+    world = parallel::init(argc, argv);  // the MPI ranks under mpirun, else one rank
+  } catch (const Error& e) {
+    std::fprintf(stderr, "compare_parallel: %s\n", e.what());
+    return 1;
+  }
+  const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
   CLI::App app{"Compare single-device, DataParallel, DDP, layer-split and pipeline training"};
   std::string model = "cnn", device_name = "cpu", strategies = "single,dp,ddp,layer_split,gpipe,1f1b";
   std::string link_name = "pcie", out = "compare_parallel";
@@ -75,8 +97,11 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "cnn or gpt (bench/train_bench's), lstm, or mlp")->capture_default_str();
   app.add_option("--mlp-hidden", mlp.hidden, "mlp: width")->capture_default_str();
   app.add_option("--mlp-layers", mlp.layers, "mlp: Linear layers")->capture_default_str();
+  app.add_option("--mlp-batch", mlp.batch, "mlp: samples per step")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda:N; the N 'devices' all are this one")->capture_default_str();
-  app.add_option("--devices", config.devices, "replicas, ranks or pipeline stages")->capture_default_str();
+  auto* devices_flag =
+      app.add_option("--devices", config.devices, "replicas, ranks or pipeline stages (under mpirun: the ranks)")
+          ->capture_default_str();
   app.add_option("--micro-batches", config.micro_batches, "pipeline micro-batches per step")->capture_default_str();
   app.add_option("--steps", config.steps, "timed steps per strategy")->capture_default_str();
   app.add_option("--warmup", config.warmup, "untimed steps first")->capture_default_str();
@@ -89,6 +114,12 @@ int main(int argc, char** argv) {
 
   try {
     config.device = Device::parse(device_name);
+    if (world->size() > 1) {
+      LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
+                 " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
+      config.devices = world->size();
+      config.group = world;
+    }
     LOOM_CHECK(config.devices >= 1, "--devices must be at least 1");
     ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
     projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
@@ -100,15 +131,22 @@ int main(int argc, char** argv) {
 
     manual_seed(0);
     Workload w = make_workload(model, config.device, mlp);
-    const StagePlan plan = plan_stages(w, config.devices);
+    StagePlan plan;
+    if (writer) plan = plan_stages(w, config.devices);
+    if (config.group) share_boundaries(*config.group, plan.boundaries);
     const Profile& profile = plan.profile;
     const int64_t batch = w.samples_per_step;
 
     const unsigned cores = std::thread::hardware_concurrency();
-    std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s repeated; %d micro-batches\n",
+    if (writer) std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s repeated; %d micro-batches\n",
                 model.c_str(), static_cast<long long>(batch), static_cast<long long>(w.model->num_parameters()),
                 profile.parameter_bytes / 1e6, config.devices, config.device.str().c_str(), config.micro_batches);
-    if (config.devices > 1) {
+    if (writer && config.group)
+      std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "
+                  "threads: cores / ranks); single runs on rank 0 alone with that share; dp and layer_split, which "
+                  "drive all devices from one process, are skipped.\n",
+                  config.devices, cores);
+    if (writer && config.devices > 1) {
       if (config.device.is_cuda())
         std::printf("NOTE: the %d devices are one GPU: replicas, ranks and stages share it, so a speed-up here is "
                     "not a multi-GPU speed-up. The 'projected' column is the model's estimate for %d separate GPUs.\n",
@@ -126,12 +164,16 @@ int main(int argc, char** argv) {
     std::vector<double> projected;
     std::stringstream list(strategies);
     for (std::string name; std::getline(list, name, ',');) {
-      Measurement m = run_strategy(name, w, plan, config);
+      // Under mpirun the ranks run ddp and the pipelines together; single on rank 0 alone.
+      const bool takes_part = !config.group || name != "single" || writer;
+      Measurement m = takes_part ? run_strategy(name, w, plan, config) : Measurement(name);
+      if (config.group) config.group->barrier()->wait();
       projection.ddp_buckets = std::max(1, m.ddp_buckets);
       results.push_back(m);
-      projected.push_back(m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);
+      projected.push_back(writer && m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);
     }
 
+    if (!writer) return 0;
     const Measurement* single = nullptr;
     for (const Measurement& m : results)
       if (m.strategy == "single" && m.skipped.empty()) single = &m;
@@ -171,7 +213,8 @@ int main(int argc, char** argv) {
     else
       std::printf("no chart: gnuplot is missing (apt-get install gnuplot-nox); data in %s.csv\n", out.c_str());
   } catch (const Error& e) {
-    std::fprintf(stderr, "compare_parallel: %s\n", e.what());
+    std::fprintf(stderr, "compare_parallel (rank %d): %s\n", world->rank(), e.what());
+    parallel::abandon_job(e.what());  // the other ranks may be waiting for this one
     return 1;
   }
   return 0;

@@ -37,7 +37,8 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
     w.input = randn({64, 64, 64}, {.device = device});
     w.target = randint(0, 10, {64}, {.dtype = kInt64, .device = device});
   } else if (name == "mlp") {
-    LOOM_CHECK(mlp.layers >= 2 && mlp.hidden > 0, "mlp: needs at least 2 layers and a positive width");
+    LOOM_CHECK(mlp.layers >= 2 && mlp.hidden > 0 && mlp.batch > 0,
+               "mlp: needs at least 2 layers, a positive width and a positive batch");
     nn::Sequential net(nn::Linear(512, mlp.hidden), nn::ReLU());
     for (int k = 0; k < mlp.layers - 2; ++k) {
       net->push_back(nn::Linear(mlp.hidden, mlp.hidden));
@@ -45,8 +46,8 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
     }
     net->push_back(nn::Linear(mlp.hidden, 10));
     w.model = net.ptr();
-    w.input = randn({256, 512}, {.device = device});
-    w.target = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
+    w.input = randn({mlp.batch, 512}, {.device = device});
+    w.target = randint(0, 10, {mlp.batch}, {.dtype = kInt64, .device = device});
   } else {
     LOOM_FAIL("unknown workload '", name, "' (expected cnn, gpt, lstm or mlp)");
   }

@@ -34,6 +34,7 @@ struct Workload {
 struct MlpShape {
   int64_t hidden = 1024;
   int layers = 4;
+  int64_t batch = 256;
 };
 
 // name: cnn, gpt, lstm or mlp. Weights come from the global generator.

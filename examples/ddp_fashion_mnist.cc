@@ -34,5 +34,8 @@ int main(int argc, char** argv) {
                       return parallel::DistributedDataParallel(model, group, {.bucket_cap_bytes = bucket_mb << 20}).ptr();
                     },
                     group};
-  return train_fashion_mnist(config, strategy);
+  const int status = train_fashion_mnist(config, strategy);
+  // It printed why; the other ranks may be waiting for this one.
+  if (status != 0) parallel::abandon_job("training failed on rank " + std::to_string(group->rank()));
+  return status;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "autograd/engine.h"
@@ -13,6 +14,7 @@
 #include "parallel/comm/thread_group.h"
 #include "parallel/data_parallel.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/trace.h"
 #include "tensor/allocator.h"
@@ -124,6 +126,10 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
   opt.step();
 }
 
+parallel::ScheduleKind schedule_kind(const std::string& strategy) {
+  return strategy == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB;
+}
+
 std::vector<Device> repeated(const CompareConfig& c) { return std::vector<Device>(c.devices, c.device); }
 
 Measurement run_single(const Workload& w, const CompareConfig& c) {
@@ -164,72 +170,118 @@ Measurement run_dp(const Workload& w, const CompareConfig& c) {
   return m;
 }
 
-Measurement run_ddp(const Workload& w, const CompareConfig& c) {
+// The traces of strategies that run over MPI ranks: one file per rank.
+std::string trace_name(const std::string& strategy, const CompareConfig& c) {
+  return c.group ? strategy + "_rank" + std::to_string(c.group->rank()) : strategy;
+}
+
+// Every rank's `values`, in rank order (ranks under mpirun share what they measured).
+std::vector<std::vector<double>> gather(parallel::ProcessGroup& group, const std::vector<double>& values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor all = empty({group.size() * n}, {.dtype = kFloat64});
+  group.all_gather(all, from_vector(values))->wait();
+  std::vector<std::vector<double>> out;
+  for (int r = 0; r < group.size(); ++r) out.push_back(all.narrow(0, r * n, n).to_vector<double>());
+  return out;
+}
+
+// One DDP rank's run on its share of the batch: warm-up, then timed steps.
+struct DdpRank {
+  double step_s = 0, exposed_s = 0, bus_bytes = 0, peak_bytes = 0, buckets = 0;
+  std::vector<double> values() const { return {step_s, exposed_s, bus_bytes, peak_bytes, buckets}; }
+  static DdpRank from(const std::vector<double>& v) { return {v[0], v[1], v[2], v[3], v[4]}; }
+};
+
+// `owns_trace`: this rank turns tracing on and writes the trace file (one
+// rank per process: ranks that are threads share the process's tracer).
+DdpRank run_ddp_rank(const Workload& w, const CompareConfig& c, nn::ModulePtr model,
+                     const std::shared_ptr<parallel::ProcessGroup>& group, bool owns_trace) {
+  const int r = group->rank();
+  const int64_t share = w.input.size(0) / group->size();
+  parallel::DistributedDataParallel ddp(std::move(model), group);
+  optim::AdamW opt(ddp->parameters(), {.lr = 1e-3});
+  Tensor x = w.input.narrow(0, r * share, share), y = w.target.narrow(0, r * share, share);
+  const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+  auto step = [&] { traced_step(*ddp, opt, w, x, y, lane); };
+  for (int i = 0; i < c.warmup; ++i) step();
+  synchronize(c.device);
+  group->barrier()->wait();
+  if (owns_trace) {
+    reset_peak_memory_stats(c.device);
+    trace::clear();
+    trace::enable(true);
+  }
+  group->barrier()->wait();
+  const parallel::ReducerStats before = ddp->reducer().stats();
+  const int64_t bus_before = group->stats().bus_bytes;
+  const auto start = Clock::now();
+  for (int i = 0; i < c.steps; ++i) step();
+  synchronize(c.device);
+  DdpRank result;
+  result.step_s = seconds_since(start) / c.steps;
+  result.exposed_s = (ddp->reducer().stats().exposed_wait_s - before.exposed_wait_s) / c.steps;
+  result.bus_bytes = static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps;
+  result.buckets = static_cast<double>(ddp->reducer().buckets().size());
+  group->barrier()->wait();
+  if (owns_trace) {
+    trace::enable(false);
+    result.peak_bytes = static_cast<double>(memory_stats(c.device).peak_allocated_bytes);
+    if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("ddp", c) + ".json");
+  }
+  return result;
+}
+
+// The slowest rank's step; exposed communication averaged over ranks.
+Measurement combine_ddp(const std::vector<DdpRank>& ranks) {
   Measurement m{"ddp"};
+  double exposed = 0, peak = 0;
+  for (const DdpRank& r : ranks) {
+    m.step_s = std::max(m.step_s, r.step_s);
+    exposed += r.exposed_s / ranks.size();
+    peak = std::max(peak, r.peak_bytes);
+  }
+  split_step(m, exposed, 0);
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes = ranks[0].bus_bytes;
+  m.comm_bytes_measured = true;
+  m.ddp_buckets = static_cast<int>(ranks[0].buckets);
+  return m;
+}
+
+Measurement run_ddp(const Workload& w, const CompareConfig& c) {
   const int64_t batch = w.input.size(0);
   if (batch % c.devices != 0) {
+    Measurement m{"ddp"};
     m.skipped = "batch " + std::to_string(batch) + " does not split over " + std::to_string(c.devices) + " ranks";
     return m;
   }
-  const int64_t share = batch / c.devices;
+  if (c.group) {  // ranks are the processes under mpirun
+    std::vector<DdpRank> ranks;
+    const DdpRank mine = run_ddp_rank(w, c, w.model->clone(), c.group, /*owns_trace=*/true);
+    for (const auto& values : gather(*c.group, mine.values())) ranks.push_back(DdpRank::from(values));
+    return combine_ddp(ranks);
+  }
+  // Ranks as threads, each with its share of the cores, as ranks under mpirun get.
   auto groups = parallel::ThreadGroup::create(c.devices);
   std::vector<nn::ModulePtr> models;
   for (int r = 0; r < c.devices; ++r) models.push_back(w.model->clone());
-  // Each rank a thread with its share of the cores, as ranks under mpirun get.
   const int threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.devices);
-  std::vector<double> step_s(c.devices), exposed_s(c.devices), bus_bytes(c.devices);
-  std::vector<int64_t> peak(c.devices);
-  std::vector<int> buckets(c.devices);
+  std::vector<DdpRank> ranks(c.devices);
   std::vector<std::string> errors(c.devices);
-  std::vector<std::thread> ranks;
+  std::vector<std::thread> threads;
   for (int r = 0; r < c.devices; ++r)
-    ranks.emplace_back([&, r] {
+    threads.emplace_back([&, r] {
       try {
         omp_set_num_threads(threads_per_rank);
-        parallel::DistributedDataParallel ddp(models[r], groups[r]);
-        optim::AdamW opt(ddp->parameters(), {.lr = 1e-3});
-        Tensor x = w.input.narrow(0, r * share, share), y = w.target.narrow(0, r * share, share);
-        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
-        auto step = [&] { traced_step(*ddp, opt, w, x, y, lane); };
-        for (int i = 0; i < c.warmup; ++i) step();
-        groups[r]->barrier()->wait();
-        if (r == 0) {
-          reset_peak_memory_stats(c.device);
-          trace::clear();
-          trace::enable(true);
-        }
-        groups[r]->barrier()->wait();
-        const parallel::ReducerStats before = ddp->reducer().stats();
-        const int64_t bus_before = groups[r]->stats().bus_bytes;
-        const auto start = Clock::now();
-        for (int i = 0; i < c.steps; ++i) step();
-        synchronize(c.device);
-        step_s[r] = seconds_since(start) / c.steps;
-        exposed_s[r] = (ddp->reducer().stats().exposed_wait_s - before.exposed_wait_s) / c.steps;
-        bus_bytes[r] = static_cast<double>(groups[r]->stats().bus_bytes - bus_before) / c.steps;
-        buckets[r] = static_cast<int>(ddp->reducer().buckets().size());
-        groups[r]->barrier()->wait();
-        if (r == 0) {
-          trace::enable(false);
-          peak[r] = memory_stats(c.device).peak_allocated_bytes;
-          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/ddp.json");
-        }
+        ranks[r] = run_ddp_rank(w, c, models[r], groups[r], /*owns_trace=*/r == 0);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
     });
-  for (auto& t : ranks) t.join();
+  for (auto& t : threads) t.join();
   for (int r = 0; r < c.devices; ++r)
     LOOM_CHECK(errors[r].empty(), "ddp rank ", r, ": ", errors[r]);
-  m.step_s = *std::max_element(step_s.begin(), step_s.end());
-  double exposed = 0;
-  for (double e : exposed_s) exposed += e / c.devices;
-  split_step(m, exposed, 0);
-  m.peak_bytes = peak[0];
-  m.comm_bytes = bus_bytes[0];
-  m.comm_bytes_measured = true;
-  m.ddp_buckets = buckets[0];
-  return m;
+  return combine_ddp(ranks);
 }
 
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c) {
@@ -252,8 +304,7 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
                          const CompareConfig& c) {
   auto model = nn::Sequential(as_sequential(w.model->clone()));
   parallel::Pipeline pipe(parallel::split_sequential(model, boundaries), repeated(c),
-                          {.micro_batches = c.micro_batches,
-                           .schedule = name == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB});
+                          {.micro_batches = c.micro_batches, .schedule = schedule_kind(name)});
   optim::AdamW opt(pipe.parameters(), {.lr = 1e-3});
   double bubble = 0, bytes = 0;
   int counted = 0;
@@ -274,6 +325,52 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
   m.peak_bytes = t.peak_bytes;
   split_step(m, 0, bubble / std::max(1, counted));
   m.comm_bytes = bytes / std::max(1, counted);
+  m.comm_bytes_measured = true;
+  return m;
+}
+
+// GPipe or 1F1B with one stage per MPI rank (DistributedPipeline). Idle is
+// the time each rank's train_step spends outside its forward and backward
+// passes (the bubble and its messages), averaged over ranks; the step is the
+// slowest rank's.
+Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
+                               const CompareConfig& c) {
+  parallel::ProcessGroup& group = *c.group;
+  const int r = group.rank();
+  const bool first = r == 0, last = r == group.size() - 1;
+  auto model = nn::Sequential(as_sequential(w.model->clone()));
+  parallel::DistributedPipeline pipe(parallel::split_sequential(model, boundaries)[r], c.group,
+                                     {.micro_batches = c.micro_batches, .schedule = schedule_kind(name)}, c.device);
+  // A stage of only activations (a ReLU between cuts) has nothing to optimise.
+  std::optional<optim::AdamW> opt;
+  if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});
+  double idle = 0, bytes = 0;
+  int counted = 0;
+  Timed t = time_steps(
+      [&] {
+        if (opt) opt->zero_grad();
+        pipe.train_step(first ? w.input : Tensor(), last ? w.target : Tensor(), w.loss);
+        if (opt) opt->step();
+        if (trace::enabled()) {  // the timed steps
+          idle += pipe.step_seconds() - pipe.stats().busy_seconds;
+          bytes += static_cast<double>(pipe.stats().bytes_sent);
+          ++counted;
+        }
+      },
+      c, trace_name(name, c));
+  std::vector<double> mine{t.step_s, idle / std::max(1, counted), bytes / std::max(1, counted),
+                           static_cast<double>(t.peak_bytes)};
+  Measurement m{name};
+  double mean_idle = 0, peak = 0;
+  const auto ranks = gather(group, mine);
+  for (const auto& v : ranks) {
+    m.step_s = std::max(m.step_s, v[0]);
+    mean_idle += v[1] / ranks.size();
+    m.comm_bytes += v[2];
+    peak = std::max(peak, v[3]);
+  }
+  split_step(m, 0, mean_idle);
+  m.peak_bytes = static_cast<int64_t>(peak);
   m.comm_bytes_measured = true;
   return m;
 }
@@ -356,16 +453,22 @@ StagePlan plan_stages(const Workload& w, int stages) {
 Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config) {
   const std::vector<int>& boundaries = plan.boundaries;
+  Measurement skipped{strategy};
+  const bool over_ranks = config.group != nullptr;
+  if (over_ranks && (strategy == "dp" || strategy == "layer_split")) {
+    skipped.skipped = "one process drives every device; run compare_parallel without mpirun";
+    return skipped;
+  }
   if (strategy == "single") return run_single(w, config);
   if (strategy == "dp") return run_dp(w, config);
   if (strategy == "ddp") return run_ddp(w, config);
-  Measurement skipped{strategy};
   if (boundaries.empty()) {
     skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
     return skipped;
   }
   if (strategy == "layer_split") return run_layer_split(w, plan, config);
-  if (strategy == "gpipe" || strategy == "1f1b") return run_pipeline(strategy, w, boundaries, config);
+  if (strategy == "gpipe" || strategy == "1f1b")
+    return over_ranks ? run_pipeline_ranks(strategy, w, boundaries, config) : run_pipeline(strategy, w, boundaries, config);
   LOOM_FAIL("compare_parallel: unknown strategy '", strategy, "'");
 }
 

@@ -2,11 +2,14 @@
 // model and batch, and what it measures of each.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/compare/projection.h"
 #include "bench/workloads.h"
+#include "parallel/comm/process_group.h"
 
 namespace loom::bench {
 
@@ -15,11 +18,16 @@ struct CompareConfig {
   int devices = 2;        // replicas, ranks or pipeline stages
   int micro_batches = 8;  // pipelines
   int steps = 10, warmup = 2;
-  std::string trace_dir;  // one Chrome trace per strategy; empty: none
+  std::string trace_dir;  // one Chrome trace per strategy (per rank under mpirun); empty: none
+  // Under mpirun with more than one rank: the ranks (one device each). ddp
+  // and the pipelines then run over them; dp and layer_split, which drive
+  // every device from one process, are skipped.
+  std::shared_ptr<parallel::ProcessGroup> group;
 };
 
 // One strategy's step, averaged over the timed steps.
 struct Measurement {
+  explicit Measurement(std::string name) : strategy(std::move(name)) {}
   std::string strategy;
   std::string skipped;  // why it did not run; empty if it ran
   double step_s = 0;
@@ -41,7 +49,9 @@ struct StagePlan {
 };
 StagePlan plan_stages(const Workload& w, int stages);
 
-// strategy: single, dp, ddp, layer_split, gpipe, 1f1b.
+// strategy: single, dp, ddp, layer_split, gpipe, 1f1b. Under mpirun every
+// rank calls it for ddp, gpipe and 1f1b (all ranks take part) and rank 0
+// alone for single.
 Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config);
 

@@ -42,6 +42,10 @@ std::shared_ptr<ProcessGroup> start(int* argc, char*** argv, ProcessGroupOptions
 
 }  // namespace
 
+void abandon_job(const std::string& why) {
+  if (launched_by_mpi()) MpiGroup::abandon(why);
+}
+
 bool launched_by_mpi() {
   // Open MPI's mpirun; PMIx (Open MPI 4+ under srun --mpi=pmix); PMI-1/2 (srun, MPICH's hydra).
   return env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK") || env("PMI_RANK");

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "parallel/comm/process_group.h"
 
@@ -25,6 +26,15 @@ namespace loom::parallel {
 // argc and argv go to MPI_Init_thread, which may remove MPI's own arguments.
 std::shared_ptr<ProcessGroup> init(int& argc, char**& argv, ProcessGroupOptions options = {});
 std::shared_ptr<ProcessGroup> init(ProcessGroupOptions options = {});
+
+// For a rank that gives up on the job (an error it will not recover from)
+// while other ranks may be waiting for it: it then exits without
+// MPI_Finalize, so mpirun stops the whole job at once instead of the others
+// waiting out their timeouts. Call it before returning an error from main().
+// Without MPI it does nothing.
+//
+//   } catch (const Error& e) { std::fprintf(stderr, ...); parallel::abandon_job(e.what()); return 1; }
+void abandon_job(const std::string& why);
 
 // Whether an MPI launcher started this process (its environment says so).
 bool launched_by_mpi();

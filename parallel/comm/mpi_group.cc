@@ -165,7 +165,8 @@ class MpiRuntime {
 
   void attach(MpiGroup::State* state);
   void detach(MpiGroup::State* state);
-  // A group failed: MPI_Finalize would wait for a peer that may never come.
+  // A group failed or the program gave up: MPI_Finalize would wait for a
+  // peer that may never come.
   void note_failure(const std::string& why) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (failure_.empty()) failure_ = why;
@@ -234,8 +235,7 @@ MpiRuntime::~MpiRuntime() {
     MPI_Finalize();
   } else {
     std::fprintf(stderr,
-                 "loom: not calling MPI_Finalize, which would wait for the other ranks, because "
-                 "a process group failed: %s\n",
+                 "loom: not calling MPI_Finalize, which would wait for the other ranks, because %s\n",
                  failure_.c_str());
   }
 }
@@ -251,6 +251,12 @@ void MpiRuntime::detach(MpiGroup::State* state) {
   std::lock_guard<std::mutex> lock(mutex_);
   groups_.erase(state);
   state->attached = false;
+}
+
+void MpiGroup::abandon(const std::string& why) {
+  int initialized = 0;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;
+  MpiRuntime::get(nullptr, nullptr).note_failure("this rank gave up: " + why);
 }
 
 std::shared_ptr<ProcessGroup> MpiGroup::world(ProcessGroupOptions options, int* argc, char*** argv) {
@@ -466,7 +472,7 @@ void MpiGroup::run() {
   // The group cannot be trusted any more: fail everything running.
   auto break_group = [&](const std::string& why, InFlight* culprit) {
     s.failure = why;
-    s.runtime->note_failure(why);
+    s.runtime->note_failure("a process group failed: " + why);
     for (auto& p : running) {
       if (p->stage == InFlight::Stage::Done) continue;
       p->error = std::make_exception_ptr(Error(

@@ -40,6 +40,10 @@ class MpiGroup : public ProcessGroup {
   static std::shared_ptr<ProcessGroup> world(ProcessGroupOptions options = {}, int* argc = nullptr,
                                              char*** argv = nullptr);
   ~MpiGroup() override;
+  // This process gives up on the job: at exit it skips MPI_Finalize (which
+  // would wait for ranks that may be waiting for it), so mpirun sees it fail
+  // and stops the others. Does nothing if MPI was never initialised.
+  static void abandon(const std::string& why);
 
   std::string backend() const override { return "mpi"; }
   int local_rank() const override { return local_rank_; }

@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "autograd/engine.h"
 #include "parallel/trace.h"
 
 namespace loom::parallel {
@@ -11,8 +10,6 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 }  // namespace
 
@@ -50,67 +47,33 @@ TensorList Pipeline::parameters() const {
   return out;
 }
 
-void Pipeline::run_stage(int s, const TensorList& inputs, const TensorList& targets, const LossFn& loss_fn,
-                         int64_t batch, std::vector<Tensor>& losses) {
-  const int last = static_cast<int>(stages_.size()) - 1;
-  const Device device = devices_[s];
-  StageStats& stats = stats_.stages[s];
-  const int lane = trace::lane("stage " + std::to_string(s) + " (" + device.str() + ")");
-  std::map<int, Tensor> stage_inputs, stage_outputs;  // activations held for backward
-  // Busy time counts the passes themselves; waiting for a neighbour is idle.
-  auto timed = [&](const char* name, auto&& pass) {
-    const auto start = std::chrono::steady_clock::now();
-    trace::Span span(name, "compute", lane);
-    pass();
-    stats.busy_seconds += seconds_since(start);
-  };
-  for (const Action& a : schedule_[s]) {
-    const int mb = a.micro_batch;
-    if (a.pass == Pass::Forward) {
-      Tensor in = s == 0 ? inputs[mb].to(device) : activations_[s - 1].take(mb);
-      if (s > 0) in = in.detach().requires_grad_();  // this stage's graph starts here
-      Tensor out;
-      timed("forward", [&] {
-        out = stages_[s]->forward(in);
-        if (s == last) {
-          // Weighted by the micro-batch's share, the losses add up to the batch's.
-          const double share = static_cast<double>(inputs[mb].size(0)) / batch;
-          out = loss_fn(out, targets[mb].to(device)) * share;
-          losses[mb] = out.detach();
-        }
-      });
-      if (s < last) {
-        Tensor sent = out.detach().to(devices_[s + 1]);
-        stats.bytes_sent += bytes_of(sent);
-        activations_[s].put(mb, sent);
-      }
-      stage_inputs[mb] = in;
-      stage_outputs[mb] = out;
-      stats.peak_in_flight = std::max(stats.peak_in_flight, static_cast<int>(stage_outputs.size()));
-    } else {
-      Tensor grad = s == last ? Tensor() : gradients_[s].take(mb);
-      timed("backward", [&] {
-        if (s == last)
-          autograd::backward({stage_outputs.at(mb)});
-        else
-          autograd::backward({stage_outputs.at(mb)}, {grad});
-      });
-      if (s > 0) {
-        Tensor sent = stage_inputs.at(mb).grad().to(devices_[s - 1]);
-        stats.bytes_sent += bytes_of(sent);
-        gradients_[s - 1].put(mb, sent);
-      }
-      stage_inputs.erase(mb);
-      stage_outputs.erase(mb);  // its activations are freed
-    }
-  }
-}
+namespace {
+
+// Stage s's links: mailboxes shared with its neighbours in this process;
+// a tensor is moved to the receiving stage's device as it is sent.
+class MailboxLinks : public StageLinks {
+ public:
+  MailboxLinks(std::vector<Mailbox>& activations, std::vector<Mailbox>& gradients, const std::vector<Device>& devices,
+               int stage)
+      : activations_(activations), gradients_(gradients), devices_(devices), s_(stage) {}
+  Tensor receive_activation(int mb) override { return activations_[s_ - 1].take(mb); }
+  void send_activation(int mb, const Tensor& a) override { activations_[s_].put(mb, a.to(devices_[s_ + 1])); }
+  Tensor receive_gradient(int mb, const Tensor&) override { return gradients_[s_].take(mb); }
+  void send_gradient(int mb, const Tensor& g) override { gradients_[s_ - 1].put(mb, g.to(devices_[s_ - 1])); }
+
+ private:
+  std::vector<Mailbox>& activations_;  // [s]: from stage s to s + 1
+  std::vector<Mailbox>& gradients_;    // [s]: from stage s + 1 to s
+  const std::vector<Device>& devices_;
+  const int s_;
+};
+
+}  // namespace
 
 Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
   LOOM_CHECK(x.defined() && y.defined() && x.size(0) == y.size(0), "Pipeline: inputs and targets need the same batch size");
   const int m = options_.micro_batches;
-  LOOM_CHECK(x.size(0) >= m, "Pipeline: a batch of ", x.size(0), " cannot make ", m, " micro-batches");
-  TensorList inputs = chunk(x.detach(), m, 0), targets = chunk(y.detach(), m, 0);
+  const TensorList inputs = split_micro_batches(x, m, "Pipeline"), targets = split_micro_batches(y, m, "Pipeline");
   for (auto* boxes : {&activations_, &gradients_})
     for (Mailbox& box : *boxes) box.reset();
   stats_ = PipelineStats();
@@ -118,9 +81,14 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
   std::vector<Tensor> losses(m);
 
   const auto start = std::chrono::steady_clock::now();
+  const int last = static_cast<int>(stages_.size()) - 1;
   workers_->run([&](int s) {
+    StageTask task{.module = stages_[s].get(), .device = devices_[s], .first = s == 0, .last = s == last,
+                   .inputs = &inputs, .targets = &targets, .loss = &loss, .batch = x.size(0), .losses = &losses,
+                   .lane = "stage " + std::to_string(s) + " (" + devices_[s].str() + ")"};
+    MailboxLinks links(activations_, gradients_, devices_, s);
     try {
-      run_stage(s, inputs, targets, loss, x.size(0), losses);
+      stats_.stages[s] = run_stage(schedule_[s], task, links);
     } catch (const std::exception& e) {
       // Wake the other stages: they would wait forever for this one.
       for (auto* boxes : {&activations_, &gradients_})
@@ -133,9 +101,7 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
     st.idle_fraction = std::max(0.0, 1 - st.busy_seconds / stats_.step_seconds);
     stats_.bubble_fraction += st.idle_fraction / stats_.stages.size();
   }
-  Tensor total = losses[0];
-  for (int i = 1; i < m; ++i) total = total + losses[i];
-  return total;
+  return sum_losses(losses);
 }
 
 Tensor Pipeline::forward(const Tensor& x) {

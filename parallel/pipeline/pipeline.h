@@ -21,6 +21,7 @@
 #include "nn/layers/container.h"
 #include "parallel/pipeline/mailbox.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_runner.h"
 #include "parallel/worker_pool.h"
 
 namespace loom::parallel {
@@ -31,22 +32,11 @@ struct PipelineOptions {
 };
 
 // What the last train_step measured.
-struct StageStats {
-  double busy_seconds = 0;   // running forward and backward passes
-  double idle_fraction = 0;  // 1 - busy / step time
-  int peak_in_flight = 0;    // most micro-batches whose activations it held at once
-  int64_t bytes_sent = 0;    // activations and gradients passed to neighbours
-};
-
 struct PipelineStats {
   double step_seconds = 0;
   double bubble_fraction = 0;  // the stages' mean idle fraction
   std::vector<StageStats> stages;
 };
-
-// A loss that is a mean over its batch, so that micro-batch losses weighted
-// by their share of the batch add up to the whole batch's loss.
-using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 
 // Cuts a Sequential before the children at `boundaries` (increasing indices):
 // {2, 5} makes children [0, 2), [2, 5), [5, end). The parts share the
@@ -70,9 +60,6 @@ class Pipeline {
   const PipelineStats& stats() const { return stats_; }
 
  private:
-  void run_stage(int s, const TensorList& inputs, const TensorList& targets, const LossFn& loss, int64_t batch,
-                 std::vector<Tensor>& losses);
-
   std::vector<nn::ModulePtr> stages_;
   std::vector<Device> devices_;
   PipelineOptions options_;

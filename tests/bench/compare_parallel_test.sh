@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compare_parallel runs every strategy on a small MLP and writes its table,
 # JSON lines, CSV, chart and one trace per strategy; the traces are valid
-# Chrome trace JSON. (Its numbers are timings, so only their shape is checked.)
+# Chrome trace JSON; the same under mpirun. (Its numbers are timings, so only
+# their shape is checked.)
 set -euo pipefail
 tool=$(realpath "$1")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
@@ -18,6 +19,29 @@ grep -q "NOTE: the 2 devices are one CPU" out.log || { echo "no shared-device no
 if command -v gnuplot > /dev/null; then
   [ -s cmp.png ] || { echo "gnuplot is installed but no chart was written"; exit 1; }
 fi
+# Under mpirun -np 3 the ranks are the devices: ddp and both pipelines run
+# over them (one stage per rank), each rank writes its own trace, and the
+# single-process strategies say why they were skipped.
+export TMPDIR=/tmp  # Open MPI's session sockets need a short path
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun -np 3 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --mlp-batch 96 --micro-batches 4 \
+  --steps 2 --warmup 1 --out mpi > mpi.log 2>&1 || { cat mpi.log; exit 1; }
+for s in single ddp gpipe 1f1b; do
+  grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\", \"devices\": [13]," mpi.log \
+    || { echo "mpirun: no JSON line for $s"; cat mpi.log; exit 1; }
+done
+for s in ddp gpipe 1f1b; do
+  for r in 0 1 2; do
+    python3 -c "import json,sys; d=json.load(open('mpi_traces/${s}_rank$r.json')); sys.exit(0 if d['traceEvents'] else 1)" \
+      || { echo "mpirun: bad trace for $s on rank $r"; exit 1; }
+  done
+done
+[ "$(grep -c 'skipped: one process drives every device' mpi.log)" = 2 ] || { echo "dp, layer_split not skipped"; cat mpi.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$tool" --devices 3 --steps 1 > mismatch.log 2>&1; then
+  echo "--devices 3 under mpirun -np 2 accepted"; exit 1
+fi
+grep -q "leave it out, the ranks are the devices" mismatch.log || { cat mismatch.log; exit 1; }
+
 # A bad flag value is a clear error.
 if "$tool" --link carrier-pigeon > bad.log 2>&1; then echo "--link carrier-pigeon accepted"; exit 1; fi
 grep -q "expected pcie or nvlink" bad.log || { cat bad.log; exit 1; }

@@ -15,21 +15,10 @@ namespace {
 namespace F = nn::functional;
 using testing::DdpCase;
 
-// Runs body(group of rank r, what prepare(r) made) on one thread per rank;
-// prepare runs first, on this thread, for each rank (it may seed the global
-// generator, which the rank threads must not race on).
-template <typename Prepared>
-void run_ddp_ranks(int world, const std::function<Prepared(int rank)>& prepare,
-                   const std::function<void(const std::shared_ptr<ProcessGroup>&, Prepared&)>& body) {
-  std::vector<Prepared> prepared;
-  for (int r = 0; r < world; ++r) prepared.push_back(prepare(r));
-  testing::run_rank_threads(world, [&](int r, const std::shared_ptr<ProcessGroup>& group) { body(group, prepared[r]); });
-}
-
 using Models = std::pair<nn::ModulePtr, nn::ModulePtr>;
 
 void expect_matches_single_device(int world, DdpCase c) {
-  run_ddp_ranks<Models>(
+  testing::run_prepared_ranks<Models>(
       world, [&](int rank) { return testing::ddp_models(rank, c); },
       [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {
         testing::check_ddp_matches_single_device(group, models.first, models.second, c);
@@ -56,7 +45,7 @@ TEST(DistributedDataParallel, NoSyncAccumulationThreeRanks) {
 TEST(DistributedDataParallel, OneRank) { expect_matches_single_device(1, {.dtype = kFloat64, .tolerance = 1e-12}); }
 
 TEST(DistributedDataParallel, NoSyncDoesNotCommunicate) {
-  run_ddp_ranks<int>(
+  testing::run_prepared_ranks<int>(
       2, [](int) { return 0; },
       [](const std::shared_ptr<ProcessGroup>& group, int&) {
         nn::Linear fc(3, 2);
@@ -72,7 +61,7 @@ TEST(DistributedDataParallel, NoSyncDoesNotCommunicate) {
 }
 
 TEST(DistributedDataParallel, RejectsDifferentModels) {
-  run_ddp_ranks<int>(
+  testing::run_prepared_ranks<int>(
       2, [](int) { return 0; },
       [](const std::shared_ptr<ProcessGroup>& group, int&) { testing::check_ddp_rejects_different_models(group); });
 }
@@ -105,7 +94,7 @@ TwoHeadsModels two_heads(int rank) {
 }
 
 TEST(DistributedDataParallel, UnusedParametersAreNamed) {
-  run_ddp_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
+  testing::run_prepared_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
     DistributedDataParallel ddp(std::static_pointer_cast<nn::Module>(m.local), group);
     const char* unused = group->rank() == 0 ? "'b.weight', 'b.bias'" : "'a.weight', 'a.bias'";
     EXPECT_THROW_MSG(ddp->forward(randn({4, 3})).sum().backward(), unused);
@@ -115,7 +104,7 @@ TEST(DistributedDataParallel, UnusedParametersAreNamed) {
 // With find_unused_parameters each head's gradient is its one rank's
 // gradient over the world size (the other rank contributes zero).
 TEST(DistributedDataParallel, FindUnusedParametersAveragesWithZeros) {
-  run_ddp_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
+  testing::run_prepared_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
     DistributedDataParallel ddp(std::static_pointer_cast<nn::Module>(m.local), group,
                                 {.find_unused_parameters = true});
     Generator gen(3);
@@ -138,7 +127,7 @@ TEST(DistributedDataParallel, FindUnusedParametersAveragesWithZeros) {
 // one big bucket it waits for all of them.
 TEST(DistributedDataParallel, SmallBucketsStartAllReduceDuringBackward) {
   for (int64_t cap : {int64_t{1}, int64_t{25} << 20})
-    run_ddp_ranks<int>(
+    testing::run_prepared_ranks<int>(
         2, [](int) { return 0; },
         [cap](const std::shared_ptr<ProcessGroup>& group, int&) {
           nn::Sequential net(nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 2));
@@ -158,7 +147,7 @@ TEST(DistributedDataParallel, SmallBucketsStartAllReduceDuringBackward) {
 // In eval mode BatchNorm normalises with its running statistics, so every
 // rank must use rank 0's: forward broadcasts them.
 TEST(DistributedDataParallel, ForwardBroadcastsRankZerosBuffers) {
-  run_ddp_ranks<int>(
+  testing::run_prepared_ranks<int>(
       2, [](int) { return 0; },
       [](const std::shared_ptr<ProcessGroup>& group, int&) {
         nn::Sequential net(nn::BatchNorm2d(2));
@@ -174,7 +163,7 @@ TEST(DistributedDataParallel, ForwardBroadcastsRankZerosBuffers) {
 TEST(DistributedDataParallel, TraceShowsEachBucketsAllReduce) {
   trace::clear();
   trace::enable(true);
-  run_ddp_ranks<int>(
+  testing::run_prepared_ranks<int>(
       2, [](int) { return 0; },
       [](const std::shared_ptr<ProcessGroup>& group, int&) {
         nn::Sequential net(nn::Linear(4, 4), nn::Tanh(), nn::Linear(4, 2));
@@ -194,7 +183,7 @@ TEST(DistributedDataParallel, TraceShowsEachBucketsAllReduce) {
 }
 
 TEST(DistributedDataParallel, HooksOutliveTheWrapperHarmlessly) {
-  run_ddp_ranks<int>(
+  testing::run_prepared_ranks<int>(
       1, [](int) { return 0; },
       [](const std::shared_ptr<ProcessGroup>& group, int&) {
         nn::Linear fc(3, 2);

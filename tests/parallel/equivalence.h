@@ -1,7 +1,9 @@
-// What the parallel-training equivalence tests share: the model (Conv2d,
-// optional BatchNorm2d, Linear, LayerNorm) and how far two models' parameters
-// are apart.
+// What the parallel-training equivalence tests share: the models (a CNN
+// with optional BatchNorm2d for data parallelism, an MLP of eight children to
+// cut into pipeline stages) and how far two models' parameters are apart.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 
@@ -23,12 +25,23 @@ inline nn::Sequential make_net(bool batch_norm) {
   return net;
 }
 
+// Input [batch, 6], 3 classes; eight children, so that split_sequential can
+// cut it into up to eight stages.
+inline nn::Sequential make_pipeline_net() {
+  return nn::Sequential(nn::Linear(6, 8), nn::Tanh(), nn::Linear(8, 8), nn::LayerNorm(8), nn::ReLU(),
+                        nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 3));
+}
+
 // The largest relative difference between corresponding parameters.
-inline double max_param_difference(const nn::Module& a, const nn::Module& b) {
-  TensorList pa = a.parameters(), pb = b.parameters();
+inline double max_param_difference(const TensorList& a, const TensorList& b) {
+  EXPECT_EQ(a.size(), b.size()) << "different numbers of parameters";
   double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(pa[i], pb[i]));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
   return worst;
+}
+inline double max_param_difference(const nn::Module& a, const nn::Module& b) {
+  return max_param_difference(a.parameters(), b.parameters());
 }
 
 }  // namespace loom::parallel::testing

@@ -1,8 +1,8 @@
 // A small MPI program for mpi_failure_test.cc: each scenario makes one rank
 // misbehave, and the ranks print what they saw. Run under mpirun -np 2:
 //
-//   mpi_failure_helper rank-exits-early | rank-crashes | never-joins | never-joins-uncaught |
-//                      wrong-size
+//   mpi_failure_helper rank-exits-early | rank-crashes | rank-gives-up | never-joins |
+//                      never-joins-uncaught | wrong-size
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +24,11 @@ int main(int argc, char** argv) {
   if (rank == 1) {
     if (scenario == "rank-exits-early") return 0;  // cleanly, before the collective
     if (scenario == "rank-crashes") std::_Exit(3);  // as a crash would: no cleanup
+    if (scenario == "rank-gives-up") {  // an error it reports, then leaves the job
+      std::fprintf(stderr, "rank 1 gives up\n");
+      parallel::abandon_job("rank 1 could not go on");
+      return 1;
+    }
     if (scenario.rfind("never-joins", 0) == 0)
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // stuck until killed
   }

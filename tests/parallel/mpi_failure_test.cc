@@ -63,6 +63,18 @@ TEST(MpiFailure, RankThatCrashes) {
   EXPECT_FALSE(contains(run.output, "did not complete within"));  // mpirun ended it first
 }
 
+// Rank 1 fails with an error and calls abandon_job before returning: it
+// exits without MPI_Finalize, so mpirun stops rank 0 at once, as for a crash,
+// instead of rank 0 waiting out loom's timeout (60 s here).
+TEST(MpiFailure, RankThatGivesUpEndsTheJobAtOnce) {
+  MpiRun run = mpirun("rank-gives-up", 60);
+  EXPECT_NE(run.status, 0);
+  EXPECT_TRUE(contains(run.output, "loom: not calling MPI_Finalize, which would wait for the other ranks, because "
+                                   "this rank gave up: rank 1 could not go on"));
+  EXPECT_FALSE(contains(run.output, "rank 0 finished"));
+  EXPECT_FALSE(contains(run.output, "did not complete within"));  // mpirun ended it first
+}
+
 // Rank 1 is alive but never calls the collective: rank 0 times out with the
 // facts and exits nonzero, and mpirun then kills the stuck rank.
 TEST(MpiFailure, RankThatNeverJoins) {

@@ -5,18 +5,20 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <thread>
-
-#include "autograd/node.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "tests/parallel/equivalence.h"
+#include "tests/parallel/pipeline_checks.h"
+#include "tests/parallel/sleep_stage.h"
 #include "tests/test_util.h"
 
 namespace loom {
 namespace {
 
 using parallel::ScheduleKind;
+using parallel::testing::max_param_difference;
+using parallel::testing::PipelineCase;
+using parallel::testing::sum_loss;
 namespace F = nn::functional;
 
 TEST(Schedule, GPipeOrderForFourStagesEightMicroBatches) {
@@ -39,23 +41,6 @@ TEST(Schedule, OneFOneBOrderForFourStagesEightMicroBatches) {
   EXPECT_THROW_MSG(parallel::gpipe_schedule(0, 4), "gpipe_schedule: need at least one stage");
 }
 
-nn::Sequential make_net() {
-  return nn::Sequential(nn::Linear(6, 8), nn::Tanh(), nn::Linear(8, 8), nn::LayerNorm(8), nn::ReLU(),
-                        nn::Linear(8, 8), nn::Tanh(), nn::Linear(8, 3));
-}
-
-double max_param_difference(const TensorList& a, const TensorList& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, testing::max_rel_error(a[i], b[i]));
-  return worst;
-}
-
-struct PipelineCase {
-  ScheduleKind kind;
-  std::vector<int> boundaries;  // p = boundaries + 1 stages
-  int micro_batches;
-};
-
 class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
 
 // Three SGD steps through the pipeline equal three steps on one device with
@@ -63,19 +48,16 @@ class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
 // agree to float64 rounding (1e-10).
 TEST_P(PipelineEquivalence, EqualsSingleDeviceTraining) {
   const PipelineCase& c = GetParam();
-  manual_seed(5);
-  nn::Sequential single = make_net();
-  single->to(kFloat64);
-  auto copy = std::static_pointer_cast<nn::SequentialImpl>(single->clone());
-  parallel::Pipeline pipe(parallel::split_sequential(nn::Sequential(copy), c.boundaries),
+  auto [single, copy] = parallel::testing::pipeline_models();
+  parallel::Pipeline pipe(parallel::split_sequential(copy, c.boundaries),
                           std::vector<Device>(c.boundaries.size() + 1, Device::cpu()),
                           {.micro_batches = c.micro_batches, .schedule = c.kind});
   optim::SGD opt_single(single->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   Generator gen(11);
   for (int step = 0; step < 3; ++step) {
-    Tensor x = randn({12, 6}, {.dtype = kFloat64}, &gen);
-    Tensor y = randint(0, 3, {12}, {.dtype = kInt64}, &gen);
+    Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
+    Tensor y = randint(0, 3, {c.batch}, {.dtype = kInt64}, &gen);
     opt_single.zero_grad();
     Tensor loss = F::cross_entropy(single->forward(x), y);
     loss.backward();
@@ -93,35 +75,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PipelineCase{ScheduleKind::GPipe, {4}, 1}, PipelineCase{ScheduleKind::GPipe, {2, 5}, 4},
                       PipelineCase{ScheduleKind::GPipe, {1, 3, 6}, 6}, PipelineCase{ScheduleKind::OneFOneB, {4}, 2},
                       PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4}, PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 6},
-                      PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3}));
-
-// A stage whose forward and backward each take a fixed time without using a
-// core (it sleeps), so stages overlap as on separate devices even on a
-// machine with fewer cores than stages.
-class SleepStageImpl : public nn::Cloneable<SleepStageImpl> {
- public:
-  explicit SleepStageImpl(int ms) : Cloneable("SleepStage"), ms_(ms) { reset(); }
-  void reset() override { scale = register_parameter("scale", ones({1})); }
-  Tensor forward(const Tensor& x) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
-    Tensor y = x.detach() * scale.detach();
-    autograd::record("SleepStageBackward", {x, scale}, y, [ms = ms_, x = x.detach()](const TensorList& g) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      return TensorList{g[0], sum(g[0] * x).reshape({1})};
-    });
-    return y;
-  }
-  int ms_;
-  Tensor scale;
-};
+                      PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3},
+                      // 12 samples in 5 micro-batches of 3, 3, 2, 2, 2 (not chunk()'s four of 3).
+                      PipelineCase{ScheduleKind::GPipe, {2, 5}, 5}, PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 5, 10}));
 
 parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms) {
   std::vector<nn::ModulePtr> parts;
-  for (int s = 0; s < stages; ++s) parts.push_back(std::make_shared<SleepStageImpl>(ms));
+  for (int s = 0; s < stages; ++s) parts.push_back(std::make_shared<parallel::testing::SleepStageImpl>(ms));
   return parallel::Pipeline(parts, std::vector<Device>(stages, Device::cpu()), {.micro_batches = micro_batches, .schedule = kind});
 }
-
-Tensor sum_loss(const Tensor& out, const Tensor&) { return out.sum(); }
 
 TEST(PipelineMemory, PeakActivationsArePStagesFor1F1BAndMForGPipe) {
   const int p = 4, m = 8;
@@ -158,7 +120,7 @@ TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
 
 TEST(LayerSplit, EqualsSingleDevice) {
   manual_seed(8);
-  nn::Sequential single = make_net();
+  nn::Sequential single = parallel::testing::make_pipeline_net();
   auto copy = std::static_pointer_cast<nn::SequentialImpl>(single->clone());
   parallel::LayerSplit split(parallel::split_sequential(nn::Sequential(copy), {3, 6}),
                              {Device::cpu(), Device::cpu(), Device::cpu()});

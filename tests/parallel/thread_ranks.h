@@ -48,4 +48,15 @@ inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& body,
       n, [&](int, const std::shared_ptr<ProcessGroup>& group) { body(*group); }, options);
 }
 
+// Runs body(group of rank r, what prepare(r) made) on one thread per rank;
+// prepare runs first, on this thread, for each rank (it may seed the global
+// generator, which the rank threads must not race on).
+template <typename Prepared>
+void run_prepared_ranks(int n, const std::function<Prepared(int rank)>& prepare,
+                        const std::function<void(const std::shared_ptr<ProcessGroup>&, Prepared&)>& body) {
+  std::vector<Prepared> prepared;
+  for (int r = 0; r < n; ++r) prepared.push_back(prepare(r));
+  run_rank_threads(n, [&](int r, const std::shared_ptr<ProcessGroup>& group) { body(group, prepared[r]); });
+}
+
 }  // namespace loom::parallel::testing

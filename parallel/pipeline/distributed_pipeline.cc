@@ -1,0 +1,129 @@
+#include "parallel/pipeline/distributed_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace loom::parallel {
+namespace {
+
+// An activation's header: dtype, number of dims, then the dims (unused ones 0).
+constexpr int kMaxDims = 8;
+constexpr int64_t kHeaderLength = 2 + kMaxDims;
+
+// Each micro-batch has its own tags, so messages match whatever order a
+// schedule runs its micro-batches in.
+int activation_tag(int micro_batch) { return 2 * micro_batch; }
+int gradient_tag(int micro_batch) { return 2 * micro_batch + 1; }
+constexpr int kMaxMicroBatches = (ProcessGroup::kMaxTag + 1) / 2;
+
+// A stage's links to the ranks before and after it. Sends are collected and
+// waited for at the end of the step, so that a failed send is reported.
+class GroupLinks : public StageLinks {
+ public:
+  GroupLinks(ProcessGroup& group, Device device) : group_(group), device_(device) {}
+
+  Tensor receive_activation(int mb) override {
+    Tensor header = empty({kHeaderLength}, {.dtype = kInt64});
+    group_.recv(header, previous(), activation_tag(mb))->wait();
+    const int64_t* h = header.data_ptr<int64_t>();
+    LOOM_CHECK(h[0] >= 0 && h[0] <= static_cast<int64_t>(kFloat64) && h[1] >= 0 && h[1] <= kMaxDims, "rank ",
+               group_.rank(), ": the activation header from rank ", previous(), " for micro-batch ", mb,
+               " is malformed (dtype ", h[0], ", ", h[1], " dims)");
+    Tensor activation = empty(Shape(std::vector<int64_t>(h + 2, h + 2 + h[1])),
+                              {.dtype = static_cast<DType>(h[0]), .device = device_});
+    group_.recv(activation, previous(), activation_tag(mb))->wait();
+    return activation;
+  }
+
+  void send_activation(int mb, const Tensor& activation) override {
+    LOOM_CHECK(activation.dim() <= kMaxDims, "DistributedPipeline: rank ", group_.rank(), " sends a ",
+               activation.dim(), "-d activation; at most ", kMaxDims, " dims travel between stages");
+    std::vector<int64_t> header(kHeaderLength, 0);
+    header[0] = static_cast<int64_t>(activation.dtype());
+    header[1] = activation.dim();
+    for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
+    sends_.push_back(group_.send(from_vector(header), next(), activation_tag(mb)));
+    sends_.push_back(group_.send(activation.contiguous(), next(), activation_tag(mb)));
+  }
+
+  Tensor receive_gradient(int mb, const Tensor& output) override {
+    Tensor gradient = empty(output.shape(), {.dtype = output.dtype(), .device = output.device()});
+    group_.recv(gradient, next(), gradient_tag(mb))->wait();
+    return gradient;
+  }
+
+  void send_gradient(int mb, const Tensor& gradient) override {
+    sends_.push_back(group_.send(gradient.contiguous(), previous(), gradient_tag(mb)));
+  }
+
+  void wait_for_sends() {
+    for (const WorkPtr& work : sends_) work->wait();
+    sends_.clear();
+  }
+
+ private:
+  int previous() const { return group_.rank() - 1; }
+  int next() const { return group_.rank() + 1; }
+
+  ProcessGroup& group_;
+  Device device_;
+  std::vector<WorkPtr> sends_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
+                                         PipelineOptions options, Device device)
+    : stage_(std::move(stage)), group_(std::move(group)), options_(options), device_(device) {
+  LOOM_CHECK(stage_ && group_, "DistributedPipeline: needs a stage and a process group");
+  LOOM_CHECK(options.micro_batches >= 1 && options.micro_batches <= kMaxMicroBatches,
+             "DistributedPipeline: micro_batches must be in [1, ", kMaxMicroBatches, "], got ", options.micro_batches);
+  rank_ = group_->rank();
+  stages_ = group_->size();
+  stage_->to(device_);
+  schedule_ = make_schedule(options.schedule, stages_, options.micro_batches);
+}
+
+Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
+  const int m = options_.micro_batches;
+  const bool first = rank_ == 0, last = rank_ == stages_ - 1;
+  TensorList inputs, targets;
+  if (first) inputs = split_micro_batches(x, m, "DistributedPipeline (rank 0's inputs)");
+  if (last) targets = split_micro_batches(y, m, "DistributedPipeline (the last rank's targets)");
+  std::vector<Tensor> losses(last ? m : 0);
+
+  StageTask task{.module = stage_.get(), .device = device_, .first = first, .last = last, .inputs = &inputs,
+                 .targets = &targets, .loss = &loss, .batch = last ? y.size(0) : 0, .losses = &losses,
+                 .lane = "stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")"};
+  GroupLinks links(*group_, device_);
+  const auto start = std::chrono::steady_clock::now();
+  stats_ = run_stage(actions(), task, links);
+  links.wait_for_sends();
+  step_seconds_ = seconds_since(start);
+  stats_.idle_fraction = std::max(0.0, 1 - stats_.busy_seconds / step_seconds_);
+  return last ? sum_losses(losses) : Tensor();
+}
+
+Tensor DistributedPipeline::forward(const Tensor& x) {
+  NoGradGuard no_grad;
+  const bool first = rank_ == 0, last = rank_ == stages_ - 1;
+  TensorList inputs;
+  if (first) inputs = split_micro_batches(x, options_.micro_batches, "DistributedPipeline::forward (rank 0's inputs)");
+  GroupLinks links(*group_, device_);
+  TensorList outputs;
+  for (int mb = 0; mb < options_.micro_batches; ++mb) {
+    Tensor out = stage_->forward(first ? inputs[mb].to(device_) : links.receive_activation(mb));
+    if (last)
+      outputs.push_back(out);
+    else
+      links.send_activation(mb, out);
+  }
+  links.wait_for_sends();
+  return last ? cat(outputs, 0) : Tensor();
+}
+
+}  // namespace loom::parallel

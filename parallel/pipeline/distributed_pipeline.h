@@ -1,0 +1,67 @@
+// Pipeline parallelism over processes: rank r of a ProcessGroup runs stage r
+// of the model (mpirun -np p for p stages). Activations go from rank r to
+// r + 1 and gradients back from r + 1 to r with send/recv; the schedule
+// (GPipe or 1F1B) and the stage code are those of the single-process
+// Pipeline (stage_runner.h), so one train_step equals one step on the whole
+// batch.
+//
+//   auto group = parallel::init(argc, argv);
+//   auto stages = parallel::split_sequential(model, {3, 6});     // same model and seed on every rank
+//   parallel::DistributedPipeline pipe(stages[group->rank()], group, {.micro_batches = 8});
+//   optim::AdamW opt(pipe.parameters());                          // this rank's stage only
+//   opt.zero_grad();
+//   Tensor loss = pipe.train_step(x, y, loss_fn);  // x read on rank 0, y on the last rank
+//   opt.step();                                    // loss defined on the last rank only
+//
+// Each activation travels as two messages: a small header (dtype and shape,
+// which the receiver cannot know in advance) and the tensor. Gradients need
+// no header: they have the shape of the activation their receiver sent.
+// Like every ProcessGroup operation, a receive whose peer has died or failed
+// ends with the group's timeout error naming the rank and the operation.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/module.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/pipeline/pipeline.h"
+
+namespace loom::parallel {
+
+class DistributedPipeline {
+ public:
+  // This rank's `stage` (its part of the model, as split_sequential cuts it)
+  // moves to `device`; the group's size is the number of stages.
+  DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group, PipelineOptions options = {},
+                      Device device = Device::cpu());
+
+  // Forward and backward of the batch (x, y) in micro-batches. Rank 0 reads
+  // x and the last rank y; the others may pass undefined tensors. Returns the
+  // batch loss on the last rank, an undefined tensor on the others.
+  Tensor train_step(const Tensor& x, const Tensor& y, const LossFn& loss);
+  // Micro-batched forward without gradients (x read on rank 0); the output on
+  // the last rank, an undefined tensor on the others.
+  Tensor forward(const Tensor& x);
+
+  TensorList parameters() const { return stage_->parameters(); }
+  const nn::ModulePtr& stage() const { return stage_; }
+  // This rank's row of the schedule.
+  const std::vector<Action>& actions() const { return schedule_[rank_]; }
+  // What this rank measured in the last train_step; idle_fraction is against
+  // its own step time (the pipeline's bubble: against the longest rank's).
+  const StageStats& stats() const { return stats_; }
+  double step_seconds() const { return step_seconds_; }
+
+ private:
+  nn::ModulePtr stage_;
+  std::shared_ptr<ProcessGroup> group_;
+  PipelineOptions options_;
+  Device device_;
+  int rank_ = 0, stages_ = 1;
+  PipelineSchedule schedule_;
+  StageStats stats_;
+  double step_seconds_ = 0;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,127 @@
+// DistributedPipeline with the threads backend: ranks are threads of this
+// process, one stage each, exchanging activations and gradients with
+// send/recv exactly as processes under mpirun do (pipeline_mpi_test.cc).
+#include "parallel/pipeline/distributed_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include "parallel/comm/thread_group.h"
+#include "tests/parallel/pipeline_checks.h"
+#include "tests/parallel/sleep_stage.h"
+#include "tests/parallel/thread_ranks.h"
+#include "tests/test_util.h"
+
+namespace loom::parallel {
+namespace {
+
+using testing::PipelineCase;
+using Models = std::pair<nn::Sequential, nn::Sequential>;
+
+class DistributedPipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
+
+TEST_P(DistributedPipelineEquivalence, EqualsSingleDeviceTraining) {
+  const PipelineCase& c = GetParam();
+  testing::run_prepared_ranks<Models>(
+      static_cast<int>(c.boundaries.size()) + 1, [](int) { return testing::pipeline_models(); },
+      [&](const std::shared_ptr<ProcessGroup>& group, Models& m) {
+        testing::check_pipeline_matches_single_device(group, m.first, m.second, c);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SchedulesRanksMicroBatches, DistributedPipelineEquivalence,
+    ::testing::Values(
+        // One rank: the schedule degenerates to gradient accumulation.
+        PipelineCase{ScheduleKind::OneFOneB, {}, 3},
+        PipelineCase{ScheduleKind::GPipe, {4}, 1}, PipelineCase{ScheduleKind::OneFOneB, {4}, 2},
+        PipelineCase{ScheduleKind::GPipe, {2, 5}, 4}, PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4},
+        // 10 samples in 4 micro-batches of 3, 3, 2, 2: the losses' weights differ.
+        PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4, 10}, PipelineCase{ScheduleKind::GPipe, {1, 3, 6}, 6},
+        PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 6}, PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3}));
+
+// p ranks of sleeping stages: the pipeline each rank runs, and its stats.
+std::vector<StageStats> run_sleep_pipeline(int p, int m, ScheduleKind kind, int ms, double* longest_step = nullptr) {
+  std::vector<StageStats> stats(p);
+  std::vector<double> steps(p);
+  testing::run_rank_threads(p, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    DistributedPipeline pipe(std::make_shared<testing::SleepStageImpl>(ms), group, {.micro_batches = m, .schedule = kind});
+    pipe.train_step(ones({m, 2}), zeros({m}), testing::sum_loss);
+    stats[rank] = pipe.stats();
+    steps[rank] = pipe.step_seconds();
+  });
+  if (longest_step) *longest_step = *std::max_element(steps.begin(), steps.end());
+  return stats;
+}
+
+// Counted as each rank stores and frees activations, not computed from the schedule.
+TEST(DistributedPipelineMemory, PeakActivationsArePFor1F1BAndMForGPipe) {
+  const int p = 4, m = 8;
+  std::vector<StageStats> one_f_one_b = run_sleep_pipeline(p, m, ScheduleKind::OneFOneB, 1);
+  std::vector<StageStats> gpipe = run_sleep_pipeline(p, m, ScheduleKind::GPipe, 1);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(one_f_one_b[s].peak_in_flight, p - s) << "rank " << s;  // at most p
+    EXPECT_EQ(gpipe[s].peak_in_flight, m) << "rank " << s;
+  }
+  // Each micro-batch's [1, 2] float32 activation goes forward and its gradient back.
+  EXPECT_EQ(one_f_one_b[0].bytes_sent, m * 2 * 4);
+  EXPECT_EQ(one_f_one_b[1].bytes_sent, 2 * m * 2 * 4);
+  EXPECT_EQ(one_f_one_b[p - 1].bytes_sent, m * 2 * 4);
+}
+
+// Each rank's busy time against the longest rank's step: the idle fraction
+// of balanced stages is (p - 1) / (m + p - 1). Each pass sleeps 40 ms, so
+// message hand-offs (well under a millisecond) are small against 5 points.
+TEST(DistributedPipelineBubble, MeasuredIdleFractionMatchesTheory) {
+  for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 3}}) {
+    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+      double step = 0;
+      std::vector<StageStats> stats = run_sleep_pipeline(p, m, kind, 40, &step);
+      double bubble = 0;
+      for (const StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+      EXPECT_NEAR(bubble, ideal_bubble_fraction(p, m), 0.05)
+          << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
+    }
+  }
+}
+
+// A stage that throws stops its own rank with its message; its neighbour,
+// waiting for a gradient that never comes, fails with the group's timeout
+// error naming itself, the receive and the peer: nothing hangs.
+TEST(DistributedPipeline, AFailingStageEndsItsNeighbourWithATimeout) {
+  ProcessGroupOptions options;
+  options.timeout = std::chrono::milliseconds(500);
+  auto groups = ThreadGroup::create(2, options);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      nn::ModulePtr stage = r == 0 ? nn::Linear(4, 3).ptr() : nn::Linear(5, 2).ptr();  // 3 != 5
+      DistributedPipeline pipe(stage, groups[r], {.micro_batches = 2});
+      try {
+        pipe.train_step(ones({4, 4}), zeros({4}), testing::sum_loss);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_NE(errors[1].find("does not end in the weight's in_features 5"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("rank 0: recv #"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("from rank 1 (tag 1, 6 x float32): timed out after 0.5 s"), std::string::npos) << errors[0];
+}
+
+TEST(DistributedPipeline, RejectsBadArguments) {
+  auto group = ThreadGroup::create(1, testing::test_options())[0];
+  EXPECT_THROW_MSG(DistributedPipeline(nn::Linear(2, 2).ptr(), group, {.micro_batches = 0}),
+                   "micro_batches must be in [1, 16384], got 0");
+  EXPECT_THROW_MSG(DistributedPipeline(nullptr, group), "needs a stage and a process group");
+  DistributedPipeline pipe(nn::Linear(2, 2).ptr(), group, {.micro_batches = 3});
+  EXPECT_THROW_MSG(pipe.train_step(Tensor(), zeros({4}), testing::sum_loss),
+                   "DistributedPipeline (rank 0's inputs): a batch of 0 cannot make 3 micro-batches");
+  EXPECT_THROW_MSG(pipe.train_step(ones({4, 2}), zeros({2}), testing::sum_loss),
+                   "the last rank's targets): a batch of 2 cannot make 3 micro-batches");
+  EXPECT_THROW_MSG(pipe.train_step(ones({4, 2}), zeros({5}), testing::sum_loss),
+                   "pipeline: micro-batch 1 has 1 samples but its targets have 2");
+}
+
+}  // namespace
+}  // namespace loom::parallel

@@ -1,0 +1,93 @@
+// The DistributedPipeline checks every backend runs: distributed_pipeline_test.cc
+// with the threads backend, pipeline_mpi_test.cc under mpirun. Each function
+// is one rank's part; every rank of the group calls it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <ostream>
+#include <utility>
+#include <vector>
+
+#include "optim/optimizer.h"
+#include "parallel/pipeline/distributed_pipeline.h"
+#include "tests/parallel/equivalence.h"
+
+namespace loom::parallel::testing {
+
+struct PipelineCase {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  std::vector<int> boundaries;  // where split_sequential cuts: one stage per rank
+  int micro_batches = 4;
+  int64_t batch = 12;  // need not divide by micro_batches: then they differ by one
+};
+
+// How a failing case is named: "1F1B, cuts {2, 5}, 4 micro-batches, batch 12".
+inline void PrintTo(const PipelineCase& c, std::ostream* out) {
+  *out << (c.kind == ScheduleKind::GPipe ? "GPipe" : "1F1B") << ", cuts {";
+  for (size_t i = 0; i < c.boundaries.size(); ++i) *out << (i ? ", " : "") << c.boundaries[i];
+  *out << "}, " << c.micro_batches << " micro-batches, batch " << c.batch;
+}
+
+// One rank's two models, alike: the single-device reference and the whole
+// model whose stage this rank runs. Thread-safe only if called before the
+// ranks' threads start (it seeds the global generator).
+inline std::pair<nn::Sequential, nn::Sequential> pipeline_models() {
+  manual_seed(5);
+  nn::Sequential reference = make_pipeline_net();
+  reference->to(kFloat64);
+  return {reference, nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(reference->clone()))};
+}
+
+// Three SGD-with-momentum steps: the pipeline (this rank's stage) against the
+// reference on the whole batch, which every rank trains itself. The same
+// gradient terms are summed in another order, so parameters agree to float64
+// rounding (1e-10), and the last rank's loss to 1e-12.
+inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGroup>& group, nn::Sequential reference,
+                                                 nn::Sequential model, const PipelineCase& c) {
+  namespace F = nn::functional;
+  const int rank = group->rank();
+  ASSERT_EQ(group->size(), static_cast<int>(c.boundaries.size()) + 1) << "one stage per rank";
+  nn::ModulePtr stage = split_sequential(model, c.boundaries)[rank];
+  nn::ModulePtr reference_stage = split_sequential(reference, c.boundaries)[rank];
+  DistributedPipeline pipe(stage, group, {.micro_batches = c.micro_batches, .schedule = c.kind});
+  optim::SGD opt_reference(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  auto cross_entropy = [](const Tensor& out, const Tensor& t) { return F::cross_entropy(out, t); };
+  const bool first = rank == 0, last = rank == group->size() - 1;
+
+  Generator gen(11);  // the same batches on every rank
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
+    Tensor y = randint(0, 3, {c.batch}, {.dtype = kInt64}, &gen);
+    opt_reference.zero_grad();
+    Tensor loss = F::cross_entropy(reference->forward(x), y);
+    loss.backward();
+    opt_reference.step();
+
+    opt_pipe.zero_grad();
+    // Each rank passes only what it reads.
+    Tensor pipe_loss = pipe.train_step(first ? x : Tensor(), last ? y : Tensor(), cross_entropy);
+    opt_pipe.step();
+    if (last) {
+      ASSERT_TRUE(pipe_loss.defined());
+      EXPECT_NEAR(pipe_loss.item(), loss.item(), 1e-12) << "step " << step;
+    } else {
+      EXPECT_FALSE(pipe_loss.defined()) << "only the last rank has the loss";
+    }
+    EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10) << "rank " << rank << ", step " << step;
+  }
+
+  // Inference: the micro-batched forward ends on the last rank with the
+  // reference's output.
+  Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
+  Tensor out = pipe.forward(first ? x : Tensor());
+  if (last) {
+    NoGradGuard no_grad;
+    ASSERT_EQ(out.shape(), Shape({c.batch, 3}));
+    EXPECT_LT(loom::testing::max_rel_error(out, reference->forward(x)), 1e-12);
+  }
+}
+
+}  // namespace loom::parallel::testing
