@@ -10,6 +10,7 @@
 #include "examples/models/models.h"
 #include "optim/lr_scheduler.h"
 #include "optim/training_checkpoint.h"
+#include "parallel/trace.h"
 
 namespace loom::examples {
 namespace {
@@ -37,6 +38,35 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// --trace: records steps first + 2 to first + 4 (after warm-up) of this run
+// and writes them; under mpirun each rank writes its own file.
+class StepTracer {
+ public:
+  StepTracer(std::string path, int rank, int64_t first_step) : path_(std::move(path)), first_(first_step + 2) {
+    if (path_.empty() || rank < 0) return;
+    const auto dot = path_.rfind('.');
+    const std::string suffix = ".rank" + std::to_string(rank);
+    path_ = dot == std::string::npos ? path_ + suffix : path_.substr(0, dot) + suffix + path_.substr(dot);
+  }
+  void before_step(int64_t step) {
+    if (step == first_ && !path_.empty()) trace::enable(true);
+    if (step == first_ + 3) finish();
+  }
+  // Writes what was recorded (also when the run had fewer steps).
+  void finish() {
+    if (path_.empty() || !trace::enabled()) return;
+    trace::enable(false);
+    trace::write_chrome_trace(path_);
+    std::printf("trace of steps %lld-%lld: %s\n", static_cast<long long>(first_ + 1),
+                static_cast<long long>(first_ + 3), path_.c_str());
+    path_.clear();
+  }
+
+ private:
+  std::string path_;
+  int64_t first_;
+};
+
 }  // namespace
 
 void add_fashion_mnist_flags(CLI::App& app, FashionMnistConfig& c) {
@@ -50,6 +80,7 @@ void add_fashion_mnist_flags(CLI::App& app, FashionMnistConfig& c) {
   app.add_option("--workers", c.workers, "threads that prepare batches ahead")->capture_default_str();
   app.add_option("--metrics", c.metrics, "metrics CSV, one row per epoch (default: <example>.csv)");
   app.add_option("--checkpoint", c.checkpoint, "checkpoint written after every epoch (default: <example>.safetensors)");
+  app.add_option("--trace", c.trace, "Chrome trace JSON of steps 3-5 (under mpirun one file per rank, .rankN added)");
   app.add_flag("--resume", c.resume, "continue from --checkpoint");
   app.add_option("--seed", c.seed, "random seed (weights, shuffling)")->capture_default_str();
   app.add_option("--log-every", c.log_every, "steps between progress lines when not on a terminal")->capture_default_str();
@@ -64,18 +95,21 @@ int train_fashion_mnist(FashionMnistConfig c, const Strategy& strategy) {
   if (c.checkpoint.empty()) c.checkpoint = c.name + ".safetensors";
   const int rank = strategy.group ? strategy.group->rank() : 0;
   const int world = strategy.group ? strategy.group->size() : 1;
-  const bool writer = rank == 0;  // prints progress, writes metrics and checkpoints
+  const bool writer = rank == strategy.reporting_rank;  // prints progress, writes metrics and checkpoints
+  const int shards = strategy.shard_batches ? world : 1;  // ranks that share out each global batch
   try {
-    LOOM_CHECK(c.batch_size % world == 0, "--batch-size ", c.batch_size, " does not split evenly over ", world, " ranks");
+    LOOM_CHECK(c.batch_size % shards == 0, "--batch-size ", c.batch_size, " does not split evenly over ", shards, " ranks");
+    LOOM_CHECK(!(c.resume && world > 1 && !strategy.shard_batches),
+               "--resume is not supported for a pipeline over ranks: each rank's optimizer state is its own");
     const Device device = Device::parse(c.device);
     manual_seed(c.seed);  // the same initial weights on every rank (DDP broadcasts rank 0's anyway)
 
-    // Each rank reads batch_size / world images of every global batch; the
+    // Each rank reads batch_size / shards images of every global batch; the
     // DistributedSampler deals out one shuffled order, so together the ranks
     // see exactly the global batches of a single-device run.
-    data::DataLoaderOptions train_options{.batch_size = c.batch_size / world, .num_workers = c.workers, .device = device};
-    if (world > 1) {
-      train_options.sampler = data::DistributedSampler(rank, world, /*shuffle=*/true, c.seed);
+    data::DataLoaderOptions train_options{.batch_size = c.batch_size / shards, .num_workers = c.workers, .device = device};
+    if (shards > 1) {
+      train_options.sampler = data::DistributedSampler(rank, shards, /*shuffle=*/true, c.seed);
     } else {
       train_options.shuffle = true;
       train_options.seed = c.seed;
@@ -106,6 +140,8 @@ int train_fashion_mnist(FashionMnistConfig c, const Strategy& strategy) {
                   world > 1 ? (", " + std::to_string(world) + " ranks").c_str() : "");
 
     Progress bar(c.epochs * steps_per_epoch, c.log_every, progress.step);
+    StepTracer tracer(c.trace, world > 1 ? rank : -1, progress.step);
+    const int lane = trace::lane(world > 1 ? "rank " + std::to_string(rank) : "main");
     const auto start = std::chrono::steady_clock::now();
     Evaluation result;
     double samples_per_second = 0;
@@ -115,12 +151,26 @@ int train_fashion_mnist(FashionMnistConfig c, const Strategy& strategy) {
       int64_t step_in_epoch = 0;
       for (auto& [x, y] : train.epoch(epoch)) {
         if (step_in_epoch++ == steps_per_epoch) break;
-        Tensor loss = nn::functional::cross_entropy(trained->forward(x), y);
-        opt.zero_grad();
-        loss.backward();
-        opt.step();
+        tracer.before_step(progress.step);
+        Tensor loss;
+        if (strategy.train_step) {
+          opt.zero_grad();
+          loss = strategy.train_step(x, y);
+        } else {
+          {
+            trace::Span span("forward", "compute", lane);
+            loss = nn::functional::cross_entropy(trained->forward(x), y);
+          }
+          opt.zero_grad();
+          trace::Span span("backward", "compute", lane);
+          loss.backward();
+        }
+        {
+          trace::Span span("optimizer", "optimizer", lane);
+          opt.step();
+        }
         schedule.step();
-        loss_sum = loss_sum + loss.detach();
+        if (loss.defined()) loss_sum = loss_sum + loss.detach();  // a pipeline's loss: on its last rank
         ++progress.step;
         // Reading the loss synchronises a GPU: only when a line is printed.
         if (writer && progress.step % c.log_every == 0) {
@@ -128,11 +178,13 @@ int train_fashion_mnist(FashionMnistConfig c, const Strategy& strategy) {
           bar.update(progress.step, loss.item(), done * c.batch_size / seconds_since(epoch_start));
         }
       }
+      tracer.finish();
       const double seconds = seconds_since(epoch_start);
       samples_per_second = steps_per_epoch * c.batch_size / seconds;
       // Every rank evaluates the whole test set: they hold the same weights.
+      if (strategy.before_evaluation) strategy.before_evaluation();
       result = evaluate(*model, test);
-      if (strategy.group) strategy.group->all_reduce(loss_sum, parallel::ReduceOp::Avg)->wait();
+      if (strategy.group && shards > 1) strategy.group->all_reduce(loss_sum, parallel::ReduceOp::Avg)->wait();
       const double train_loss = loss_sum.item() / steps_per_epoch;
       progress.epoch = epoch;
       if (writer) {
@@ -148,7 +200,10 @@ int train_fashion_mnist(FashionMnistConfig c, const Strategy& strategy) {
         return 0;
       }
     }
-    if (progress.epoch >= c.epochs && result.accuracy == 0) result = evaluate(*model, test);  // nothing left to train
+    if (progress.epoch >= c.epochs && result.accuracy == 0) {  // nothing left to train
+      if (strategy.before_evaluation) strategy.before_evaluation();
+      result = evaluate(*model, test);
+    }
     if (writer)
       std::printf("RESULT {\"example\": \"%s\", \"epochs\": %d, \"test_accuracy\": %.4f, "
                   "\"test_loss\": %.4f, \"samples_per_s\": %.1f, \"seconds\": %.1f, \"device\": \"%s\", \"ranks\": %d}\n",

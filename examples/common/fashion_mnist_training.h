@@ -1,6 +1,6 @@
 // The Fashion-MNIST CNN training loop, shared by the single-device example
-// and its DataParallel and DistributedDataParallel versions, so that the
-// three differ only in how the model is wrapped and the data is shared out.
+// and its DataParallel, DistributedDataParallel and pipeline versions, so
+// that they differ only in how the model is wrapped and the data is shared out.
 //
 //   FashionMnistConfig config;
 //   CLI::App app;  add_fashion_mnist_flags(app, config);  ...parse...
@@ -27,6 +27,7 @@ struct FashionMnistConfig {
   uint64_t seed = 0;
   std::string device = "cpu", data_root;
   std::string metrics, checkpoint;  // default: <name>.csv, <name>.safetensors
+  std::string trace;                // Chrome trace of a few steps (per rank: .rankN inserted); empty: none
   bool resume = false;
 };
 
@@ -37,10 +38,22 @@ void add_fashion_mnist_flags(CLI::App& app, FashionMnistConfig& config);
 struct Strategy {
   // Turns the model (already on its device) into the module whose forward
   // trains it: the model itself, a DataParallel, a DistributedDataParallel.
+  // A pipeline builds itself around the model here and returns the model.
   std::function<nn::ModulePtr(const nn::ModulePtr& model)> wrap;
-  // DDP: this process's group. Each rank reads its own share of every
-  // global batch; rank 0 alone writes metrics and checkpoints.
+  // DDP and pipelines over ranks: this process's group.
   std::shared_ptr<parallel::ProcessGroup> group;
+  // Pipelines: forward and backward of one batch in place of the wrapped
+  // module's; returns the batch loss (undefined on ranks that do not have it).
+  std::function<Tensor(const Tensor& x, const Tensor& y)> train_step;
+  // DDP: each rank reads its share of every global batch. Pipelines over
+  // ranks: every rank reads the whole batch (rank 0 uses the images, the
+  // last rank the labels).
+  bool shard_batches = true;
+  // The rank that prints progress and writes metrics and checkpoints (a
+  // pipeline's last rank: it has the loss).
+  int reporting_rank = 0;
+  // Runs before each evaluation (a pipeline over ranks gathers the stages' weights).
+  std::function<void()> before_evaluation;
 
   static Strategy single() {
     return {[](const nn::ModulePtr& model) { return model; }, nullptr};

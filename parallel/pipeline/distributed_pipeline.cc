@@ -126,4 +126,16 @@ Tensor DistributedPipeline::forward(const Tensor& x) {
   return last ? cat(outputs, 0) : Tensor();
 }
 
+void share_stage_weights(const std::vector<nn::ModulePtr>& stages, ProcessGroup& group) {
+  LOOM_CHECK(static_cast<int>(stages.size()) == group.size(), "share_stage_weights: ", stages.size(),
+             " stages for ", group.size(), " ranks");
+  NoGradGuard no_grad;
+  WorkPtr last;
+  for (int s = 0; s < group.size(); ++s) {
+    for (const Tensor& t : stages[s]->parameters()) last = group.broadcast(t, s);
+    for (const Tensor& t : stages[s]->buffers()) last = group.broadcast(t, s);
+  }
+  if (last) last->wait();  // the group finishes operations in order
+}
+
 }  // namespace loom::parallel

@@ -64,4 +64,11 @@ class DistributedPipeline {
   double step_seconds_ = 0;
 };
 
+// After training over ranks, each rank's copy of the model holds up-to-date
+// weights for its own stage only. This broadcasts every stage's parameters and
+// buffers from the rank that trains it (stage s: rank s), so that every rank
+// holds the whole trained model (to evaluate it or save it). `stages` is the
+// whole model's split, the same on every rank; every rank calls it.
+void share_stage_weights(const std::vector<nn::ModulePtr>& stages, ProcessGroup& group);
+
 }  // namespace loom::parallel

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The DataParallel and DistributedDataParallel examples run end to end on
-# tiny settings (DDP under mpirun with two ranks) and end with their RESULT
-# line; a batch that does not split over the ranks is a clear error.
+# The DataParallel, DistributedDataParallel and pipeline examples run end to
+# end on tiny settings (DDP and a pipeline under mpirun with two ranks) and
+# end with their RESULT line; a batch that does not split over the ranks is
+# a clear error. The pipelines train exactly as the single-device example.
 set -euo pipefail
-dp=$(realpath "$1") ddp=$(realpath "$2")
+dp=$(realpath "$1") ddp=$(realpath "$2") pipe=$(realpath "$3") single=$(realpath "$4")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
 export TMPDIR=/tmp  # Open MPI's session sockets need a short path
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -21,4 +22,31 @@ if mpirun -np 2 --oversubscribe --bind-to none "$ddp" "${tiny[@]}" --batch-size 
   echo "ddp: --batch-size 63 over 2 ranks should fail"; cat odd.log; exit 1
 fi
 grep -q "does not split evenly over 2 ranks" odd.log || { echo "ddp: unclear error"; cat odd.log; exit 1; }
+# Pipelines: stages as threads, then one stage per rank; both write traces.
+"$single" "${tiny[@]}" --batch-size 64 > single.log 2>&1 || { cat single.log; exit 1; }
+"$pipe" "${tiny[@]}" --batch-size 64 --stages 3 --micro-batches 4 --trace threads.json > pipe.log 2>&1 \
+  || { cat pipe.log; exit 1; }
+mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --batch-size 64 --schedule gpipe --trace ranks.json \
+  > mpipe.log 2>&1 || { cat mpipe.log; exit 1; }
+[ "$(grep -c '^RESULT' mpipe.log)" = 1 ] || { echo "pipeline: only the last rank should print RESULT"; cat mpipe.log; exit 1; }
+for trace in threads.json ranks.rank0.json ranks.rank1.json; do
+  python3 -c "import json,sys; d=json.load(open('$trace')); sys.exit(0 if d['traceEvents'] else 1)" \
+    || { echo "pipeline: bad trace $trace"; exit 1; }
+done
+# Same batches, same weights: the same test loss as one device, up to rounding.
+python3 - single.log pipe.log mpipe.log <<'PY' || exit 1
+import json, sys
+def result(path):
+    line = [l for l in open(path) if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+reference = result(sys.argv[1])
+for path in sys.argv[2:]:
+    r = result(path)
+    if abs(r["test_loss"] - reference["test_loss"]) > 1e-3 or abs(r["test_accuracy"] - reference["test_accuracy"]) > 2e-3:
+        sys.exit(f"{path}: {r} differs from the single-device {reference}")
+PY
+if mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --resume > resume.log 2>&1; then
+  echo "pipeline: --resume over ranks should be refused"; cat resume.log; exit 1
+fi
+grep -q "resume is not supported for a pipeline over ranks" resume.log || { cat resume.log; exit 1; }
 echo PASS

@@ -79,6 +79,10 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
     EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10) << "rank " << rank << ", step " << step;
   }
 
+  // Every rank gathers the trained stages: its whole model is the reference.
+  share_stage_weights(split_sequential(model, c.boundaries), *group);
+  EXPECT_LT(max_param_difference(*reference, *model), 1e-10) << "rank " << rank << " after share_stage_weights";
+
   // Inference: the micro-batched forward ends on the last rank with the
   // reference's output.
   Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
