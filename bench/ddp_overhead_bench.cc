@@ -8,6 +8,8 @@
 //
 // What DDP adds at world size 1: a bucket copy of every gradient, one
 // all_reduce per bucket through the communication thread, the copy back.
+// The "view" variant (gradient_as_bucket_view, gradients zeroed in place)
+// drops both copies: backward accumulates straight into the buckets.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -34,10 +36,11 @@ double median(std::vector<double> v) {
 struct Trainer {
   nn::ModulePtr module;  // what forward is called on
   std::unique_ptr<optim::AdamW> opt;
+  bool set_to_none = true;  // how zero_grad clears the gradients
 
   void step(const bench::Workload& w) {
     Tensor loss = w.loss(module->forward(w.input), w.target);
-    opt->zero_grad();
+    opt->zero_grad(set_to_none);
     loss.backward();
     opt->step();
   }
@@ -72,30 +75,33 @@ int main(int argc, char** argv) {
     for (std::string name; std::getline(list, name, ',');) {
       manual_seed(0);
       bench::Workload w = bench::make_workload(name, device);
-      nn::ModulePtr copy = w.model->clone();
-      Trainer plain{w.model, std::make_unique<optim::AdamW>(w.model->parameters(), optim::AdamOptions{.lr = 1e-3})};
+      nn::ModulePtr copy = w.model->clone(), view_copy = w.model->clone();
+      auto adamw = [](const nn::ModulePtr& m) {
+        return std::make_unique<optim::AdamW>(m->parameters(), optim::AdamOptions{.lr = 1e-3});
+      };
       parallel::DistributedDataParallel ddp(copy, group);
-      Trainer wrapped{ddp.ptr(), std::make_unique<optim::AdamW>(copy->parameters(), optim::AdamOptions{.lr = 1e-3})};
-      plain.time(w, 2, device);  // warm up: allocator caches, buckets
-      wrapped.time(w, 2, device);
+      parallel::DistributedDataParallel ddp_view(view_copy, group, {.gradient_as_bucket_view = true});
+      std::vector<Trainer> variants;  // the bare model, DDP, DDP with gradients as bucket views
+      variants.push_back({w.model, adamw(w.model)});
+      variants.push_back({ddp.ptr(), adamw(copy)});
+      variants.push_back({ddp_view.ptr(), adamw(view_copy), /*set_to_none=*/false});
+      for (Trainer& t : variants) t.time(w, 2, device);  // warm up: allocator caches, buckets
 
-      std::vector<double> plain_ms, ddp_ms;
-      for (int r = 0; r < rounds; ++r) {
-        if (r % 2 == 0) {
-          plain_ms.push_back(plain.time(w, steps, device));
-          ddp_ms.push_back(wrapped.time(w, steps, device));
-        } else {
-          ddp_ms.push_back(wrapped.time(w, steps, device));
-          plain_ms.push_back(plain.time(w, steps, device));
+      // Each round runs every variant, starting with a different one.
+      std::vector<std::vector<double>> ms(variants.size());
+      for (int r = 0; r < rounds; ++r)
+        for (size_t i = 0; i < variants.size(); ++i) {
+          const size_t v = (i + r) % variants.size();
+          ms[v].push_back(variants[v].time(w, steps, device));
         }
-      }
-      const double p = median(plain_ms), d = median(ddp_ms);
+      const double p = median(ms[0]), d = median(ms[1]), v = median(ms[2]);
       const parallel::ReducerStats stats = ddp->reducer().stats();
       std::printf("{\"bench\": \"ddp_overhead\", \"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                   "\"rounds\": %d, \"steps_per_round\": %d, \"plain_ms_per_step\": %.3f, \"ddp_ms_per_step\": %.3f, "
-                  "\"overhead_pct\": %.2f, \"buckets\": %zu, \"allreduce_bytes_per_step\": %lld}\n",
-                  name.c_str(), device.str().c_str(), omp_get_max_threads(), rounds, steps, p, d, 100 * (d - p) / p,
-                  ddp->reducer().buckets().size(),
+                  "\"overhead_pct\": %.2f, \"ddp_view_ms_per_step\": %.3f, \"view_overhead_pct\": %.2f, "
+                  "\"buckets\": %zu, \"allreduce_bytes_per_step\": %lld}\n",
+                  name.c_str(), device.str().c_str(), omp_get_max_threads(), rounds, steps, p, d, 100 * (d - p) / p, v,
+                  100 * (v - p) / p, ddp->reducer().buckets().size(),
                   static_cast<long long>(stats.bytes / std::max<int64_t>(1, stats.synced_backwards)));
       std::fflush(stdout);
     }

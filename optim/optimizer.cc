@@ -15,8 +15,14 @@ Optimizer::Optimizer(TensorList params, double lr)
                "optimizer: parameter ", i, " must be a floating-point leaf tensor");
 }
 
-void Optimizer::zero_grad() {
-  for (const Tensor& p : params_) p.set_grad(Tensor());
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params_) {
+    if (set_to_none)
+      p.set_grad(Tensor());
+    else if (p.grad().defined())
+      p.grad().zero_();
+  }
 }
 
 Tensor& Optimizer::state(size_t i, const std::string& name) {

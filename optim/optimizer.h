@@ -25,8 +25,10 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   virtual void step() = 0;
-  // Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
-  void zero_grad();
+  // Drops every parameter's gradient, as PyTorch's zero_grad() does; with
+  // set_to_none = false, fills the existing gradients with zeros in place
+  // instead (they keep their memory: a DDP bucket view stays a view).
+  void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }

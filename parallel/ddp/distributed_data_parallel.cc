@@ -61,8 +61,10 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(nn::ModulePtr module, s
   buffers_ = module_->buffers();
   broadcast_from_rank0(module_->parameters());
   broadcast_from_rank0(buffers_);
-  reducer_ = Reducer::create(std::move(params), std::move(names), group_, options_.bucket_cap_bytes,
-                             options_.find_unused_parameters);
+  reducer_ = Reducer::create(std::move(params), std::move(names), group_,
+                             {.bucket_cap_bytes = options_.bucket_cap_bytes,
+                              .find_unused_parameters = options_.find_unused_parameters,
+                              .gradient_as_bucket_view = options_.gradient_as_bucket_view});
 }
 
 void DistributedDataParallelImpl::check_same_parameters_on_all_ranks() {

@@ -46,6 +46,12 @@ struct DDPOptions {
   // Allow parameters that get no gradient in a backward (branches not taken):
   // they count as zero on this rank. Off, such a backward is an error naming them.
   bool find_unused_parameters = false;
+  // Make each parameter's .grad() a view into its bucket after its first
+  // gradient (PyTorch's gradient_as_bucket_view): the averaged gradients are
+  // then already in place, saving the copy back after every backward and the
+  // memory of a second copy of all gradients. .grad() then shares memory with
+  // the bucket: code that keeps a gradient across steps must clone it.
+  bool gradient_as_bucket_view = false;
 };
 
 class DistributedDataParallelImpl : public nn::Module {

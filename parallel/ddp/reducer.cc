@@ -11,21 +11,20 @@
 namespace loom::parallel {
 
 std::shared_ptr<Reducer> Reducer::create(TensorList params, std::vector<std::string> names,
-                                         std::shared_ptr<ProcessGroup> group, int64_t bucket_cap_bytes,
-                                         bool find_unused_parameters) {
-  std::shared_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(names), std::move(group),
-                                               bucket_cap_bytes, find_unused_parameters));
+                                         std::shared_ptr<ProcessGroup> group, ReducerOptions options) {
+  std::shared_ptr<Reducer> reducer(new Reducer(std::move(params), std::move(names), std::move(group), options));
   reducer->install_hooks();
   return reducer;
 }
 
 Reducer::Reducer(TensorList params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
-                 int64_t bucket_cap_bytes, bool find_unused_parameters)
+                 ReducerOptions options)
     : params_(std::move(params)),
       names_(std::move(names)),
       group_(std::move(group)),
-      find_unused_(find_unused_parameters),
-      buckets_(plan_buckets(params_, bucket_cap_bytes)),
+      find_unused_(options.find_unused_parameters),
+      grad_is_view_(options.gradient_as_bucket_view),
+      buckets_(plan_buckets(params_, options.bucket_cap_bytes)),
       slots_(params_.size()),
       ready_(params_.size()),
       pending_(buckets_.size()),
@@ -89,7 +88,12 @@ void Reducer::on_gradient_ready(size_t k) {
   ready_[k] = true;
   {
     NoGradGuard no_grad;
-    slots_[k].view.copy_(params_[k].grad());
+    const Tensor& view = slots_[k].view;
+    Tensor grad = params_[k].grad();
+    if (grad.impl() != view.impl()) {  // a view already holds it in the bucket
+      view.copy_(grad);
+      if (grad_is_view_) params_[k].set_grad(view);
+    }
   }
   --gradients_pending_;
   if (--pending_[slots_[k].bucket] == 0) launch_ready_buckets();
@@ -149,11 +153,13 @@ void Reducer::finish_backward() {
   NoGradGuard no_grad;
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = params_[k].grad();
-    if (grad.defined()) {
+    if (grad.defined() && grad.impl() == slots_[k].view.impl()) continue;  // averaged in place
+    if (grad_is_view_)
+      params_[k].set_grad(slots_[k].view);  // locally unused: it gets its view now
+    else if (grad.defined())
       grad.copy_(slots_[k].view);
-    } else {
+    else
       params_[k].set_grad(slots_[k].view.clone());  // locally unused: its first gradient
-    }
   }
 }
 

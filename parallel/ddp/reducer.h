@@ -13,6 +13,13 @@
 // Not armed (no_sync, or a forward without grad mode), the hooks do nothing
 // and gradients simply accumulate locally; the next synchronised backward
 // averages the accumulated sums.
+//
+// With gradient_as_bucket_view, the hook also makes the parameter's .grad()
+// its bucket view, so that the all-reduce averages the gradient in place and
+// nothing is copied back. While .grad() is that view, backward accumulates
+// straight into the bucket and the hook has nothing to copy either (after
+// no_sync steps, or when the optimizer zeroes gradients instead of dropping
+// them).
 #pragma once
 
 #include <cstdint>
@@ -32,17 +39,25 @@ struct ReducerStats {
   double exposed_wait_s = 0;      // time backward's end waited for communication
 };
 
+// What DDPOptions passes on (see there).
+struct ReducerOptions {
+  int64_t bucket_cap_bytes = int64_t{25} << 20;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+};
+
 class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   // `params` all require grad; `names` name them in error messages.
   static std::shared_ptr<Reducer> create(TensorList params, std::vector<std::string> names,
-                                         std::shared_ptr<ProcessGroup> group, int64_t bucket_cap_bytes,
-                                         bool find_unused_parameters);
+                                         std::shared_ptr<ProcessGroup> group, ReducerOptions options);
 
   // Called by each forward: whether the backward that follows synchronises.
   void prepare_for_backward(bool sync);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Each bucket's flat tensor, which its all-reduce averages.
+  const TensorList& bucket_tensors() const { return flat_; }
   // For each bucket of the last synchronised backward, how many parameter
   // gradients were still to come when its all-reduce was issued. Non-zero
   // values are communication overlapping backward.
@@ -51,7 +66,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
  private:
   Reducer(TensorList params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> group,
-          int64_t bucket_cap_bytes, bool find_unused_parameters);
+          ReducerOptions options);
   void install_hooks();
   void on_gradient_ready(size_t param);
   void launch_ready_buckets();
@@ -68,6 +83,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   const std::vector<std::string> names_;
   const std::shared_ptr<ProcessGroup> group_;
   const bool find_unused_;
+  const bool grad_is_view_;  // gradient_as_bucket_view
   std::vector<Bucket> buckets_;
   TensorList flat_;           // one contiguous tensor per bucket
   std::vector<Slot> slots_;   // per parameter

@@ -103,6 +103,19 @@ TEST(Optimizer, SkipsParametersWithoutGradients) {
   EXPECT_FALSE(a.grad().defined());
 }
 
+// zero_grad(set_to_none = false) zeroes gradients in their own memory (a DDP
+// bucket view stays one); parameters without a gradient stay without.
+TEST(Optimizer, ZeroGradInPlaceKeepsTheGradientsMemory) {
+  Tensor a = param({1, 1}), b = param({2, 2});
+  optim::SGD opt({a, b}, {.lr = 1});
+  a.set_grad(from_vector<double>({3, 4}));
+  const void* memory = a.grad().data_ptr<double>();
+  opt.zero_grad(/*set_to_none=*/false);
+  expect_values(a.grad(), {0, 0});
+  EXPECT_EQ(a.grad().data_ptr<double>(), memory);
+  EXPECT_FALSE(b.grad().defined());
+}
+
 TEST(Optimizer, StateDictResumesExactly) {
   Tensor w1 = param({1, -2}), w2 = param({1, -2});
   optim::Adam a({w1}, {.lr = 0.1}), b({w2}, {.lr = 0.1});

@@ -20,6 +20,8 @@ struct DdpCase {
   bool batch_norm = false;
   int micro_batches = 1;  // > 1: all but the last backward of a step run under no_sync()
   double tolerance = 1e-5;
+  bool gradient_as_bucket_view = false;
+  bool zero_grad_in_place = false;  // zero_grad(set_to_none = false): gradients keep their memory
 };
 
 // The two models one rank needs: the single-device reference (the same on
@@ -51,14 +53,14 @@ inline void check_ddp_matches_single_device(const std::shared_ptr<ProcessGroup>&
   namespace F = nn::functional;
   const int rank = group->rank(), world = group->size();
   const int64_t batch = 12, share = batch / world;
-  DistributedDataParallel ddp(local, group);
+  DistributedDataParallel ddp(local, group, {.gradient_as_bucket_view = c.gradient_as_bucket_view});
   optim::Adam opt_reference(reference->parameters(), {.lr = 1e-2});
   optim::Adam opt_ddp(ddp->parameters(), {.lr = 1e-2});
 
   Generator gen(99);  // the same batches on every rank
   for (int step = 0; step < 4; ++step) {
     opt_reference.zero_grad();
-    opt_ddp.zero_grad();
+    opt_ddp.zero_grad(/*set_to_none=*/!c.zero_grad_in_place);
     for (int m = 0; m < c.micro_batches; ++m) {
       Tensor x = randn({batch, 2, 6, 6}, {.dtype = c.dtype}, &gen);
       Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
@@ -89,6 +91,15 @@ inline void check_ddp_matches_single_device(const std::shared_ptr<ProcessGroup>&
     EXPECT_LT(max_param_difference(*reference, *ddp->module()), c.tolerance) << "rank " << rank << ", step " << step;
   }
   EXPECT_EQ(ddp->reducer().stats().synced_backwards, 4) << "one synchronised backward per step";
+  if (c.gradient_as_bucket_view) {
+    // Every gradient lives in its bucket's flat tensor.
+    const Reducer& reducer = ddp->reducer();
+    for (size_t b = 0; b < reducer.buckets().size(); ++b)
+      for (size_t k : reducer.buckets()[b]) {
+        const Tensor grad = ddp->module()->parameters()[k].grad(), flat = reducer.bucket_tensors()[b];
+        EXPECT_TRUE(grad.defined() && grad.storage().get() == flat.storage().get()) << "parameter " << k;
+      }
+  }
 }
 
 // Ranks build models whose parameter shapes differ (rank 1's first layer

@@ -42,6 +42,14 @@ TEST(DistributedDataParallel, ThreeRanksBatchNormFloat64) {
 TEST(DistributedDataParallel, NoSyncAccumulationThreeRanks) {
   expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .micro_batches = 3, .tolerance = 1e-10});
 }
+// gradient_as_bucket_view: the same training, with .grad() a view into the
+// bucket: gradients dropped by zero_grad() come back as views, and gradients
+// zeroed in place accumulate straight into the bucket, also across no_sync.
+TEST(DistributedDataParallel, GradientAsBucketViewTrainsTheSame) {
+  expect_matches_single_device(2, {.dtype = kFloat64, .tolerance = 1e-10, .gradient_as_bucket_view = true});
+  expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .micro_batches = 3, .tolerance = 1e-10,
+                                   .gradient_as_bucket_view = true, .zero_grad_in_place = true});
+}
 TEST(DistributedDataParallel, OneRank) { expect_matches_single_device(1, {.dtype = kFloat64, .tolerance = 1e-12}); }
 
 TEST(DistributedDataParallel, NoSyncDoesNotCommunicate) {
