@@ -7,11 +7,9 @@
 //   bazel run //examples:char_gpt -- --preset shakespeare --device cuda
 //     (nanoGPT's shakespeare-char shape: 6 layers, 6 heads, d=384, context 256, batch 64)
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 
 #include "data/char_corpus.h"
-#include "examples/common/progress.h"
 #include "examples/common/text_training.h"
 #include "examples/models/models.h"
 #include "optim/lr_scheduler.h"
@@ -76,36 +74,20 @@ int main(int argc, char** argv) {
                 static_cast<long long>(config.vocab_size), static_cast<long long>(corpus.train.numel()),
                 static_cast<long long>(model->num_parameters()), device.str().c_str());
 
-    auto forward = [&](const Tensor& idx) { return model->forward(idx); };
-    examples::MetricsCsv csv(metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
-    examples::Progress progress(steps, 50);
-    Generator batches(seed + 1);
-    const auto start = std::chrono::steady_clock::now();
-    double val_loss = 0, tokens_per_second = 0;
-    for (int64_t step = 1; step <= steps; ++step) {
-      data::Batch b = examples::random_windows(train, batch, batches, device);
-      Tensor loss = examples::next_token_loss(model->forward(b.input), b.target);
-      opt_decay.zero_grad();
-      opt_plain.zero_grad();
-      loss.backward();
-      optim::clip_grad_norm_(model->parameters(), 1.0);
-      opt_decay.step();
-      opt_plain.step();
-      schedule_decay->step();
-      schedule_plain->step();
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      tokens_per_second = step * batch * config.block_size / seconds;
-      if (step % 50 == 0) progress.update(step, loss.item(), tokens_per_second / config.block_size);
-      if (step % eval_every == 0 || step == steps) {
-        val_loss = examples::estimate_loss(*model, forward, validation, batch, eval_batches, device);
-        const double train_loss = examples::estimate_loss(*model, forward, train, batch, eval_batches, device);
-        progress.finish_line();
-        std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
-                    train_loss, val_loss, tokens_per_second);
-        csv.append({static_cast<double>(step), train_loss, val_loss, tokens_per_second});
-      }
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const examples::TextTrainingResult result = examples::train_language_model(
+        *model, train, validation,
+        {.steps = steps, .batch = batch, .block_size = config.block_size, .eval_every = eval_every,
+         .eval_batches = eval_batches, .seed = seed, .metrics = metrics, .device = device},
+        [&](const Tensor& loss) {
+          opt_decay.zero_grad();
+          opt_plain.zero_grad();
+          loss.backward();
+          optim::clip_grad_norm_(model->parameters(), 1.0);
+          opt_decay.step();
+          opt_plain.step();
+          schedule_decay->step();
+          schedule_plain->step();
+        });
     model->eval();
     Tensor prompt = full({1, 1}, static_cast<double>(corpus.vocab.encode("\n")[0]), {.dtype = kInt64, .device = device});
     Generator sampler(seed + 2);
@@ -113,7 +95,8 @@ int main(int argc, char** argv) {
     std::printf("---- sample ----%s\n----------------\n", sample.c_str());
     std::printf("RESULT {\"example\": \"char_gpt\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"seconds\": %.1f, \"device\": \"%s\"}\n",
-                static_cast<long long>(steps), val_loss, tokens_per_second, seconds, device.str().c_str());
+                static_cast<long long>(steps), result.val_loss, result.tokens_per_second, result.seconds,
+                device.str().c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "char_gpt: %s\n", e.what());
     return 1;

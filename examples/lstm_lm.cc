@@ -4,11 +4,9 @@
 //
 //   bazel run //examples:lstm_lm -- --steps 1000 --hidden 256
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 
 #include "data/char_corpus.h"
-#include "examples/common/progress.h"
 #include "examples/common/text_training.h"
 #include "examples/models/models.h"
 #include "optim/optimizer.h"
@@ -48,38 +46,24 @@ int main(int argc, char** argv) {
     std::printf("vocabulary %lld, %lld parameters, on %s\n", static_cast<long long>(options.vocab_size),
                 static_cast<long long>(model->num_parameters()), device.str().c_str());
 
-    auto forward = [&](const Tensor& idx) { return model->forward(idx); };
-    examples::MetricsCsv csv(metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
-    examples::Progress progress(steps, 50);
-    Generator batches(seed + 1);
-    const auto start = std::chrono::steady_clock::now();
-    double val_loss = 0, tokens_per_second = 0;
-    for (int64_t step = 1; step <= steps; ++step) {
-      data::Batch b = examples::random_windows(train, batch, batches, device);
-      Tensor loss = examples::next_token_loss(model->forward(b.input), b.target);
-      opt.zero_grad();
-      loss.backward();
-      optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
-      opt.step();
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      tokens_per_second = step * batch * seq / seconds;
-      if (step % 50 == 0) progress.update(step, loss.item(), tokens_per_second / seq);
-      if (step % eval_every == 0 || step == steps) {
-        val_loss = examples::estimate_loss(*model, forward, validation, batch, eval_batches, device);
-        progress.finish_line();
-        std::printf("step %lld  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step), val_loss,
-                    tokens_per_second);
-        csv.append({static_cast<double>(step), loss.item(), val_loss, tokens_per_second});
-      }
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const examples::TextTrainingResult result = examples::train_language_model(
+        *model, train, validation,
+        {.steps = steps, .batch = batch, .block_size = seq, .eval_every = eval_every, .eval_batches = eval_batches,
+         .seed = seed, .metrics = metrics, .device = device},
+        [&](const Tensor& loss) {
+          opt.zero_grad();
+          loss.backward();
+          optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
+          opt.step();
+        });
     Tensor prompt = full({1, 1}, static_cast<double>(corpus.vocab.encode("\n")[0]), {.dtype = kInt64, .device = device});
     Generator sampler(seed + 2);
     std::printf("---- sample ----%s\n----------------\n",
                 corpus.vocab.decode(model->generate(prompt, sample_chars, 0.8, &sampler)).c_str());
     std::printf("RESULT {\"example\": \"lstm_lm\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"seconds\": %.1f, \"device\": \"%s\"}\n",
-                static_cast<long long>(steps), val_loss, tokens_per_second, seconds, device.str().c_str());
+                static_cast<long long>(steps), result.val_loss, result.tokens_per_second, result.seconds,
+                device.str().c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "lstm_lm: %s\n", e.what());
     return 1;

@@ -1,5 +1,9 @@
 #include "examples/common/text_training.h"
 
+#include <chrono>
+#include <cstdio>
+
+#include "examples/common/progress.h"
 #include "nn/functional.h"
 
 namespace loom::examples {
@@ -27,6 +31,36 @@ double estimate_loss(nn::Module& model, const LanguageModel& forward, const data
   }
   model.train();
   return total / batches;
+}
+
+TextTrainingResult train_language_model(nn::Module& model, const data::CharDataset& train,
+                                        const data::CharDataset& validation, const TextTrainingConfig& c,
+                                        const std::function<void(const Tensor& loss)>& update) {
+  auto forward = [&](const Tensor& idx) { return model.forward(idx); };
+  MetricsCsv csv(c.metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
+  Progress progress(c.steps, 50);
+  Generator batches(c.seed + 1);
+  TextTrainingResult result;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds_so_far = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  for (int64_t step = 1; step <= c.steps; ++step) {
+    data::Batch b = random_windows(train, c.batch, batches, c.device);
+    Tensor loss = next_token_loss(model.forward(b.input), b.target);
+    update(loss);
+    result.tokens_per_second = step * c.batch * c.block_size / seconds_so_far();
+    // Reading the loss synchronises a GPU: only when a line is printed.
+    if (step % 50 == 0) progress.update(step, loss.item(), result.tokens_per_second / c.block_size);
+    if (step % c.eval_every == 0 || step == c.steps) {
+      result.val_loss = estimate_loss(model, forward, validation, c.batch, c.eval_batches, c.device);
+      const double train_loss = estimate_loss(model, forward, train, c.batch, c.eval_batches, c.device);
+      progress.finish_line();
+      std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
+                  train_loss, result.val_loss, result.tokens_per_second);
+      csv.append({static_cast<double>(step), train_loss, result.val_loss, result.tokens_per_second});
+    }
+  }
+  result.seconds = seconds_so_far();
+  return result;
 }
 
 }  // namespace loom::examples

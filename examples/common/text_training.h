@@ -1,9 +1,10 @@
 // Shared by the character-level examples (char_gpt, lstm_lm): random
-// (context, next tokens) windows of a corpus, as nanoGPT samples them, and
-// the loss of next-token prediction.
+// (context, next tokens) windows of a corpus, as nanoGPT samples them, the
+// loss of next-token prediction, and the training loop itself.
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "data/char_dataset.h"
 #include "nn/module.h"
@@ -23,5 +24,26 @@ Tensor next_token_loss(const Tensor& logits, const Tensor& targets);
 // seed, so that successive estimates compare (no gradients, eval mode).
 double estimate_loss(nn::Module& model, const LanguageModel& forward, const data::CharDataset& dataset,
                      int64_t batch, int64_t batches, Device device);
+
+struct TextTrainingConfig {
+  int64_t steps = 0, batch = 0, block_size = 0;
+  int64_t eval_every = 0, eval_batches = 0;  // how often, and on how many batches, losses are estimated
+  uint64_t seed = 0;                         // batches are drawn with seed + 1
+  std::string metrics;                       // CSV path: step, train_loss, val_loss, tokens_per_s
+  Device device;
+};
+
+struct TextTrainingResult {
+  double val_loss = 0, tokens_per_second = 0, seconds = 0;
+};
+
+// Trains `model` (logits (B, T, V) from ids (B, T)) for config.steps steps of
+// random windows of `train`. `update(loss)` is the example's optimisation
+// step: zero the gradients, backward, clip, step its optimizers and
+// schedules. Every eval_every steps (and at the end) prints and records the
+// estimated train and validation losses.
+TextTrainingResult train_language_model(nn::Module& model, const data::CharDataset& train,
+                                        const data::CharDataset& validation, const TextTrainingConfig& config,
+                                        const std::function<void(const Tensor& loss)>& update);
 
 }  // namespace loom::examples
