@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <utility>
@@ -40,44 +41,60 @@ inline std::pair<nn::Sequential, nn::Sequential> pipeline_models() {
   return {reference, nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(reference->clone()))};
 }
 
-// Three SGD-with-momentum steps: the pipeline (this rank's stage) against the
-// reference on the whole batch, which every rank trains itself. The same
-// gradient terms are summed in another order, so parameters agree to float64
-// rounding (1e-10), and the last rank's loss to 1e-12.
+// Three SGD-with-momentum steps of the reference on whole batches, side by
+// side with a pipeline: `pipeline_step(x, y)` trains the pipeline on the same
+// batch (its own optimizer) and returns its loss, or an undefined tensor where
+// it has none; `compare(step)` then checks the parameters. The same gradient
+// terms are summed in another order, so parameters agree to float64 rounding
+// (1e-10) and losses to 1e-12.
+inline void train_side_by_side(nn::Sequential reference, int64_t batch,
+                               const std::function<Tensor(const Tensor& x, const Tensor& y)>& pipeline_step,
+                               const std::function<void(int step)>& compare) {
+  optim::SGD opt_reference(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
+  Generator gen(11);  // the same batches on every rank
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({batch, 6}, {.dtype = kFloat64}, &gen);
+    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+    opt_reference.zero_grad();
+    Tensor loss = nn::functional::cross_entropy(reference->forward(x), y);
+    loss.backward();
+    opt_reference.step();
+    Tensor pipeline_loss = pipeline_step(x, y);
+    if (pipeline_loss.defined()) EXPECT_NEAR(pipeline_loss.item(), loss.item(), 1e-12) << "step " << step;
+    compare(step);
+  }
+}
+
+inline Tensor cross_entropy_loss(const Tensor& out, const Tensor& target) {
+  return nn::functional::cross_entropy(out, target);
+}
+
+// This rank's stage trained by a DistributedPipeline against the reference
+// (which every rank trains itself).
 inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGroup>& group, nn::Sequential reference,
                                                  nn::Sequential model, const PipelineCase& c) {
-  namespace F = nn::functional;
   const int rank = group->rank();
   ASSERT_EQ(group->size(), static_cast<int>(c.boundaries.size()) + 1) << "one stage per rank";
   nn::ModulePtr stage = split_sequential(model, c.boundaries)[rank];
   nn::ModulePtr reference_stage = split_sequential(reference, c.boundaries)[rank];
   DistributedPipeline pipe(stage, group, {.micro_batches = c.micro_batches, .schedule = c.kind});
-  optim::SGD opt_reference(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
-  auto cross_entropy = [](const Tensor& out, const Tensor& t) { return F::cross_entropy(out, t); };
   const bool first = rank == 0, last = rank == group->size() - 1;
 
-  Generator gen(11);  // the same batches on every rank
-  for (int step = 0; step < 3; ++step) {
-    Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
-    Tensor y = randint(0, 3, {c.batch}, {.dtype = kInt64}, &gen);
-    opt_reference.zero_grad();
-    Tensor loss = F::cross_entropy(reference->forward(x), y);
-    loss.backward();
-    opt_reference.step();
-
-    opt_pipe.zero_grad();
-    // Each rank passes only what it reads.
-    Tensor pipe_loss = pipe.train_step(first ? x : Tensor(), last ? y : Tensor(), cross_entropy);
-    opt_pipe.step();
-    if (last) {
-      ASSERT_TRUE(pipe_loss.defined());
-      EXPECT_NEAR(pipe_loss.item(), loss.item(), 1e-12) << "step " << step;
-    } else {
-      EXPECT_FALSE(pipe_loss.defined()) << "only the last rank has the loss";
-    }
-    EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10) << "rank " << rank << ", step " << step;
-  }
+  train_side_by_side(
+      reference, c.batch,
+      [&](const Tensor& x, const Tensor& y) {
+        opt_pipe.zero_grad();
+        // Each rank passes only what it reads.
+        Tensor loss = pipe.train_step(first ? x : Tensor(), last ? y : Tensor(), cross_entropy_loss);
+        opt_pipe.step();
+        EXPECT_EQ(loss.defined(), last) << "only the last rank has the loss";
+        return loss;
+      },
+      [&](int step) {
+        EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10) << "rank " << rank << ", step " << step;
+      });
+  Generator gen(12);
 
   // Every rank gathers the trained stages: its whole model is the reference.
   share_stage_weights(split_sequential(model, c.boundaries), *group);

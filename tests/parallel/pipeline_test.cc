@@ -44,30 +44,25 @@ TEST(Schedule, OneFOneBOrderForFourStagesEightMicroBatches) {
 class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
 
 // Three SGD steps through the pipeline equal three steps on one device with
-// the whole batch: the same gradient terms summed in another order, so they
-// agree to float64 rounding (1e-10).
+// the whole batch (see train_side_by_side for the tolerances).
 TEST_P(PipelineEquivalence, EqualsSingleDeviceTraining) {
   const PipelineCase& c = GetParam();
   auto [single, copy] = parallel::testing::pipeline_models();
   parallel::Pipeline pipe(parallel::split_sequential(copy, c.boundaries),
                           std::vector<Device>(c.boundaries.size() + 1, Device::cpu()),
                           {.micro_batches = c.micro_batches, .schedule = c.kind});
-  optim::SGD opt_single(single->parameters(), {.lr = 0.1, .momentum = 0.9});
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
-  Generator gen(11);
-  for (int step = 0; step < 3; ++step) {
-    Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
-    Tensor y = randint(0, 3, {c.batch}, {.dtype = kInt64}, &gen);
-    opt_single.zero_grad();
-    Tensor loss = F::cross_entropy(single->forward(x), y);
-    loss.backward();
-    opt_single.step();
-    opt_pipe.zero_grad();
-    Tensor pipe_loss = pipe.train_step(x, y, [](const Tensor& out, const Tensor& t) { return F::cross_entropy(out, t); });
-    opt_pipe.step();
-    EXPECT_NEAR(pipe_loss.item(), loss.item(), 1e-12);
-    EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
-  }
+  parallel::testing::train_side_by_side(
+      single, c.batch,
+      [&](const Tensor& x, const Tensor& y) {
+        opt_pipe.zero_grad();
+        Tensor loss = pipe.train_step(x, y, parallel::testing::cross_entropy_loss);
+        opt_pipe.step();
+        return loss;
+      },
+      [&](int step) {
+        EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(
