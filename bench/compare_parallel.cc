@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "bench/compare/strategies.h"
+#include "parallel/comm/host_staged_group.h"
 #include "parallel/comm/init.h"
 
 using namespace loom;
@@ -118,7 +119,8 @@ int main(int argc, char** argv) {
       LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
                  " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
       config.devices = world->size();
-      config.group = world;
+      // CUDA tensors between ranks: through pinned host memory (no NCCL backend yet).
+      config.group = config.device.is_cuda() ? parallel::HostStagedGroup::wrap(world) : world;
     }
     LOOM_CHECK(config.devices >= 1, "--devices must be at least 1");
     ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};

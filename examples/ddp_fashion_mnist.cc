@@ -9,6 +9,7 @@
 // --batch-size / ranks images per step, so it trains on the same global
 // batches as the single-device example and reaches the same accuracy.
 #include "examples/common/fashion_mnist_training.h"
+#include "parallel/comm/host_staged_group.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   int64_t bucket_mb = 25;
   app.add_option("--bucket-mb", bucket_mb, "gradient bucket cap in MiB")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // CUDA tensors travel between ranks through pinned host memory (there is no
+  // NCCL backend yet; it would also refuse ranks that share a GPU).
+  if (config.device.rfind("cuda", 0) == 0 && group->size() > 1) group = parallel::HostStagedGroup::wrap(group);
 
   Strategy strategy{[&](const nn::ModulePtr& model) -> nn::ModulePtr {
                       return parallel::DistributedDataParallel(model, group, {.bucket_cap_bytes = bucket_mb << 20}).ptr();

@@ -15,6 +15,7 @@
 
 #include "examples/common/fashion_mnist_training.h"
 #include "nn/functional.h"
+#include "parallel/comm/host_staged_group.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", micro_batches, "micro-batches per batch")->capture_default_str();
   app.add_option("--schedule", schedule, "gpipe or 1f1b")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // CUDA tensors travel between ranks through pinned host memory (there is no
+  // NCCL backend yet; it would also refuse ranks that share a GPU).
+  if (config.device.rfind("cuda", 0) == 0 && group->size() > 1) group = parallel::HostStagedGroup::wrap(group);
 
   const bool over_ranks = group->size() > 1;
   std::vector<nn::ModulePtr> parts;  // the model's stages (all of them, on every rank)

@@ -10,13 +10,15 @@
 #     --filter REGEX      only test binaries whose name matches REGEX
 #     --no-bench          skip the benchmark
 #
-# build: builds every test target and //bench:cuda_bench with the CUDA backend,
+# build: builds every GoogleTest binary (the cc_tests, and the *_mpi_test_bin programs
+#   that run under mpirun) and //bench:cuda_bench with the CUDA backend,
 #   strips them, and packs them (with libgomp, in case the GPU machine lacks it) into
 #   .gpu/bundle.tar.xz. The binaries share most of their bytes, so the solid archive is a
 #   few MiB: small enough to carry to the GPU machine. It also copies this script to
 #   .gpu/gpu_run.sh and writes .gpu/MANIFEST (commit, date, files).
 # run: unpacks the bundle, sets LD_LIBRARY_PATH from the pip nvidia packages (see
-#   docs/cuda.md), runs every test binary and the benchmark, writes all logs, GoogleTest
+#   docs/cuda.md), runs every test binary (the MPI ones under mpirun -np 2, two ranks
+#   sharing the GPU) and the benchmark, writes all logs, GoogleTest
 #   XML and the benchmark's JSON lines under $OUT (default .gpu/out/<time>), and prints a
 #   short summary table last. Exit status: 0 when every test binary passed.
 set -uo pipefail
@@ -41,7 +43,11 @@ build() {
   fi
   tools/setup.sh || exit 1
   local targets
-  targets=$(bazel query 'tests(//...)' 2>/dev/null) || { echo "gpu_run build: bazel query failed" >&2; exit 1; }
+  # sh_tests (scripts with runfiles) do not travel; mpi_failure_test needs its
+  # helper's runfiles and checks nothing CUDA. The MPI test programs do travel.
+  targets=$(bazel query 'kind(cc_test, tests(//...)) except //tests/parallel:mpi_failure_test
+                         + attr(name, ".*mpi.*_test_bin$", //tests/...)' 2>/dev/null) \
+    || { echo "gpu_run build: bazel query failed" >&2; exit 1; }
   # --//:cuda=true: fail loudly rather than quietly build a CPU-only bundle.
   bazel build --//:cuda=true $targets //bench:cuda_bench || exit 1
 
@@ -138,7 +144,7 @@ run() {
   fi
 
   local summary="$out/summary.txt" total_p=0 total_f=0 total_s=0 failed_binaries=0
-  printf '%-26s %7s %7s %7s %5s %7s\n' binary passed failed skipped rc seconds > "$summary"
+  printf '%-34s %7s %7s %7s %5s %7s\n' binary passed failed skipped rc seconds > "$summary"
   local bin name start rc secs counts p f s missing
   for bin in "$work"/bin/*_test; do
     name=$(basename "$bin")
@@ -154,7 +160,27 @@ run() {
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, timed out or sanitizer errors
     [ "$rc" -ne 0 ] && failed_binaries=$((failed_binaries + 1))
     total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
-    printf '%-26s %7d %7d %7d %5d %7d\n' "$name" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
+    printf '%-34s %7d %7d %7d %5d %7d\n' "$name" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
+  done
+
+  # The MPI test programs: two ranks sharing the GPU; each rank writes its XML.
+  local ranks_dir
+  for bin in "$work"/bin/*_test_bin; do
+    name=$(basename "$bin")
+    [[ "$name" =~ $filter ]] || continue
+    [ -n "$sanitize" ] && continue  # compute-sanitizer under mpirun: not set up
+    command -v mpirun > /dev/null || { echo "no mpirun: $name not run" >> "$summary"; continue; }
+    ranks_dir="$out/tests/$name.ranks" && mkdir -p "$ranks_dir"
+    start=$(date +%s)
+    LOOM_RANK_XML_DIR="$ranks_dir" TEST_TMPDIR="$ranks_dir" timeout "${TEST_TIMEOUT:-1800}" \
+      mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" > "$out/tests/$name.log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    read -r p f s <<< "$(count_xml "$ranks_dir/rank0.xml")"
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    [ "$rc" -ne 0 ] && failed_binaries=$((failed_binaries + 1))
+    total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
+    printf '%-34s %7d %7d %7d %5d %7d\n' "$name (np 2)" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
   done
 
   if [ "$bench" = 1 ] && [ -x "$work/bin/cuda_bench" ]; then

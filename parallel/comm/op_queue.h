@@ -13,9 +13,11 @@
 
 namespace loom::parallel {
 
-class OpQueue {
+// First in, first out, between threads; T is a pointer type (null: closed).
+template <typename T>
+class FifoQueue {
  public:
-  void push(OpPtr op) {
+  void push(T op) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ops_.push_back(std::move(op));
@@ -24,14 +26,14 @@ class OpQueue {
   }
 
   // Waits for the next op; returns null once the queue is closed and empty.
-  OpPtr pop() {
+  T pop() {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return !ops_.empty() || closed_; });
     return take(lock);
   }
 
   // The next op, or null when there is none right now.
-  OpPtr try_pop() {
+  T try_pop() {
     std::unique_lock<std::mutex> lock(mutex_);
     return take(lock);
   }
@@ -46,17 +48,19 @@ class OpQueue {
   }
 
  private:
-  OpPtr take(std::unique_lock<std::mutex>&) {
+  T take(std::unique_lock<std::mutex>&) {
     if (ops_.empty()) return nullptr;
-    OpPtr op = std::move(ops_.front());
+    T op = std::move(ops_.front());
     ops_.pop_front();
     return op;
   }
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<OpPtr> ops_;
+  std::deque<T> ops_;
   bool closed_ = false;
 };
+
+using OpQueue = FifoQueue<OpPtr>;
 
 }  // namespace loom::parallel

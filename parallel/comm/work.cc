@@ -5,9 +5,19 @@
 namespace loom::parallel {
 
 void Work::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  completed_cv_.wait(lock, [&] { return completed_; });
-  if (failed_) throw Error(error_);
+  std::function<void()> order;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    completed_cv_.wait(lock, [&] { return completed_; });
+    if (failed_) throw Error(error_);
+    order = order_device_work_;
+  }
+  if (order) order();
+}
+
+void Work::set_device_ordering(std::function<void()> order_device_work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  order_device_work_ = std::move(order_device_work);
 }
 
 bool Work::is_completed() const {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +34,11 @@ class Work {
 
   // Called once by the process group that ran the operation, on its thread.
   void mark_completed(std::exception_ptr error = nullptr);
+  // For operations whose results reach a GPU asynchronously (host staging):
+  // set before mark_completed, it runs in every successful wait() on the
+  // waiting thread, and makes that thread's device stream wait for the
+  // results (the host does not wait for the GPU).
+  void set_device_ordering(std::function<void()> order_device_work);
 
  private:
   mutable std::mutex mutex_;
@@ -44,6 +50,7 @@ class Work {
   // the communication thread and every waiting thread.
   bool failed_ = false;
   std::string error_;
+  std::function<void()> order_device_work_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

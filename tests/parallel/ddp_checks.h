@@ -22,6 +22,7 @@ struct DdpCase {
   double tolerance = 1e-5;
   bool gradient_as_bucket_view = false;
   bool zero_grad_in_place = false;  // zero_grad(set_to_none = false): gradients keep their memory
+  Device device = Device::cpu();    // of both models and the batches
 };
 
 // The two models one rank needs: the single-device reference (the same on
@@ -33,6 +34,7 @@ inline std::pair<nn::ModulePtr, nn::ModulePtr> ddp_models(int rank, const DdpCas
   manual_seed(7);
   nn::Sequential net = make_net(c.batch_norm);
   net->to(c.dtype);
+  net->to(c.device);
   nn::ModulePtr local = net->clone();
   if (rank > 0) {
     NoGradGuard no_grad;
@@ -62,8 +64,8 @@ inline void check_ddp_matches_single_device(const std::shared_ptr<ProcessGroup>&
     opt_reference.zero_grad();
     opt_ddp.zero_grad(/*set_to_none=*/!c.zero_grad_in_place);
     for (int m = 0; m < c.micro_batches; ++m) {
-      Tensor x = randn({batch, 2, 6, 6}, {.dtype = c.dtype}, &gen);
-      Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+      Tensor x = randn({batch, 2, 6, 6}, {.dtype = c.dtype}, &gen).to(c.device);
+      Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen).to(c.device);
 
       Tensor logits;
       if (c.batch_norm) {

@@ -1,0 +1,65 @@
+// host_staging.h with CUDA: one staging stream per GPU (from loom's stream
+// pool), events to order it against the streams that produce and consume the
+// tensors, pinned host memory so that the copies back run asynchronously.
+#include <map>
+#include <mutex>
+
+#include "parallel/comm/host_staging.h"
+#include "tensor/backend.h"
+#include "tensor/creation.h"
+#include "tensor/cuda/caching_allocator.h"
+#include "tensor/cuda/event.h"
+#include "tensor/cuda/stream.h"
+
+namespace loom::parallel::staging {
+
+struct ReadyMark {
+  int device = -1;
+  cuda::Event event;
+};
+
+namespace {
+
+cuda::Stream staging_stream(int device) {
+  static std::mutex mutex;
+  static std::map<int, cuda::Stream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it == streams.end()) it = streams.emplace(device, cuda::Stream::from_pool(device)).first;
+  return it->second;
+}
+
+}  // namespace
+
+std::shared_ptr<ReadyMark> mark_ready(int device, const std::vector<Tensor>& tensors) {
+  auto mark = std::make_shared<ReadyMark>();
+  mark->device = device;
+  mark->event.record(cuda::current_stream(device));
+  const cuda::Stream staging = staging_stream(device);
+  for (const Tensor& t : tensors) cuda::record_stream(t, staging);
+  return mark;
+}
+
+Tensor to_host(const ReadyMark& ready, const Tensor& tensor) {
+  const cuda::Stream staging = staging_stream(ready.device);
+  cuda::StreamGuard on_staging(staging);
+  ready.event.wait(staging);
+  Tensor host = empty_pinned(tensor.shape(), {.dtype = tensor.dtype()});
+  copy_data(tensor, host);  // device to host waits for the staging stream: the host copy is complete
+  return host;
+}
+
+Tensor host_like(const Tensor& like) { return empty_pinned(like.shape(), {.dtype = like.dtype()}); }
+
+std::function<void()> copy_to_device(int device, const std::vector<std::pair<Tensor, Tensor>>& host_to_device) {
+  const cuda::Stream staging = staging_stream(device);
+  auto done = std::make_shared<cuda::Event>();
+  {
+    cuda::StreamGuard on_staging(staging);
+    for (const auto& [host, target] : host_to_device) copy_data(host, target);
+    done->record(staging);
+  }
+  return [done, device] { done->wait(cuda::current_stream(device)); };
+}
+
+}  // namespace loom::parallel::staging

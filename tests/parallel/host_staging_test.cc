@@ -1,0 +1,60 @@
+// HostStagedGroup over the threads backend. Without a GPU, its CPU path: every
+// collective check passes through the staging threads unchanged and in order.
+// With a GPU, CUDA tensors staged through pinned memory give the CPU results
+// (ranks as threads sharing the GPU; host_staging_mpi_test runs processes).
+#include "parallel/comm/host_staged_group.h"
+
+#include "tests/parallel/collective_checks.h"
+#include "tests/parallel/ddp_checks.h"
+#include "tests/parallel/staging_checks.h"
+#include "tests/parallel/thread_ranks.h"
+#include "tests/test_util.h"
+
+namespace loom::parallel::testing {
+namespace {
+
+void run_staged(int n, const std::function<void(ProcessGroup&)>& body) {
+  run_rank_threads(n, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    std::shared_ptr<ProcessGroup> staged = HostStagedGroup::wrap(group);
+    body(*staged);
+  });
+}
+
+class HostStagedCpu : public ::testing::TestWithParam<int> {};
+
+TEST_P(HostStagedCpu, AllReduce) { run_staged(GetParam(), check_all_reduce); }
+TEST_P(HostStagedCpu, Broadcast) { run_staged(GetParam(), check_broadcast); }
+TEST_P(HostStagedCpu, AllGather) { run_staged(GetParam(), check_all_gather); }
+TEST_P(HostStagedCpu, ReduceScatter) { run_staged(GetParam(), check_reduce_scatter); }
+TEST_P(HostStagedCpu, SendRecv) { run_staged(GetParam(), check_send_recv); }
+TEST_P(HostStagedCpu, InOrderCompletion) { run_staged(GetParam(), check_in_order_completion); }
+TEST_P(HostStagedCpu, OverlappingOps) { run_staged(GetParam(), check_overlapping_ops); }
+TEST_P(HostStagedCpu, Stats) { run_staged(GetParam(), check_stats); }
+TEST_P(HostStagedCpu, Mismatches) { run_staged(GetParam(), check_mismatches); }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, HostStagedCpu, ::testing::Values(1, 2, 3));
+
+TEST(HostStaged, NamesItsBackend) {
+  run_staged(1, [](ProcessGroup& pg) { EXPECT_EQ(pg.backend(), "threads+host-staging"); });
+}
+
+TEST(HostStaged, CudaTensorsGiveTheCpuResults) {
+  LOOM_REQUIRE_CUDA();
+  for (int n : {1, 2, 3}) run_staged(n, check_staged_cuda_matches_cpu);
+}
+
+TEST(HostStaged, DdpOnCudaMatchesOneDevice) {
+  LOOM_REQUIRE_CUDA();
+  for (int world : {2, 3}) {
+    DdpCase c{.dtype = kFloat64, .batch_norm = true, .micro_batches = 2, .tolerance = 1e-10,
+              .device = Device::cuda(0)};
+    run_prepared_ranks<std::pair<nn::ModulePtr, nn::ModulePtr>>(
+        world, [&](int rank) { return ddp_models(rank, c); },
+        [&](const std::shared_ptr<ProcessGroup>& group, std::pair<nn::ModulePtr, nn::ModulePtr>& models) {
+          check_ddp_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second, c);
+        });
+  }
+}
+
+}  // namespace
+}  // namespace loom::parallel::testing
