@@ -9,9 +9,13 @@
 #                         every allocation's real bounds; no benchmark then
 #     --filter REGEX      only test binaries whose name matches REGEX
 #     --no-bench          skip the benchmark
+#     --no-examples       skip the example runs (one epoch each of the Fashion-MNIST
+#                         examples on the GPU: single, DataParallel on a repeated GPU,
+#                         DDP and pipeline under mpirun -np 2, in-process pipeline)
 #
 # build: builds every GoogleTest binary (the cc_tests, and the *_mpi_test_bin programs
-#   that run under mpirun) and //bench:cuda_bench with the CUDA backend,
+#   that run under mpirun), the Fashion-MNIST examples and //bench:cuda_bench with the
+#   CUDA backend, takes the Fashion-MNIST files along (the GPU machine lacks them),
 #   strips them, and packs them (with libgomp, in case the GPU machine lacks it) into
 #   .gpu/bundle.tar.xz. The binaries share most of their bytes, so the solid archive is a
 #   few MiB: small enough to carry to the GPU machine. It also copies this script to
@@ -49,11 +53,14 @@ build() {
                          + attr(name, ".*mpi.*_test_bin$", //tests/...)' 2>/dev/null) \
     || { echo "gpu_run build: bazel query failed" >&2; exit 1; }
   # --//:cuda=true: fail loudly rather than quietly build a CPU-only bundle.
-  bazel build --//:cuda=true $targets //bench:cuda_bench || exit 1
+  local examples="//examples:fashion_mnist_cnn //examples:dp_fashion_mnist //examples:ddp_fashion_mnist
+                  //examples:pipeline_fashion_mnist"
+  bazel build --//:cuda=true $targets $examples //bench:cuda_bench || exit 1
 
-  rm -rf "$gpu_dir" && mkdir -p "$gpu_dir/stage/bin" "$gpu_dir/stage/lib"
+  rm -rf "$gpu_dir" && mkdir -p "$gpu_dir/stage/bin" "$gpu_dir/stage/lib" "$gpu_dir/stage/data"
+  cp -r /usr/share/datasets/fashion-mnist "$gpu_dir/stage/data/" || exit 1
   local label path name
-  for label in $targets //bench:cuda_bench; do
+  for label in $targets $examples //bench:cuda_bench; do
     path="bazel-bin/${label#//}"
     path="${path/://}"
     name="$(basename "$path")"
@@ -101,13 +108,14 @@ EOF
 }
 
 run() {
-  local sanitize="" filter="." bench=1
+  local sanitize="" filter="." bench=1 examples=1
   while [ $# -gt 0 ]; do
     case "$1" in
       --sanitize) sanitize=memcheck ;;
       --sanitize=*) sanitize="${1#--sanitize=}" ;;
       --filter) shift; filter="${1:-.}" ;;
       --no-bench) bench=0 ;;
+      --no-examples) examples=0 ;;
       *) usage ;;
     esac
     shift
@@ -141,6 +149,7 @@ run() {
     sanitizer=("$tool" --tool "$sanitize" --error-exitcode 86 --print-limit 100)
     export LOOM_CUDA_NO_CACHING=1  # every tensor its own cudaMalloc: exact bounds for the tool
     bench=0
+    examples=0
   fi
 
   local summary="$out/summary.txt" total_p=0 total_f=0 total_s=0 failed_binaries=0
@@ -183,6 +192,23 @@ run() {
     printf '%-34s %7d %7d %7d %5d %7d\n' "$name (np 2)" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
   done
 
+  # The examples, one epoch each on the GPU; their RESULT lines go to examples.txt.
+  if [ "$examples" = 1 ] && [ -x "$work/bin/fashion_mnist_cnn" ]; then
+    local ex="$out/examples" mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+    local common=(--epochs 1 --device cuda:0 --data "$work/data/fashion-mnist" --log-every 100)
+    mkdir -p "$ex"
+    (cd "$ex" && {
+      timeout 600 "$work/bin/fashion_mnist_cnn" "${common[@]}" > single.log 2>&1; echo "single rc $?"
+      timeout 600 "$work/bin/dp_fashion_mnist" "${common[@]}" --devices cuda:0,cuda:0 > dp.log 2>&1; echo "dp rc $?"
+      timeout 600 "$work/bin/pipeline_fashion_mnist" "${common[@]}" --stages 2 > pipeline.log 2>&1
+      echo "pipeline (2 stages in one process) rc $?"
+      timeout 600 "${mpi[@]}" "$work/bin/ddp_fashion_mnist" "${common[@]}" > ddp.log 2>&1; echo "ddp (np 2) rc $?"
+      timeout 600 "${mpi[@]}" "$work/bin/pipeline_fashion_mnist" "${common[@]}" > pipeline_ranks.log 2>&1
+      echo "pipeline (np 2) rc $?"
+      grep -h '^RESULT' ./*.log
+    } > "$out/examples.txt" 2>&1)
+  fi
+
   if [ "$bench" = 1 ] && [ -x "$work/bin/cuda_bench" ]; then
     "$work/bin/cuda_bench" > "$out/bench.jsonl" 2> "$out/bench.txt"
     echo "cuda_bench exit status $?" >> "$out/bench.txt"
@@ -192,6 +218,7 @@ run() {
   echo "logs, XML and benchmark output: $out"
   cat "$summary"
   [ -f "$out/bench.txt" ] && { echo; tail -n 12 "$out/bench.txt"; }
+  [ -f "$out/examples.txt" ] && { echo; cat "$out/examples.txt"; }
   echo
   echo "$total_p passed, $total_f failed, $total_s skipped${sanitize:+ (under compute-sanitizer $sanitize)}" | tee -a "$summary"
   [ "$failed_binaries" -eq 0 ]
