@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+
+#include "parallel/trace.h"
 
 namespace loom::parallel {
 namespace {
@@ -17,7 +20,8 @@ int gradient_tag(int micro_batch) { return 2 * micro_batch + 1; }
 constexpr int kMaxMicroBatches = (ProcessGroup::kMaxTag + 1) / 2;
 
 // A stage's links to the ranks before and after it. Sends are collected and
-// waited for at the end of the step, so that a failed send is reported.
+// waited for at the end of the step, so that a failed send is reported; when
+// tracing, each appears on the rank's communication lane from issue to completion.
 class GroupLinks : public StageLinks {
  public:
   GroupLinks(ProcessGroup& group, Device device) : group_(group), device_(device) {}
@@ -42,8 +46,10 @@ class GroupLinks : public StageLinks {
     header[0] = static_cast<int64_t>(activation.dtype());
     header[1] = activation.dim();
     for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
-    sends_.push_back(group_.send(from_vector(header), next(), activation_tag(mb)));
-    sends_.push_back(group_.send(activation.contiguous(), next(), activation_tag(mb)));
+    const int64_t issued = trace::now_us();
+    group_.send(from_vector(header), next(), activation_tag(mb));  // done when the next one is
+    sends_.push_back({"send activation " + std::to_string(mb), issued,
+                      group_.send(activation.contiguous(), next(), activation_tag(mb))});
   }
 
   Tensor receive_gradient(int mb, const Tensor& output) override {
@@ -53,11 +59,17 @@ class GroupLinks : public StageLinks {
   }
 
   void send_gradient(int mb, const Tensor& gradient) override {
-    sends_.push_back(group_.send(gradient.contiguous(), previous(), gradient_tag(mb)));
+    sends_.push_back({"send gradient " + std::to_string(mb), trace::now_us(),
+                      group_.send(gradient.contiguous(), previous(), gradient_tag(mb))});
   }
 
   void wait_for_sends() {
-    for (const WorkPtr& work : sends_) work->wait();
+    const bool tracing = trace::enabled();
+    const int lane = tracing ? trace::lane("stage " + std::to_string(group_.rank()) + " sends") : 0;
+    for (const Send& send : sends_) {
+      send.work->wait();
+      if (tracing) trace::record(send.name, "communication", lane, send.issued_us, trace::to_us(send.work->completed_at()));
+    }
     sends_.clear();
   }
 
@@ -65,9 +77,14 @@ class GroupLinks : public StageLinks {
   int previous() const { return group_.rank() - 1; }
   int next() const { return group_.rank() + 1; }
 
+  struct Send {
+    std::string name;
+    int64_t issued_us;
+    WorkPtr work;
+  };
   ProcessGroup& group_;
   Device device_;
-  std::vector<WorkPtr> sends_;
+  std::vector<Send> sends_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

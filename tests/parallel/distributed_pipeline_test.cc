@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/comm/thread_group.h"
+#include "parallel/trace.h"
 #include "tests/parallel/pipeline_checks.h"
 #include "tests/parallel/sleep_stage.h"
 #include "tests/parallel/thread_ranks.h"
@@ -82,6 +83,32 @@ TEST(DistributedPipelineBubble, MeasuredIdleFractionMatchesTheory) {
           << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
     }
   }
+}
+
+// With tracing on, each rank's lane shows its passes and its waits, and each
+// send appears on the rank's communication lane.
+TEST(DistributedPipeline, TraceShowsPassesWaitsAndSends) {
+  trace::clear();
+  trace::enable(true);
+  run_sleep_pipeline(2, 2, ScheduleKind::OneFOneB, 1);
+  trace::enable(false);
+  auto count = [](const std::string& name, const std::string& category, const std::string& lane) {
+    int n = 0;
+    for (const trace::Event& e : trace::events())
+      if (e.name == name && e.category == category && e.lane == trace::lane(lane) && e.end_us >= e.begin_us) ++n;
+    return n;
+  };
+  for (int r = 0; r < 2; ++r) {
+    const std::string lane = "stage " + std::to_string(r) + " (rank " + std::to_string(r) + ")";
+    EXPECT_EQ(count("forward", "compute", lane), 2) << lane;
+    EXPECT_EQ(count("backward", "compute", lane), 2) << lane;
+  }
+  EXPECT_EQ(count("wait activation", "idle", "stage 1 (rank 1)"), 2);
+  EXPECT_EQ(count("wait gradient", "idle", "stage 0 (rank 0)"), 2);
+  EXPECT_EQ(count("send activation 0", "communication", "stage 0 sends"), 1);
+  EXPECT_EQ(count("send activation 1", "communication", "stage 0 sends"), 1);
+  EXPECT_EQ(count("send gradient 1", "communication", "stage 1 sends"), 1);
+  trace::clear();
 }
 
 // A stage that throws stops its own rank with its message; its neighbour,
