@@ -34,10 +34,11 @@ int main(int argc, char** argv) {
   // NCCL backend yet; it would also refuse ranks that share a GPU).
   if (config.device.rfind("cuda", 0) == 0 && group->size() > 1) group = parallel::HostStagedGroup::wrap(group);
 
-  Strategy strategy{[&](const nn::ModulePtr& model) -> nn::ModulePtr {
-                      return parallel::DistributedDataParallel(model, group, {.bucket_cap_bytes = bucket_mb << 20}).ptr();
-                    },
-                    group};
+  Strategy strategy;
+  strategy.wrap = [&](const nn::ModulePtr& model) -> nn::ModulePtr {
+    return parallel::DistributedDataParallel(model, group, {.bucket_cap_bytes = bucket_mb << 20}).ptr();
+  };
+  strategy.group = group;
   const int status = train_fashion_mnist(config, strategy);
   // It printed why; the other ranks may be waiting for this one.
   if (status != 0) parallel::abandon_job("training failed on rank " + std::to_string(group->rank()));

@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dp_fashion_mnist: %s\n", e.what());
     return 1;
   }
-  Strategy strategy{[&](const nn::ModulePtr& model) -> nn::ModulePtr {
-                      return parallel::DataParallel(model, device_list).ptr();
-                    },
-                    nullptr};
+  Strategy strategy;
+  strategy.wrap = [&](const nn::ModulePtr& model) -> nn::ModulePtr {
+    return parallel::DataParallel(model, device_list).ptr();
+  };
   return train_fashion_mnist(config, strategy);
 }

@@ -56,7 +56,9 @@ struct Strategy {
   std::function<void()> before_evaluation;
 
   static Strategy single() {
-    return {[](const nn::ModulePtr& model) { return model; }, nullptr};
+    Strategy s;
+    s.wrap = [](const nn::ModulePtr& model) { return model; };
+    return s;
   }
 };
 

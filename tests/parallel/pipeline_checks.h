@@ -60,7 +60,9 @@ inline void train_side_by_side(nn::Sequential reference, int64_t batch,
     loss.backward();
     opt_reference.step();
     Tensor pipeline_loss = pipeline_step(x, y);
-    if (pipeline_loss.defined()) EXPECT_NEAR(pipeline_loss.item(), loss.item(), 1e-12) << "step " << step;
+    if (pipeline_loss.defined()) {
+      EXPECT_NEAR(pipeline_loss.item(), loss.item(), 1e-12) << "step " << step;
+    }
     compare(step);
   }
 }
