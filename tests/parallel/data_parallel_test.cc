@@ -16,24 +16,26 @@ using parallel::testing::make_net;
 using parallel::testing::max_param_difference;
 
 // k steps of Adam on the same batches: single device vs DataParallel over
-// `replicas` CPU devices; the parameters must agree after every step.
+// `replicas` copies of `device`; the parameters must agree after every step.
 // BatchNorm normalises each replica's shard with the shard's statistics (as
 // in PyTorch), so with it the single-device reference normalises the same
 // shards: its forward runs shard by shard on the one device.
-void expect_equivalent(int replicas, DType dtype, bool batch_norm, double tolerance) {
+void expect_equivalent(int replicas, DType dtype, bool batch_norm, double tolerance,
+                       Device device = Device::cpu()) {
   manual_seed(7);
   nn::Sequential single = make_net(batch_norm);
   single->to(dtype);
+  single->to(device);
   nn::ModulePtr copy = single->clone();
-  parallel::DataParallel dp(copy, std::vector<Device>(replicas, Device::cpu()));
+  parallel::DataParallel dp(copy, std::vector<Device>(replicas, device));
   optim::Adam opt_single(single->parameters(), {.lr = 1e-2});
   optim::Adam opt_dp(dp->parameters(), {.lr = 1e-2});
 
   Generator gen(99);
   for (int step = 0; step < 4; ++step) {
     const int64_t batch = 12 + step;  // also batches that do not split evenly
-    Tensor x = randn({batch, 2, 6, 6}, {.dtype = dtype}, &gen);
-    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+    Tensor x = randn({batch, 2, 6, 6}, {.dtype = dtype}, &gen).to(device);
+    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen).to(device);
 
     Tensor logits;
     if (batch_norm) {
@@ -66,6 +68,15 @@ TEST(DataParallel, ThreeReplicasFloat64) { expect_equivalent(3, kFloat64, false,
 TEST(DataParallel, TwoReplicasFloat32) { expect_equivalent(2, kFloat32, false, 1e-5); }
 TEST(DataParallel, ThreeReplicasFloat32) { expect_equivalent(3, kFloat32, false, 1e-5); }
 TEST(DataParallel, BatchNormThreeReplicas) { expect_equivalent(3, kFloat64, true, 1e-10); }
+// One GPU, repeated: the replicas share it (and its default stream).
+TEST(DataParallelCuda, TwoReplicasOnOneGpuFloat64) {
+  LOOM_REQUIRE_CUDA();
+  expect_equivalent(2, kFloat64, false, 1e-10, Device::cuda(0));
+}
+TEST(DataParallelCuda, BatchNormThreeReplicasOnOneGpu) {
+  LOOM_REQUIRE_CUDA();
+  expect_equivalent(3, kFloat64, true, 1e-10, Device::cuda(0));
+}
 
 TEST(DataParallel, InputGradientMatchesSingleDevice) {
   manual_seed(3);

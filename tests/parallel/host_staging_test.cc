@@ -6,6 +6,7 @@
 
 #include "tests/parallel/collective_checks.h"
 #include "tests/parallel/ddp_checks.h"
+#include "tests/parallel/pipeline_checks.h"
 #include "tests/parallel/staging_checks.h"
 #include "tests/parallel/thread_ranks.h"
 #include "tests/test_util.h"
@@ -54,6 +55,18 @@ TEST(HostStaged, DdpOnCudaMatchesOneDevice) {
           check_ddp_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second, c);
         });
   }
+}
+
+// A pipeline over two ranks (threads) whose stages share the GPU.
+TEST(HostStaged, DistributedPipelineOnCudaMatchesOneDevice) {
+  LOOM_REQUIRE_CUDA();
+  const PipelineCase c{.kind = ScheduleKind::OneFOneB, .boundaries = {4}, .micro_batches = 4, .batch = 10,
+                       .device = Device::cuda(0)};
+  run_prepared_ranks<std::pair<nn::Sequential, nn::Sequential>>(
+      2, [](int) { return pipeline_models(Device::cuda(0)); },
+      [&](const std::shared_ptr<ProcessGroup>& group, std::pair<nn::Sequential, nn::Sequential>& models) {
+        check_pipeline_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second, c);
+      });
 }
 
 }  // namespace

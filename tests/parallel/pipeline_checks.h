@@ -22,22 +22,24 @@ struct PipelineCase {
   std::vector<int> boundaries;  // where split_sequential cuts: one stage per rank
   int micro_batches = 4;
   int64_t batch = 12;  // need not divide by micro_batches: then they differ by one
+  Device device = Device::cpu();  // of every stage and of the reference
 };
 
 // How a failing case is named: "1F1B, cuts {2, 5}, 4 micro-batches, batch 12".
 inline void PrintTo(const PipelineCase& c, std::ostream* out) {
   *out << (c.kind == ScheduleKind::GPipe ? "GPipe" : "1F1B") << ", cuts {";
   for (size_t i = 0; i < c.boundaries.size(); ++i) *out << (i ? ", " : "") << c.boundaries[i];
-  *out << "}, " << c.micro_batches << " micro-batches, batch " << c.batch;
+  *out << "}, " << c.micro_batches << " micro-batches, batch " << c.batch << " on " << c.device;
 }
 
 // One rank's two models, alike: the single-device reference and the whole
 // model whose stage this rank runs. Thread-safe only if called before the
 // ranks' threads start (it seeds the global generator).
-inline std::pair<nn::Sequential, nn::Sequential> pipeline_models() {
+inline std::pair<nn::Sequential, nn::Sequential> pipeline_models(Device device = Device::cpu()) {
   manual_seed(5);
   nn::Sequential reference = make_pipeline_net();
   reference->to(kFloat64);
+  reference->to(device);
   return {reference, nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(reference->clone()))};
 }
 
@@ -52,9 +54,10 @@ inline void train_side_by_side(nn::Sequential reference, int64_t batch,
                                const std::function<void(int step)>& compare) {
   optim::SGD opt_reference(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
   Generator gen(11);  // the same batches on every rank
+  const Device device = reference->parameters().at(0).device();
   for (int step = 0; step < 3; ++step) {
-    Tensor x = randn({batch, 6}, {.dtype = kFloat64}, &gen);
-    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+    Tensor x = randn({batch, 6}, {.dtype = kFloat64}, &gen).to(device);
+    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen).to(device);
     opt_reference.zero_grad();
     Tensor loss = nn::functional::cross_entropy(reference->forward(x), y);
     loss.backward();
@@ -79,7 +82,7 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
   ASSERT_EQ(group->size(), static_cast<int>(c.boundaries.size()) + 1) << "one stage per rank";
   nn::ModulePtr stage = split_sequential(model, c.boundaries)[rank];
   nn::ModulePtr reference_stage = split_sequential(reference, c.boundaries)[rank];
-  DistributedPipeline pipe(stage, group, {.micro_batches = c.micro_batches, .schedule = c.kind});
+  DistributedPipeline pipe(stage, group, {.micro_batches = c.micro_batches, .schedule = c.kind}, c.device);
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   const bool first = rank == 0, last = rank == group->size() - 1;
 
@@ -104,7 +107,7 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
 
   // Inference: the micro-batched forward ends on the last rank with the
   // reference's output.
-  Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen);
+  Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen).to(c.device);
   Tensor out = pipe.forward(first ? x : Tensor());
   if (last) {
     NoGradGuard no_grad;

@@ -113,6 +113,44 @@ TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
   EXPECT_THROW_MSG(pipe.train_step(ones({1, 4}), zeros({1}), sum_loss), "a batch of 1 cannot make 2 micro-batches");
 }
 
+// Three stages on one GPU (their threads share its default stream).
+TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
+  LOOM_REQUIRE_CUDA();
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    auto [single, copy] = parallel::testing::pipeline_models(Device::cuda(0));
+    parallel::Pipeline pipe(parallel::split_sequential(copy, {2, 5}), std::vector<Device>(3, Device::cuda(0)),
+                            {.micro_batches = 4, .schedule = kind});
+    optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+    parallel::testing::train_side_by_side(
+        single, 10,
+        [&](const Tensor& x, const Tensor& y) {
+          opt_pipe.zero_grad();
+          Tensor loss = pipe.train_step(x, y, parallel::testing::cross_entropy_loss);
+          opt_pipe.step();
+          return loss;
+        },
+        [&](int step) {
+          EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
+        });
+  }
+}
+
+// Stages alternate between the CPU and the GPU: activations and gradients
+// cross in both directions through recorded copies.
+TEST(LayerSplitCuda, AcrossCpuAndGpuEqualsSingleDevice) {
+  LOOM_REQUIRE_CUDA();
+  auto [single, copy] = parallel::testing::pipeline_models();
+  parallel::LayerSplit split(parallel::split_sequential(copy, {3, 6}), {Device::cpu(), Device::cuda(0), Device::cpu()});
+  Tensor x = randn({5, 6}, {.dtype = kFloat64});
+  Tensor out = split->forward(x);
+  EXPECT_TRUE(out.device().is_cpu());
+  out.square().sum().backward();
+  single->forward(x).square().sum().backward();
+  TensorList a = single->parameters(), b = split->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(testing::max_rel_error(b[i].grad(), a[i].grad()), 1e-10) << i;
+}
+
 TEST(LayerSplit, EqualsSingleDevice) {
   manual_seed(8);
   nn::Sequential single = parallel::testing::make_pipeline_net();
