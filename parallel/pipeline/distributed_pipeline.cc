@@ -24,7 +24,8 @@ constexpr int kMaxMicroBatches = (ProcessGroup::kMaxTag + 1) / 2;
 // tracing, each appears on the rank's communication lane from issue to completion.
 class GroupLinks : public StageLinks {
  public:
-  GroupLinks(ProcessGroup& group, Device device) : group_(group), device_(device) {}
+  GroupLinks(ProcessGroup& group, Device device, int sends_lane)
+      : group_(group), device_(device), sends_lane_(sends_lane) {}
 
   Tensor receive_activation(int mb) override {
     Tensor header = empty({kHeaderLength}, {.dtype = kInt64});
@@ -48,8 +49,7 @@ class GroupLinks : public StageLinks {
     for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
     const int64_t issued = trace::now_us();
     group_.send(from_vector(header), next(), activation_tag(mb));  // done when the next one is
-    sends_.push_back({"send activation " + std::to_string(mb), issued,
-                      group_.send(activation.contiguous(), next(), activation_tag(mb))});
+    sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), next(), activation_tag(mb))});
   }
 
   Tensor receive_gradient(int mb, const Tensor& output) override {
@@ -59,16 +59,16 @@ class GroupLinks : public StageLinks {
   }
 
   void send_gradient(int mb, const Tensor& gradient) override {
-    sends_.push_back({"send gradient " + std::to_string(mb), trace::now_us(),
-                      group_.send(gradient.contiguous(), previous(), gradient_tag(mb))});
+    sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), previous(), gradient_tag(mb))});
   }
 
   void wait_for_sends() {
     const bool tracing = trace::enabled();
-    const int lane = tracing ? trace::lane("stage " + std::to_string(group_.rank()) + " sends") : 0;
     for (const Send& send : sends_) {
       send.work->wait();
-      if (tracing) trace::record(send.name, "communication", lane, send.issued_us, trace::to_us(send.work->completed_at()));
+      if (tracing)
+        trace::record(send.what + std::to_string(send.micro_batch), "communication", sends_lane_, send.issued_us,
+                      trace::to_us(send.work->completed_at()));
     }
     sends_.clear();
   }
@@ -78,12 +78,14 @@ class GroupLinks : public StageLinks {
   int next() const { return group_.rank() + 1; }
 
   struct Send {
-    std::string name;
+    const char* what;  // the span's name, without the micro-batch (named only when traced)
+    int micro_batch;
     int64_t issued_us;
     WorkPtr work;
   };
   ProcessGroup& group_;
   Device device_;
+  int sends_lane_;
   std::vector<Send> sends_;
 };
 
@@ -102,6 +104,8 @@ DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<Pr
   rank_ = group_->rank();
   stages_ = group_->size();
   stage_->to(device_);
+  lane_ = trace::lane("stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")");
+  sends_lane_ = trace::lane("stage " + std::to_string(rank_) + " sends");
   schedule_ = make_schedule(options.schedule, stages_, options.micro_batches);
 }
 
@@ -115,8 +119,8 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
 
   StageTask task{.module = stage_.get(), .device = device_, .first = first, .last = last, .inputs = &inputs,
                  .targets = &targets, .loss = &loss, .batch = last ? y.size(0) : 0, .losses = &losses,
-                 .lane = "stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")"};
-  GroupLinks links(*group_, device_);
+                 .lane = lane_};
+  GroupLinks links(*group_, device_, sends_lane_);
   const auto start = std::chrono::steady_clock::now();
   stats_ = run_stage(actions(), task, links);
   links.wait_for_sends();
@@ -130,7 +134,7 @@ Tensor DistributedPipeline::forward(const Tensor& x) {
   const bool first = rank_ == 0, last = rank_ == stages_ - 1;
   TensorList inputs;
   if (first) inputs = split_micro_batches(x, options_.micro_batches, "DistributedPipeline::forward (rank 0's inputs)");
-  GroupLinks links(*group_, device_);
+  GroupLinks links(*group_, device_, sends_lane_);
   TensorList outputs;
   for (int mb = 0; mb < options_.micro_batches; ++mb) {
     Tensor out = stage_->forward(first ? inputs[mb].to(device_) : links.receive_activation(mb));

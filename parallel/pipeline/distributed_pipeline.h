@@ -59,6 +59,7 @@ class DistributedPipeline {
   PipelineOptions options_;
   Device device_;
   int rank_ = 0, stages_ = 1;
+  int lane_ = 0, sends_lane_ = 0;  // trace lanes: this stage's passes, its sends
   PipelineSchedule schedule_;
   StageStats stats_;
   double step_seconds_ = 0;

@@ -35,7 +35,10 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> stages, std::vector<Device> device
   LOOM_CHECK(!stages_.empty() && stages_.size() == devices_.size(), "Pipeline: got ", stages_.size(),
              " stages for ", devices_.size(), " devices");
   LOOM_CHECK(options.micro_batches >= 1, "Pipeline: micro_batches must be positive, got ", options.micro_batches);
-  for (size_t s = 0; s < stages_.size(); ++s) stages_[s]->to(devices_[s]);
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    stages_[s]->to(devices_[s]);
+    lanes_.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices_[s].str() + ")"));
+  }
   schedule_ = make_schedule(options.schedule, static_cast<int>(stages_.size()), options.micro_batches);
   workers_ = std::make_unique<WorkerPool>(static_cast<int>(stages_.size()));
 }
@@ -85,7 +88,7 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
   workers_->run([&](int s) {
     StageTask task{.module = stages_[s].get(), .device = devices_[s], .first = s == 0, .last = s == last,
                    .inputs = &inputs, .targets = &targets, .loss = &loss, .batch = x.size(0), .losses = &losses,
-                   .lane = "stage " + std::to_string(s) + " (" + devices_[s].str() + ")"};
+                   .lane = lanes_[s]};
     MailboxLinks links(activations_, gradients_, devices_, s);
     try {
       stats_.stages[s] = run_stage(schedule_[s], task, links);
@@ -122,13 +125,14 @@ LayerSplitImpl::LayerSplitImpl(std::vector<nn::ModulePtr> stages, std::vector<De
   for (size_t s = 0; s < stages_.size(); ++s) {
     stages_[s]->to(devices_[s]);
     register_module(std::to_string(s), stages_[s]);
+    lanes_.push_back(trace::lane("layer split " + devices_[s].str()));
   }
 }
 
 Tensor LayerSplitImpl::forward(const Tensor& x) {
   Tensor h = x;
   for (size_t s = 0; s < stages_.size(); ++s) {
-    trace::Span span("forward", "compute", trace::lane("layer split " + devices_[s].str()));
+    trace::Span span("forward", "compute", lanes_[s]);
     h = stages_[s]->forward(h.to(devices_[s]));  // the copy is recorded: gradients go back the same way
   }
   return h;

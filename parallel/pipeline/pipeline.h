@@ -62,6 +62,7 @@ class Pipeline {
  private:
   std::vector<nn::ModulePtr> stages_;
   std::vector<Device> devices_;
+  std::vector<int> lanes_;  // each stage's trace lane
   PipelineOptions options_;
   PipelineSchedule schedule_;
   std::vector<Mailbox> activations_;  // [s]: from stage s to s + 1
@@ -83,6 +84,7 @@ class LayerSplitImpl : public nn::Module {
  private:
   std::vector<nn::ModulePtr> stages_;
   std::vector<Device> devices_;
+  std::vector<int> lanes_;  // each stage's trace lane
 };
 
 class LayerSplit : public nn::ModuleHolder<LayerSplitImpl> {

@@ -31,7 +31,7 @@ Tensor sum_losses(const std::vector<Tensor>& losses) {
 
 StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, StageLinks& links) {
   StageStats stats;
-  const int lane = trace::lane(task.lane);
+  const int lane = task.lane;
   std::map<int, Tensor> stage_inputs, stage_outputs;  // activations held for backward
   // Busy time counts the passes themselves; waiting for a neighbour is idle.
   auto timed = [&](const char* name, auto&& pass) {

@@ -51,7 +51,7 @@ struct StageTask {
   const LossFn* loss = nullptr;         // last stage
   int64_t batch = 0;                    // last stage: samples in the whole batch
   std::vector<Tensor>* losses = nullptr;  // last stage: each micro-batch's weighted loss
-  std::string lane;                     // the trace lane of its spans
+  int lane = 0;                          // trace::lane() of its spans, looked up once by the owner
 };
 
 // Splits a batch into m micro-batches along dim 0 whose sizes differ by at
