@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
                  " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
       config.devices = world->size();
       // CUDA tensors between ranks: through pinned host memory (no NCCL backend yet).
-      config.group = config.device.is_cuda() ? parallel::HostStagedGroup::wrap(world) : world;
+      config.group = parallel::HostStagedGroup::for_device(world, config.device);
     }
     LOOM_CHECK(config.devices >= 1, "--devices must be at least 1");
     ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};

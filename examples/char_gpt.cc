@@ -74,11 +74,11 @@ int main(int argc, char** argv) {
                 static_cast<long long>(config.vocab_size), static_cast<long long>(corpus.train.numel()),
                 static_cast<long long>(model->num_parameters()), device.str().c_str());
 
+    const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
+                                                .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
+                                                .metrics = metrics, .device = device};
     const examples::TextTrainingResult result = examples::train_language_model(
-        *model, train, validation,
-        {.steps = steps, .batch = batch, .block_size = config.block_size, .eval_every = eval_every,
-         .eval_batches = eval_batches, .seed = seed, .metrics = metrics, .device = device},
-        [&](const Tensor& loss) {
+        *model, train, validation, training, [&](const Tensor& loss) {
           opt_decay.zero_grad();
           opt_plain.zero_grad();
           loss.backward();
@@ -89,14 +89,10 @@ int main(int argc, char** argv) {
           schedule_plain->step();
         });
     model->eval();
-    Tensor prompt = full({1, 1}, static_cast<double>(corpus.vocab.encode("\n")[0]), {.dtype = kInt64, .device = device});
-    Generator sampler(seed + 2);
-    std::string sample = corpus.vocab.decode(model->generate(prompt, sample_chars, 0.8, &sampler));
-    std::printf("---- sample ----%s\n----------------\n", sample.c_str());
-    std::printf("RESULT {\"example\": \"char_gpt\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
-                "\"seconds\": %.1f, \"device\": \"%s\"}\n",
-                static_cast<long long>(steps), result.val_loss, result.tokens_per_second, result.seconds,
-                device.str().c_str());
+    examples::report_language_model(
+        "char_gpt", corpus.vocab,
+        [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
+        sample_chars, training, result);
   } catch (const Error& e) {
     std::fprintf(stderr, "char_gpt: %s\n", e.what());
     return 1;

@@ -32,7 +32,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // CUDA tensors travel between ranks through pinned host memory (there is no
   // NCCL backend yet; it would also refuse ranks that share a GPU).
-  if (config.device.rfind("cuda", 0) == 0 && group->size() > 1) group = parallel::HostStagedGroup::wrap(group);
+  try {
+    group = parallel::HostStagedGroup::for_device(group, Device::parse(config.device));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", config.name.c_str(), e.what());
+    return 1;
+  }
 
   Strategy strategy;
   strategy.wrap = [&](const nn::ModulePtr& model) -> nn::ModulePtr {

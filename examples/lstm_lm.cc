@@ -46,24 +46,20 @@ int main(int argc, char** argv) {
     std::printf("vocabulary %lld, %lld parameters, on %s\n", static_cast<long long>(options.vocab_size),
                 static_cast<long long>(model->num_parameters()), device.str().c_str());
 
+    const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = seq,
+                                                .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
+                                                .metrics = metrics, .device = device};
     const examples::TextTrainingResult result = examples::train_language_model(
-        *model, train, validation,
-        {.steps = steps, .batch = batch, .block_size = seq, .eval_every = eval_every, .eval_batches = eval_batches,
-         .seed = seed, .metrics = metrics, .device = device},
-        [&](const Tensor& loss) {
+        *model, train, validation, training, [&](const Tensor& loss) {
           opt.zero_grad();
           loss.backward();
           optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
           opt.step();
         });
-    Tensor prompt = full({1, 1}, static_cast<double>(corpus.vocab.encode("\n")[0]), {.dtype = kInt64, .device = device});
-    Generator sampler(seed + 2);
-    std::printf("---- sample ----%s\n----------------\n",
-                corpus.vocab.decode(model->generate(prompt, sample_chars, 0.8, &sampler)).c_str());
-    std::printf("RESULT {\"example\": \"lstm_lm\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
-                "\"seconds\": %.1f, \"device\": \"%s\"}\n",
-                static_cast<long long>(steps), result.val_loss, result.tokens_per_second, result.seconds,
-                device.str().c_str());
+    examples::report_language_model(
+        "lstm_lm", corpus.vocab,
+        [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
+        sample_chars, training, result);
   } catch (const Error& e) {
     std::fprintf(stderr, "lstm_lm: %s\n", e.what());
     return 1;

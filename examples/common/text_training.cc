@@ -63,4 +63,15 @@ TextTrainingResult train_language_model(nn::Module& model, const data::CharDatas
   return result;
 }
 
+void report_language_model(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars,
+                           const TextTrainingConfig& c, const TextTrainingResult& result) {
+  Tensor prompt = full({1, 1}, static_cast<double>(vocab.encode("\n")[0]), {.dtype = kInt64, .device = c.device});
+  Generator sampler(c.seed + 2);
+  std::printf("---- sample ----%s\n----------------\n", vocab.decode(sample(prompt, chars, 0.8, &sampler)).c_str());
+  std::printf("RESULT {\"example\": \"%s\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
+              "\"seconds\": %.1f, \"device\": \"%s\"}\n",
+              name.c_str(), static_cast<long long>(c.steps), result.val_loss, result.tokens_per_second, result.seconds,
+              c.device.str().c_str());
+}
+
 }  // namespace loom::examples

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "data/char_dataset.h"
+#include "data/char_vocab.h"
 #include "nn/module.h"
 
 namespace loom::examples {
@@ -45,5 +46,13 @@ struct TextTrainingResult {
 TextTrainingResult train_language_model(nn::Module& model, const data::CharDataset& train,
                                         const data::CharDataset& validation, const TextTrainingConfig& config,
                                         const std::function<void(const Tensor& loss)>& update);
+
+// Extends token ids (1, T) by `count` tokens at `temperature`, drawing from `generator`.
+using Sampler = std::function<Tensor(const Tensor& idx, int64_t count, double temperature, Generator* generator)>;
+
+// The end of a run: `chars` characters sampled after a newline (temperature
+// 0.8, seed + 2), then the RESULT line of example `name`.
+void report_language_model(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars,
+                           const TextTrainingConfig& config, const TextTrainingResult& result);
 
 }  // namespace loom::examples

@@ -65,6 +65,10 @@ std::shared_ptr<ProcessGroup> HostStagedGroup::wrap(std::shared_ptr<ProcessGroup
   return std::shared_ptr<ProcessGroup>(new HostStagedGroup(std::move(inner)));
 }
 
+std::shared_ptr<ProcessGroup> HostStagedGroup::for_device(std::shared_ptr<ProcessGroup> group, Device device) {
+  return device.is_cuda() && group->size() > 1 ? wrap(std::move(group)) : group;
+}
+
 HostStagedGroup::HostStagedGroup(std::shared_ptr<ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->options()), inner_(std::move(inner)) {
   issuer_ = std::thread([this] { issue_loop(); });
@@ -105,7 +109,7 @@ void HostStagedGroup::issue_loop() {
           if (op.input.defined() && op.kind != OpKind::Recv) s->host_input = staging::to_host(*s->ready, op.input);
           if (shared)
             s->host_output = op.kind == OpKind::Recv ? staging::host_like(op.output) : s->host_input;
-          else if (op.output.defined())
+          else if (op.output.defined() && op.outputs.empty())  // a list's flat buffer goes unused
             s->host_output = staging::host_like(op.output);
           if (op.kind == OpKind::Recv) s->host_input = s->host_output;
         }

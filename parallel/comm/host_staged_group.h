@@ -29,6 +29,9 @@ namespace loom::parallel {
 class HostStagedGroup : public ProcessGroup {
  public:
   static std::shared_ptr<ProcessGroup> wrap(std::shared_ptr<ProcessGroup> inner);
+  // What a program whose tensors live on `device` should use: `group` itself
+  // for CPU tensors or a single rank, else `group` wrapped.
+  static std::shared_ptr<ProcessGroup> for_device(std::shared_ptr<ProcessGroup> group, Device device);
   ~HostStagedGroup() override;
 
   std::string backend() const override { return inner_->backend() + "+host-staging"; }

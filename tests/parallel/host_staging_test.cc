@@ -4,6 +4,8 @@
 // (ranks as threads sharing the GPU; host_staging_mpi_test runs processes).
 #include "parallel/comm/host_staged_group.h"
 
+#include "parallel/comm/thread_group.h"
+
 #include "tests/parallel/collective_checks.h"
 #include "tests/parallel/ddp_checks.h"
 #include "tests/parallel/pipeline_checks.h"
@@ -37,6 +39,17 @@ INSTANTIATE_TEST_SUITE_P(Ranks, HostStagedCpu, ::testing::Values(1, 2, 3));
 
 TEST(HostStaged, NamesItsBackend) {
   run_staged(1, [](ProcessGroup& pg) { EXPECT_EQ(pg.backend(), "threads+host-staging"); });
+}
+
+// Programs ask for the group their device needs: CPU tensors or a single
+// rank need no staging (no GPU is touched to decide).
+TEST(HostStaged, ForDeviceWrapsOnlyCudaAcrossRanks) {
+  auto one = ThreadGroup::create(1, test_options())[0];
+  EXPECT_EQ(HostStagedGroup::for_device(one, Device::cuda(0)).get(), one.get());
+  run_rank_threads(2, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    EXPECT_EQ(HostStagedGroup::for_device(group, Device::cpu()).get(), group.get());
+    EXPECT_EQ(HostStagedGroup::for_device(group, Device::cuda(0))->backend(), "threads+host-staging");
+  });
 }
 
 TEST(HostStaged, CudaTensorsGiveTheCpuResults) {

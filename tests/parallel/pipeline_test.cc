@@ -41,15 +41,13 @@ TEST(Schedule, OneFOneBOrderForFourStagesEightMicroBatches) {
   EXPECT_THROW_MSG(parallel::gpipe_schedule(0, 4), "gpipe_schedule: need at least one stage");
 }
 
-class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
-
-// Three SGD steps through the pipeline equal three steps on one device with
-// the whole batch (see train_side_by_side for the tolerances).
-TEST_P(PipelineEquivalence, EqualsSingleDeviceTraining) {
-  const PipelineCase& c = GetParam();
-  auto [single, copy] = parallel::testing::pipeline_models();
+// Three SGD steps through the pipeline (every stage on c.device) equal three
+// steps on one device with the whole batch (see train_side_by_side for the
+// tolerances).
+void expect_equals_single_device(const PipelineCase& c) {
+  auto [single, copy] = parallel::testing::pipeline_models(c.device);
   parallel::Pipeline pipe(parallel::split_sequential(copy, c.boundaries),
-                          std::vector<Device>(c.boundaries.size() + 1, Device::cpu()),
+                          std::vector<Device>(c.boundaries.size() + 1, c.device),
                           {.micro_batches = c.micro_batches, .schedule = c.kind});
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   parallel::testing::train_side_by_side(
@@ -64,6 +62,10 @@ TEST_P(PipelineEquivalence, EqualsSingleDeviceTraining) {
         EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
       });
 }
+
+class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
+
+TEST_P(PipelineEquivalence, EqualsSingleDeviceTraining) { expect_equals_single_device(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(
     SchedulesStagesMicroBatches, PipelineEquivalence,
@@ -116,23 +118,9 @@ TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
 // Three stages on one GPU (their threads share its default stream).
 TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
   LOOM_REQUIRE_CUDA();
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-    auto [single, copy] = parallel::testing::pipeline_models(Device::cuda(0));
-    parallel::Pipeline pipe(parallel::split_sequential(copy, {2, 5}), std::vector<Device>(3, Device::cuda(0)),
-                            {.micro_batches = 4, .schedule = kind});
-    optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
-    parallel::testing::train_side_by_side(
-        single, 10,
-        [&](const Tensor& x, const Tensor& y) {
-          opt_pipe.zero_grad();
-          Tensor loss = pipe.train_step(x, y, parallel::testing::cross_entropy_loss);
-          opt_pipe.step();
-          return loss;
-        },
-        [&](int step) {
-          EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
-        });
-  }
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    expect_equals_single_device({.kind = kind, .boundaries = {2, 5}, .micro_batches = 4, .batch = 10,
+                                 .device = Device::cuda(0)});
 }
 
 // Stages alternate between the CPU and the GPU: activations and gradients
