@@ -3,11 +3,13 @@
 // training is on the page.
 //
 //   bazel run //examples:autograd_mlp -- --steps 500 --hidden 64
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 
+#include "examples/common/flags.h"
+#include "examples/common/program.h"
+#include "examples/common/result.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -29,17 +31,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   return -mean(gather(log_probs, 1, labels.unsqueeze(1)));
 }
 
-int main(int argc, char** argv) {
-  CLI::App app{"Train a 2-layer MLP on two spirals with raw tensors and autograd"};
+int train(int argc, char** argv) {
+  using examples::integer_in, examples::number_in, examples::Scope;
+  examples::Flags flags("Train a 2-layer MLP on two spirals with raw tensors and autograd");
   int steps = 600, hidden = 64, points = 500;
   double lr = 0.5;
   uint64_t seed = 0;
-  app.add_option("--steps", steps, "full-batch gradient steps")->capture_default_str();
-  app.add_option("--hidden", hidden, "hidden units")->capture_default_str();
-  app.add_option("--points", points, "points per spiral")->capture_default_str();
-  app.add_option("--lr", lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  flags.add("--steps", steps, "full-batch gradient steps", Scope::Run, integer_in(1, 10000000));
+  flags.add("--hidden", hidden, "hidden units", Scope::Run, integer_in(1, 65536));
+  flags.add("--points", points, "points per spiral", Scope::Run, integer_in(1, 10000000));
+  flags.add("--lr", lr, "SGD learning rate", Scope::Run, number_in(0, 1e6));
+  flags.add("--seed", seed, "random seed", Scope::Run);
+  flags.parse(argc, argv);
 
   Generator gen(seed);
   auto [x, y] = make_spirals(points, gen);
@@ -74,7 +77,10 @@ int main(int argc, char** argv) {
   Tensor logits = matmul(tanh(matmul(tanh(matmul(x, w1) + b1), w2) + b2), w3) + b3;
   double accuracy = mean((argmax(logits, 1) == y).to(kFloat32)).item();
   std::printf("train accuracy %.1f%%\n", 100 * accuracy);
-  std::printf("RESULT {\"example\": \"autograd_mlp\", \"loss\": %.5f, \"accuracy\": %.4f, \"seconds\": %.2f}\n",
-              loss_value, accuracy, seconds);
+  examples::print_result({{"example", "autograd_mlp"}, {"loss", loss_value}, {"accuracy", accuracy}, {"seconds", seconds}});
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return examples::run_program("autograd_mlp", [&] { return train(argc, argv); });
 }

@@ -6,96 +6,99 @@
 //   bazel run //examples:char_gpt                               # small, for a CPU
 //   bazel run //examples:char_gpt -- --preset shakespeare --device cuda
 //     (nanoGPT's shakespeare-char shape: 6 layers, 6 heads, d=384, context 256, batch 64)
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "data/char_corpus.h"
+#include "examples/common/flags.h"
+#include "examples/common/program.h"
 #include "examples/common/text_training.h"
 #include "examples/models/models.h"
 #include "optim/lr_scheduler.h"
 
 using namespace loom;
 
-int main(int argc, char** argv) {
-  CLI::App app{"Train a character-level GPT on the fortunes text"};
+int train(int argc, char** argv) {
+  using examples::integer_in, examples::number_in, examples::Scope;
+  examples::Flags flags("Train a character-level GPT on the fortunes text");
   std::string preset = "cpu", device_name = "cpu", metrics = "char_gpt.csv";
   models::GPTConfig config{.vocab_size = 0, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128, .dropout = 0};
   int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
   double lr = 2e-3, weight_decay = 0.1;
   uint64_t seed = 0;
-  app.add_option("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)")->capture_default_str();
-  app.add_option("--steps", steps, "optimizer steps")->capture_default_str();
-  app.add_option("--batch-size", batch, "sequences per step")->capture_default_str();
-  app.add_option("--block-size", config.block_size, "context length")->capture_default_str();
-  app.add_option("--layers", config.n_layer, "transformer blocks")->capture_default_str();
-  app.add_option("--heads", config.n_head, "attention heads")->capture_default_str();
-  app.add_option("--embd", config.n_embd, "embedding width")->capture_default_str();
-  app.add_option("--dropout", config.dropout, "dropout")->capture_default_str();
-  app.add_option("--lr", lr, "peak learning rate (warm-up, then cosine)")->capture_default_str();
-  app.add_option("--weight-decay", weight_decay, "AdamW weight decay on matrices")->capture_default_str();
-  app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
-  app.add_option("--eval-every", eval_every, "steps between validation estimates")->capture_default_str();
-  app.add_option("--sample", sample_chars, "characters to generate at the end")->capture_default_str();
-  app.add_option("--metrics", metrics, "metrics CSV")->capture_default_str();
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
+            CLI::IsMember({"cpu", "shakespeare"}));
+  auto* steps_flag = flags.add("--steps", steps, "optimizer steps", Scope::Run, integer_in<int64_t>(1, 1e9));
+  flags.add("--batch-size", batch, "sequences per step", Scope::Run, integer_in<int64_t>(1, 1 << 20));
+  flags.add("--block-size", config.block_size, "context length", Scope::Run, integer_in<int64_t>(1, 1 << 20));
+  flags.add("--layers", config.n_layer, "transformer blocks", Scope::Run, integer_in<int64_t>(1, 1024));
+  flags.add("--heads", config.n_head, "attention heads", Scope::Run, integer_in<int64_t>(1, 1024));
+  flags.add("--embd", config.n_embd, "embedding width (a multiple of --heads)", Scope::Run,
+            integer_in<int64_t>(1, 1 << 16));
+  flags.add("--dropout", config.dropout, "dropout", Scope::Run, number_in(0, 0.99));
+  flags.add("--lr", lr, "peak learning rate (warm-up, then cosine)", Scope::Run, number_in(0, 1e6));
+  flags.add("--weight-decay", weight_decay, "AdamW weight decay on matrices", Scope::Run, number_in(0, 1e6));
+  flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Rank);
+  flags.add("--eval-every", eval_every, "steps between validation estimates", Scope::Run,
+            integer_in<int64_t>(1, 1e9));
+  flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
+  flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
+  flags.add("--seed", seed, "random seed", Scope::Run);
+  flags.parse(argc, argv);
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
     batch = 64;
     lr = 1e-3;
-    steps = app.count("--steps") ? steps : 5000;
-  } else if (preset != "cpu") {
-    std::fprintf(stderr, "char_gpt: unknown preset '%s' (cpu or shakespeare)\n", preset.c_str());
-    return 2;
+    steps = steps_flag->count() ? steps : 5000;
   }
+  LOOM_CHECK(config.n_embd % config.n_head == 0, "--embd ", config.n_embd, " does not split over --heads ",
+             config.n_head);
 
-  try {
-    const Device device = Device::parse(device_name);
-    manual_seed(seed);
-    data::CharCorpus corpus = data::CharCorpus::fortunes();
-    data::CharDataset train(corpus.train, config.block_size), validation(corpus.validation, config.block_size);
-    config.vocab_size = corpus.vocab.size();
-    models::GPT model(config);
-    model->to(device);
-    // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
-    TensorList decay, no_decay;
-    for (auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-    optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
-    optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0});
-    const int64_t warmup = std::max<int64_t>(1, steps / 20);
-    auto schedule = [&](optim::Optimizer& opt) {
-      auto warm = std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, warmup);
-      auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, steps - warmup), lr / 10);
-      return std::make_unique<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warm, cosine},
-                                                   std::vector<int64_t>{warmup});
-    };
-    auto schedule_decay = schedule(opt_decay), schedule_plain = schedule(opt_plain);
-    std::printf("vocabulary %lld, %lld training tokens, %lld parameters, on %s\n",
-                static_cast<long long>(config.vocab_size), static_cast<long long>(corpus.train.numel()),
-                static_cast<long long>(model->num_parameters()), device.str().c_str());
+  const Device device = Device::parse(device_name);
+  manual_seed(seed);
+  data::CharCorpus corpus = data::CharCorpus::fortunes();
+  data::CharDataset train(corpus.train, config.block_size), validation(corpus.validation, config.block_size);
+  config.vocab_size = corpus.vocab.size();
+  models::GPT model(config);
+  model->to(device);
+  // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
+  TensorList decay, no_decay;
+  for (auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
+  optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0});
+  const int64_t warmup = std::max<int64_t>(1, steps / 20);
+  auto schedule = [&](optim::Optimizer& opt) {
+    auto warm = std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, warmup);
+    auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, steps - warmup), lr / 10);
+    return std::make_unique<optim::SequentialLR>(opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warm, cosine},
+                                                 std::vector<int64_t>{warmup});
+  };
+  auto schedule_decay = schedule(opt_decay), schedule_plain = schedule(opt_plain);
+  std::printf("vocabulary %lld, %lld training tokens, %lld parameters, on %s\n",
+              static_cast<long long>(config.vocab_size), static_cast<long long>(corpus.train.numel()),
+              static_cast<long long>(model->num_parameters()), device.str().c_str());
 
-    const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
-                                                .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
-                                                .metrics = metrics, .device = device};
-    const examples::TextTrainingResult result = examples::train_language_model(
-        *model, train, validation, training, [&](const Tensor& loss) {
-          opt_decay.zero_grad();
-          opt_plain.zero_grad();
-          loss.backward();
-          optim::clip_grad_norm_(model->parameters(), 1.0);
-          opt_decay.step();
-          opt_plain.step();
-          schedule_decay->step();
-          schedule_plain->step();
-        });
-    model->eval();
-    examples::report_language_model(
-        "char_gpt", corpus.vocab,
-        [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
-        sample_chars, training, result);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "char_gpt: %s\n", e.what());
-    return 1;
-  }
+  const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
+                                              .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
+                                              .metrics = metrics, .device = device};
+  const examples::TextTrainingResult result =
+      examples::train_language_model(*model, train, validation, training, [&](const Tensor& loss) {
+        opt_decay.zero_grad();
+        opt_plain.zero_grad();
+        loss.backward();
+        optim::clip_grad_norm_(model->parameters(), 1.0);
+        opt_decay.step();
+        opt_plain.step();
+        schedule_decay->step();
+        schedule_plain->step();
+      });
+  model->eval();
+  examples::report_language_model(
+      "char_gpt", corpus.vocab,
+      [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
+      sample_chars, training, result);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return examples::run_program("char_gpt", [&] { return train(argc, argv); });
 }

@@ -10,37 +10,38 @@
 #include <sstream>
 
 #include "examples/common/fashion_mnist_training.h"
+#include "examples/common/program.h"
 #include "parallel/data_parallel.h"
 
 int main(int argc, char** argv) {
   using namespace loom;
   using namespace loom::examples;
-  CLI::App app{"Train a CNN on Fashion-MNIST with DataParallel"};
-  FashionMnistConfig config;
-  config.name = "dp_fashion_mnist";
-  add_fashion_mnist_flags(app, config);
-  int replicas = 2;
-  std::string devices;
-  app.add_option("--replicas", replicas, "replicas on --device (several may share it)")->capture_default_str();
-  app.add_option("--devices", devices, "comma-separated device list, e.g. cuda:0,cuda:1 (overrides --replicas)");
-  CLI11_PARSE(app, argc, argv);
+  return run_program("dp_fashion_mnist", [&] {
+    FashionMnistConfig config;
+    config.name = "dp_fashion_mnist";
+    Flags flags("Train a CNN on Fashion-MNIST with DataParallel");
+    add_fashion_mnist_flags(flags, config);
+    int replicas = 2;
+    std::string devices;
+    flags.add("--replicas", replicas, "replicas on --device (several may share it)", Scope::Job, integer_in(1, 256));
+    flags.add("--devices", devices, "comma-separated device list, e.g. cuda:0,cuda:1 (overrides --replicas)",
+              Scope::Job);
+    flags.parse(argc, argv);
 
-  std::vector<Device> device_list;
-  try {
+    std::vector<Device> device_list;
     if (devices.empty()) {
       device_list.assign(replicas, Device::parse(config.device));
     } else {
       std::stringstream list(devices);
       for (std::string name; std::getline(list, name, ',');) device_list.push_back(Device::parse(name));
+      LOOM_CHECK(!device_list.empty(), "--devices: give at least one device");
       config.device = device_list.front().str();  // batches arrive on the first device
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "dp_fashion_mnist: %s\n", e.what());
-    return 1;
-  }
-  Strategy strategy;
-  strategy.wrap = [&](const nn::ModulePtr& model) -> nn::ModulePtr {
-    return parallel::DataParallel(model, device_list).ptr();
-  };
-  return train_fashion_mnist(config, strategy);
+    Strategy strategy;
+    strategy.wrap = [&](const nn::ModulePtr& model) -> nn::ModulePtr {
+      return parallel::DataParallel(model, device_list).ptr();
+    };
+    train_fashion_mnist(config, flags, strategy);
+    return 0;
+  });
 }

@@ -10,12 +10,16 @@
 // The loop itself is examples/common/fashion_mnist_training.cc, shared with
 // dp_fashion_mnist and ddp_fashion_mnist.
 #include "examples/common/fashion_mnist_training.h"
+#include "examples/common/program.h"
 
 int main(int argc, char** argv) {
   using namespace loom::examples;
-  CLI::App app{"Train a CNN on Fashion-MNIST"};
-  FashionMnistConfig config;
-  add_fashion_mnist_flags(app, config);
-  CLI11_PARSE(app, argc, argv);
-  return train_fashion_mnist(config, Strategy::single());
+  return run_program("fashion_mnist_cnn", [&] {
+    FashionMnistConfig config;
+    Flags flags("Train a CNN on Fashion-MNIST");
+    add_fashion_mnist_flags(flags, config);
+    flags.parse(argc, argv);
+    train_fashion_mnist(config, flags, Strategy::single());
+    return 0;
+  });
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "examples/common/fashion_mnist_training.h"
+#include "examples/common/program.h"
 #include "nn/functional.h"
 #include "parallel/comm/host_staged_group.h"
 #include "parallel/comm/init.h"
@@ -36,76 +37,65 @@ std::vector<int> cuts_for(int stages) {
 
 int main(int argc, char** argv) {
   using namespace loom::examples;
-  std::shared_ptr<parallel::ProcessGroup> group;
-  try {
-    group = parallel::init(argc, argv);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "pipeline_fashion_mnist: %s\n", e.what());
-    return 1;
-  }
-  CLI::App app{"Train a CNN on Fashion-MNIST with pipeline parallelism (stages as threads, or ranks under mpirun)"};
-  FashionMnistConfig config;
-  config.name = "pipeline_fashion_mnist";
-  add_fashion_mnist_flags(app, config);
-  int stages = 2, micro_batches = 4;
-  std::string schedule = "1f1b";
-  auto* stages_flag = app.add_option("--stages", stages, "pipeline stages (under mpirun: the ranks)")->capture_default_str();
-  app.add_option("--micro-batches", micro_batches, "micro-batches per batch")->capture_default_str();
-  app.add_option("--schedule", schedule, "gpipe or 1f1b")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  // CUDA tensors travel between ranks through pinned host memory (there is no
-  // NCCL backend yet; it would also refuse ranks that share a GPU).
-  try {
-    group = parallel::HostStagedGroup::for_device(group, Device::parse(config.device));
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", config.name.c_str(), e.what());
-    return 1;
-  }
+  // A rank that fails (a bad flag included) ends the whole job at once.
+  return run_program(
+      "pipeline_fashion_mnist",
+      [&] {
+        std::shared_ptr<parallel::ProcessGroup> group = parallel::init(argc, argv);
+        FashionMnistConfig config;
+        config.name = "pipeline_fashion_mnist";
+        Flags flags("Train a CNN on Fashion-MNIST with pipeline parallelism (stages as threads, or ranks under mpirun)");
+        add_fashion_mnist_flags(flags, config);
+        int stages = 2, micro_batches = 4;
+        std::string schedule = "1f1b";
+        auto* stages_flag =
+            flags.add("--stages", stages, "pipeline stages (under mpirun: the ranks)", Scope::Job, integer_in(1, 4));
+        flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
+        flags.add("--schedule", schedule, "gpipe or 1f1b", Scope::Job, CLI::IsMember({"gpipe", "1f1b"}));
+        flags.parse(argc, argv);
+        // CUDA tensors travel between ranks through pinned host memory (there is no
+        // NCCL backend yet; it would also refuse ranks that share a GPU).
+        group = parallel::HostStagedGroup::for_device(group, Device::parse(config.device));
 
-  const bool over_ranks = group->size() > 1;
-  std::vector<nn::ModulePtr> parts;  // the model's stages (all of them, on every rank)
-  std::shared_ptr<parallel::Pipeline> pipeline;
-  std::shared_ptr<parallel::DistributedPipeline> distributed;
-  Strategy strategy;
-  try {
-    LOOM_CHECK(schedule == "gpipe" || schedule == "1f1b", "--schedule: expected gpipe or 1f1b, got '", schedule, "'");
-    if (over_ranks) {
-      LOOM_CHECK(stages_flag->count() == 0 || stages == group->size(), "--stages ", stages, " under mpirun -np ",
-                 group->size(), ": leave it out, there is one stage per rank");
-      stages = group->size();
-    }
-    const std::vector<int> cuts = cuts_for(stages);
-    const parallel::PipelineOptions options{
-        .micro_batches = micro_batches,
-        .schedule = schedule == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB};
-    auto cross_entropy = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
-    const Device device = Device::parse(config.device);
+        const bool over_ranks = group->size() > 1;
+        if (over_ranks) {
+          LOOM_CHECK(stages_flag->count() == 0 || stages == group->size(), "--stages ", stages, " under mpirun -np ",
+                     group->size(), ": leave it out, there is one stage per rank");
+          stages = group->size();
+        }
+        const std::vector<int> cuts = cuts_for(stages);
+        const parallel::PipelineOptions options{
+            .micro_batches = micro_batches,
+            .schedule = schedule == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB};
+        auto cross_entropy = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
+        const Device device = Device::parse(config.device);
 
-    strategy.wrap = [&, cuts, options, device](const nn::ModulePtr& model) {
-      // The stages share the model's layers: training them trains the model.
-      parts = parallel::split_sequential(nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(model)), cuts);
-      if (over_ranks)
-        distributed = std::make_shared<parallel::DistributedPipeline>(parts[group->rank()], group, options, device);
-      else
-        pipeline = std::make_shared<parallel::Pipeline>(parts, std::vector<Device>(parts.size(), device), options);
-      return model;
-    };
-    strategy.train_step = [&, cross_entropy](const Tensor& x, const Tensor& y) {
-      if (!over_ranks) return pipeline->train_step(x, y, cross_entropy);
-      return distributed->train_step(x, y, cross_entropy);  // the loss: on the last rank
-    };
-    if (over_ranks) {
-      strategy.group = group;
-      strategy.shard_batches = false;
-      strategy.reporting_rank = group->size() - 1;
-      strategy.before_evaluation = [&] { parallel::share_stage_weights(parts, *group); };
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "pipeline_fashion_mnist: %s\n", e.what());
-    return 1;
-  }
-  const int status = train_fashion_mnist(config, strategy);
-  // It printed why; the other ranks may be waiting for this one.
-  if (status != 0) parallel::abandon_job("training failed on rank " + std::to_string(group->rank()));
-  return status;
+        std::vector<nn::ModulePtr> parts;  // the model's stages (all of them, on every rank)
+        std::shared_ptr<parallel::Pipeline> pipeline;
+        std::shared_ptr<parallel::DistributedPipeline> distributed;
+        Strategy strategy;
+        strategy.wrap = [&, cuts, options, device](const nn::ModulePtr& model) {
+          // The stages share the model's layers: training them trains the model.
+          parts = parallel::split_sequential(nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(model)), cuts);
+          if (over_ranks)
+            distributed = std::make_shared<parallel::DistributedPipeline>(parts[group->rank()], group, options, device);
+          else
+            pipeline = std::make_shared<parallel::Pipeline>(parts, std::vector<Device>(parts.size(), device), options);
+          return model;
+        };
+        strategy.train_step = [&, cross_entropy](const Tensor& x, const Tensor& y) {
+          if (!over_ranks) return pipeline->train_step(x, y, cross_entropy);
+          return distributed->train_step(x, y, cross_entropy);  // the loss: on the last rank
+        };
+        strategy.min_batch = micro_batches;
+        if (over_ranks) {
+          strategy.group = group;
+          strategy.shard_batches = false;
+          strategy.reporting_rank = group->size() - 1;
+          strategy.before_evaluation = [&] { parallel::share_stage_weights(parts, *group); };
+        }
+        train_fashion_mnist(config, flags, strategy);
+        return 0;
+      },
+      parallel::abandon_job);
 }

@@ -8,10 +8,11 @@
 //   nn::Checkpoint c = nn::load_safetensors("model.safetensors");
 //   model->load_state_dict(c.tensors);
 //
-// Writes are atomic: the file is written under a temporary name in the same
-// folder, flushed to disk, and renamed, so a crash leaves either the old file
-// or the new one, never half of one. Reads check the whole header against the
-// file before touching any tensor data.
+// Writes are atomic (tensor/file_io.h): a crash leaves either the old file or
+// the new one, never half of one. Each tensor's bytes and the metadata carry
+// a checksum (nn/safetensors.h). Reads take regular files only, check the
+// whole header against the file and verify the checksums where the file has
+// them before touching any tensor data.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@ namespace loom::nn {
 
 struct Checkpoint {
   NamedTensors tensors;  // CPU tensors, in file order
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without loom's checksum entries
+  bool checksummed = false;  // loom wrote it: every tensor and the metadata matched their checksums
 };
 
 // Tensors may live on any device; they are copied to the host to be written.

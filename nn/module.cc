@@ -145,9 +145,11 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     auto it = find_named(state, name);
     if (it == state.end()) {
       missing.push_back(name);
-    } else if (it->second.shape() != target.shape()) {
+    } else if (it->second.shape() != target.shape() || is_floating(it->second.dtype()) != is_floating(target.dtype())) {
+      // Float widths convert (as in PyTorch); an integer never becomes a float or back.
       std::ostringstream s;
-      s << name << " (checkpoint " << it->second.shape() << ", model " << target.shape() << ")";
+      s << name << " (checkpoint " << it->second.shape() << " " << it->second.dtype() << ", model " << target.shape()
+        << " " << target.dtype() << ")";
       mismatched.push_back(s.str());
     }
   }
@@ -158,7 +160,7 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
     return s;
   };
-  LOOM_CHECK(mismatched.empty(), "load_state_dict: shape mismatch for ", join(mismatched));
+  LOOM_CHECK(mismatched.empty(), "load_state_dict: shape or dtype mismatch for ", join(mismatched));
   LOOM_CHECK(!strict || (missing.empty() && unexpected.empty()), "load_state_dict: ",
              missing.empty() ? "" : "missing keys: " + join(missing), missing.empty() || unexpected.empty() ? "" : "; ",
              unexpected.empty() ? "" : "unexpected keys: " + join(unexpected));

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <zlib.h>
 
 #include "tensor/error.h"
 #include "tensor/shape.h"
@@ -16,6 +17,64 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // the format's own limit
+
+const std::string kChecksumPrefix = "loom.crc32:";
+const std::string kMetadataChecksumKey = kChecksumPrefix + "__metadata__";
+
+uint32_t crc_of(uint32_t crc, const void* bytes, size_t size) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(bytes), size));
+}
+
+uint32_t crc_of(uint32_t crc, const std::string& text) { return crc_of(crc, text.c_str(), text.size() + 1); }
+
+std::string hex(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+
+uint32_t tensor_checksum(const std::string& dtype, const std::vector<int64_t>& shape, const void* bytes,
+                         size_t size) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ",";
+  return crc_of(crc_of(crc_of(0, dtype), dims), bytes, size);
+}
+
+// Over every entry but its own, in key order (the map's).
+uint32_t metadata_checksum(const std::map<std::string, std::string>& metadata) {
+  uint32_t crc = 0;
+  for (const auto& [key, value] : metadata)
+    if (key != kMetadataChecksumKey) crc = crc_of(crc_of(crc, key), value);
+  return crc;
+}
+
+// Checks the checksums among `metadata` (all of them, or none) against the
+// header's entries, and removes them from `metadata`. Returns whether there were any.
+bool verify_checksums(std::map<std::string, std::string>& metadata, const std::vector<SafetensorsEntry>& entries,
+                      const uint8_t* data, const std::string& origin) {
+  auto first = metadata.lower_bound(kChecksumPrefix);
+  if (first == metadata.end() || first->first.compare(0, kChecksumPrefix.size(), kChecksumPrefix) != 0)
+    return false;  // not written by loom (PyTorch, say): nothing to verify
+  auto own = metadata.find(kMetadataChecksumKey);
+  LOOM_CHECK(own != metadata.end() && own->second == hex(metadata_checksum(metadata)), "checkpoint ", origin,
+             ": the metadata does not match its checksum (the header was edited or damaged)");
+  std::map<std::string, std::string> sums;
+  for (auto it = first; it != metadata.end() && it->first.compare(0, kChecksumPrefix.size(), kChecksumPrefix) == 0;) {
+    if (it != own) sums[it->first.substr(kChecksumPrefix.size())] = it->second;
+    it = metadata.erase(it);
+  }
+  for (const SafetensorsEntry& e : entries) {
+    auto sum = sums.find(e.name);
+    LOOM_CHECK(sum != sums.end(), "checkpoint ", origin, ": tensor '", e.name, "' has no checksum (added to the file?)");
+    LOOM_CHECK(sum->second == hex(tensor_checksum(e.dtype, e.shape, data + e.begin, e.end - e.begin)), "checkpoint ",
+               origin, ": tensor '", e.name, "' does not match its checksum (the file is damaged, or its dtype or ",
+               "shape was changed)");
+    sums.erase(sum);
+  }
+  LOOM_CHECK(sums.empty(), "checkpoint ", origin, ": tensor '", sums.empty() ? "" : sums.begin()->first,
+             "' has a checksum but is missing from the file");
+  return true;
+}
 
 float half_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ffu;
@@ -74,6 +133,16 @@ uint64_t as_size(const json& v, const std::string& origin, const std::string& wh
 }
 
 }  // namespace
+
+std::pair<std::string, std::string> tensor_checksum_entry(const std::string& name, const std::string& dtype,
+                                                          const std::vector<int64_t>& shape, const void* bytes,
+                                                          size_t size) {
+  return {kChecksumPrefix + name, hex(tensor_checksum(dtype, shape, bytes, size))};
+}
+
+std::pair<std::string, std::string> metadata_checksum_entry(const std::map<std::string, std::string>& metadata) {
+  return {kMetadataChecksumKey, hex(metadata_checksum(metadata))};
+}
 
 bool safetensors_dtype(const std::string& dtype, size_t* bytes, DType* loads_as) {
   static const std::map<std::string, std::pair<size_t, DType>> known = {
@@ -185,6 +254,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   }
   LOOM_CHECK(expected == data_bytes, "checkpoint ", origin, ": ", data_bytes - expected,
              " bytes after the last tensor belong to none");
+  out.checksummed = verify_checksums(out.metadata, out.entries, data + out.data_start, origin);
   return out;
 }
 

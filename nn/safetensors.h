@@ -7,6 +7,13 @@
 //    "__metadata__": {"key": "value"}}
 // then the data; each tensor's little-endian bytes lie at its offsets,
 // relative to the end of the header, and together they tile the data exactly.
+//
+// Integrity: loom records a CRC-32 of each tensor (its dtype, shape and
+// bytes) in the metadata as "loom.crc32:<name>", and one of all the other
+// metadata as "loom.crc32:__metadata__", so that a flipped bit, a relabelled
+// dtype or a dropped tensor is an error rather than a silently different
+// model. Other readers ignore these entries; files without them (PyTorch's)
+// load unchecked.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +34,23 @@ struct SafetensorsEntry {
 
 struct SafetensorsHeader {
   std::vector<SafetensorsEntry> entries;  // in data order
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without loom's checksum entries
   uint64_t data_start = 0;  // offset of the data section in the file
+  bool checksummed = false;  // the file carried loom's checksums, and every one matched
 };
 
 // Checks everything the format requires against a file of `size` bytes; the
-// entries then point only inside it. `origin` names the file in errors.
+// entries then point only inside it; checksums, where present, must match.
+// `origin` names the file in errors.
 SafetensorsHeader parse_safetensors_header(const uint8_t* file, size_t size, const std::string& origin);
+
+// The checksum entries save_safetensors adds to the metadata: one per tensor,
+// {"loom.crc32:<name>", "<8 hex digits>"} over its dtype, shape and `size`
+// bytes, and last the metadata's own, over every other entry.
+std::pair<std::string, std::string> tensor_checksum_entry(const std::string& name, const std::string& dtype,
+                                                          const std::vector<int64_t>& shape, const void* bytes,
+                                                          size_t size);
+std::pair<std::string, std::string> metadata_checksum_entry(const std::map<std::string, std::string>& metadata);
 
 // The file dtypes loom reads, with their size and the dtype they load as
 // (F16 and BF16 as float32, I32 as int64). False for others.

@@ -1,6 +1,8 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "tensor/backend.h"
 
@@ -58,38 +60,77 @@ nn::NamedTensors Optimizer::state_dict() const {
   return out;
 }
 
+namespace {
+
+// The i of "state.<i>.<name>", strictly: decimal digits only, below `count`.
+size_t parameter_index(const std::string& key, size_t count, std::string* name) {
+  const size_t dot1 = key.find('.'), dot2 = key.find('.', dot1 + 1);
+  LOOM_CHECK(key.compare(0, 6, "state.") == 0 && dot2 != std::string::npos && dot2 > dot1 + 1 && dot2 - dot1 <= 20,
+             "optimizer state: unexpected entry '", key, "' (expected lr or state.<index>.<name>)");
+  size_t i = 0;
+  for (size_t c = dot1 + 1; c < dot2; ++c) {
+    LOOM_CHECK(key[c] >= '0' && key[c] <= '9', "optimizer state: entry '", key, "' has a non-numeric index");
+    i = i * 10 + static_cast<size_t>(key[c] - '0');
+  }
+  LOOM_CHECK(i < count, "optimizer state: entry '", key, "' is for parameter ", i, ", but there are only ", count);
+  *name = key.substr(dot2 + 1);
+  return i;
+}
+
+}  // namespace
+
 void Optimizer::load_state_dict(const nn::NamedTensors& saved) {
   std::vector<std::map<std::string, Tensor>> state(params_.size());
   std::vector<int64_t> steps(params_.size(), 0);
-  double lr = lr_;
+  std::optional<double> lr;
   for (const auto& [key, t] : saved) {
+    LOOM_CHECK(t.defined(), "optimizer state: '", key, "' is undefined");
     if (key == "lr") {
+      LOOM_CHECK(!lr && t.numel() == 1 && is_floating(t.dtype()), "optimizer state: 'lr' must appear once, as a ",
+                 "floating-point scalar");
       lr = t.item();
+      LOOM_CHECK(*lr >= 0, "optimizer state: 'lr' is ", *lr, "; a learning rate is non-negative");
       continue;
     }
-    const size_t dot1 = key.find('.'), dot2 = key.find('.', dot1 + 1);
-    LOOM_CHECK(key.rfind("state.", 0) == 0 && dot2 != std::string::npos, "optimizer state: unexpected entry '", key,
-               "'");
-    const size_t i = std::stoul(key.substr(dot1 + 1, dot2 - dot1 - 1));
-    const std::string name = key.substr(dot2 + 1);
-    LOOM_CHECK(i < params_.size(), "optimizer state: entry '", key, "' is for parameter ", i, ", but there are only ",
-               params_.size());
+    std::string name;
+    const size_t i = parameter_index(key, params_.size(), &name);
     if (name == "step") {
+      LOOM_CHECK(t.numel() == 1 && !is_floating(t.dtype()), "optimizer state: '", key, "' must be an integer scalar");
       steps[i] = t.item<int64_t>();
+      LOOM_CHECK(steps[i] > 0, "optimizer state: '", key, "' is ", steps[i], "; a saved step count is positive");
       continue;
     }
-    LOOM_CHECK(t.shape() == params_[i].shape(), "optimizer state: '", key, "' has shape ", t.shape(),
-               " but parameter ", i, " has shape ", params_[i].shape());
-    state[i][name] = contiguous_copy(t).to(params_[i].device(), params_[i].dtype());
+    LOOM_CHECK(t.shape() == params_[i].shape() && is_floating(t.dtype()), "optimizer state: '", key, "' has shape ",
+               t.shape(), " and dtype ", t.dtype(), " but parameter ", i, " has shape ", params_[i].shape(),
+               " and dtype ", params_[i].dtype());
+    LOOM_CHECK(state[i].emplace(name, contiguous_copy(t).to(params_[i].device(), params_[i].dtype())).second,
+               "optimizer state: '", key, "' appears twice");
+  }
+  LOOM_CHECK(lr.has_value(), "optimizer state: 'lr' is missing");
+  // A parameter that has stepped has all of its state; one that has not, none.
+  const std::vector<std::string> names = state_names();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const std::string& name : names)
+      LOOM_CHECK((steps[i] > 0) == (state[i].count(name) > 0), "optimizer state: parameter ", i,
+                 steps[i] > 0 ? " has taken steps but 'state." : " has taken no step but has 'state.", i, ".", name,
+                 steps[i] > 0 ? "' is missing" : "'", " (an incomplete or mismatched checkpoint)");
+    for (const auto& [name, t] : state[i])
+      LOOM_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "optimizer state: 'state.", i, ".", name,
+                 "' is not state of this optimizer (saved by another kind?)");
   }
   state_ = std::move(state);
   step_counts_ = std::move(steps);
-  lr_ = lr;
+  lr_ = *lr;
 }
 
 SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), o.lr), options(o) {
   LOOM_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD: momentum and weight_decay must be non-negative");
   LOOM_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: Nesterov momentum needs momentum > 0 and no dampening");
+}
+
+std::vector<std::string> SGD::state_names() const {
+  if (options.momentum == 0) return {};
+  return {"momentum_buffer"};
 }
 
 void SGD::step() {

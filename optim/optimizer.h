@@ -36,8 +36,12 @@ class Optimizer {
 
   // Per-parameter state as "state.<index>.<name>" plus "lr"; scalars are 0-d tensors.
   nn::NamedTensors state_dict() const;
-  // Restores what state_dict() saved; the parameters must match in number and shape.
+  // Restores what state_dict() saved; the parameters must match in number and
+  // shape, and the state must be complete: every parameter that has stepped
+  // has each of state_names(), one that has not has none.
   void load_state_dict(const nn::NamedTensors& state);
+  // The per-parameter state this optimizer keeps once a parameter has stepped.
+  virtual std::vector<std::string> state_names() const = 0;
 
  protected:
   // The state tensor `name` of parameter i, created as zeros like it on first use.
@@ -67,6 +71,7 @@ class SGD : public Optimizer {
  public:
   SGD(TensorList params, const SGDOptions& options);
   void step() override;
+  std::vector<std::string> state_names() const override;
   SGDOptions options;
 };
 
@@ -82,6 +87,7 @@ class Adam : public Optimizer {
  public:
   Adam(TensorList params, const AdamOptions& options);
   void step() override;
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   AdamOptions options;
 
  protected:

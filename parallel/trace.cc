@@ -3,12 +3,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "tensor/error.h"
+#include "tensor/file_io.h"
 
 namespace loom::trace {
 namespace {
@@ -94,13 +94,7 @@ void write_chrome_trace(const std::string& path) {
       events.push_back({{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"pid", s.pid}, {"tid", e.lane},
                         {"ts", e.begin_us}, {"dur", e.end_us - e.begin_us}});
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
-    LOOM_CHECK(out.good(), "write_chrome_trace: could not write ", tmp);
-  }
-  LOOM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "write_chrome_trace: could not rename ", tmp, " to ", path);
+  write_file_atomically(path, json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
 }
 
 }  // namespace loom::trace

@@ -52,14 +52,16 @@ std::ostream& operator<<(std::ostream& out, const Dims& dims) {
 
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    LOOM_CHECK(!__builtin_mul_overflow(n, s, &n), "shape ", shape, " has more elements than fit in 64 bits");
   return n;
 }
 
 Strides contiguous_strides(const Shape& shape) {
   Strides strides = Dims::filled(shape.size(), 1);
   for (int i = shape.size() - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * std::max<int64_t>(shape[i + 1], 1);
+    LOOM_CHECK(!__builtin_mul_overflow(strides[i + 1], std::max<int64_t>(shape[i + 1], 1), &strides[i]), "shape ",
+               shape, " is too large: its strides do not fit in 64 bits");
   return strides;
 }
 

@@ -60,6 +60,7 @@ class Tensor {
   int64_t storage_offset() const;
   bool is_contiguous() const;
   size_t element_size() const { return loom::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }  // of the elements in view
   TensorOptions options() const { return {dtype(), device(), false}; }
   const std::shared_ptr<Storage>& storage() const;
   // True when both handles refer to the same tensor (not just equal values).

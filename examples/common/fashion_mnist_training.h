@@ -3,16 +3,16 @@
 // that they differ only in how the model is wrapped and the data is shared out.
 //
 //   FashionMnistConfig config;
-//   CLI::App app;  add_fashion_mnist_flags(app, config);  ...parse...
-//   return train_fashion_mnist(config, Strategy::single());
+//   Flags flags("...");  add_fashion_mnist_flags(flags, config);  flags.parse(argc, argv);
+//   train_fashion_mnist(config, flags, Strategy::single());
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "examples/common/flags.h"
 #include "nn/module.h"
 #include "parallel/comm/process_group.h"
 
@@ -31,8 +31,8 @@ struct FashionMnistConfig {
   bool resume = false;
 };
 
-// Registers the flags every version shares.
-void add_fashion_mnist_flags(CLI::App& app, FashionMnistConfig& config);
+// Registers the flags every version shares, with their valid ranges and scopes.
+void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& config);
 
 // How this process takes part in training.
 struct Strategy {
@@ -52,6 +52,8 @@ struct Strategy {
   // The rank that prints progress and writes metrics and checkpoints (a
   // pipeline's last rank: it has the loss).
   int reporting_rank = 0;
+  // The fewest images a batch may have (a pipeline: one per micro-batch).
+  int64_t min_batch = 1;
   // Runs before each evaluation (a pipeline over ranks gathers the stages' weights).
   std::function<void()> before_evaluation;
 
@@ -62,8 +64,11 @@ struct Strategy {
   }
 };
 
-// Trains, evaluating on the test set after every epoch; returns the exit
-// status. The last line printed is RESULT {json}.
-int train_fashion_mnist(FashionMnistConfig config, const Strategy& strategy);
+// Trains, evaluating on the test set after every epoch; the last line printed
+// is RESULT {json}. Throws on any error (run_program reports it). Before any
+// work: ranks check that they were started with the same settings (those of
+// scope Run and Job), the outputs are checked to be writable, and a resumed
+// checkpoint must come from a run with the same Run settings.
+void train_fashion_mnist(FashionMnistConfig config, const Flags& flags, const Strategy& strategy);
 
 }  // namespace loom::examples

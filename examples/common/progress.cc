@@ -2,11 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "tensor/error.h"
+#include "tensor/file_io.h"
 
 namespace loom::examples {
 
@@ -41,41 +42,44 @@ void Progress::finish_line() {
 }
 
 MetricsCsv::MetricsCsv(std::string path, std::vector<std::string> columns)
-    : path_(std::move(path)), columns_(std::move(columns)) {}
+    : path_(std::move(path)), columns_(columns.size()) {
+  for (size_t i = 0; i < columns.size(); ++i) header_ += (i ? "," : "") + columns[i];
+}
 
-void MetricsCsv::load_existing(double up_to_epoch) {
-  std::ifstream in(path_);
-  std::string line;
-  if (!std::getline(in, line)) return;  // no earlier file, or empty
-  while (std::getline(in, line)) {
-    std::vector<double> row;
-    std::stringstream cells(line);
-    std::string cell;
-    while (std::getline(cells, cell, ',')) row.push_back(std::stod(cell));
-    if (row.size() == columns_.size() && row[0] <= up_to_epoch) rows_.push_back(row);
-  }
+void MetricsCsv::add(const std::vector<double>& row) {
+  LOOM_CHECK(row.size() == columns_, "MetricsCsv: a row of ", row.size(), " values for ", columns_, " columns");
+  std::ostringstream line;
+  for (size_t i = 0; i < row.size(); ++i) line << (i ? "," : "") << row[i];
+  rows_.push_back(line.str());
 }
 
 void MetricsCsv::append(const std::vector<double>& row) {
-  LOOM_CHECK(row.size() == columns_.size(), "MetricsCsv: a row of ", row.size(), " values for ", columns_.size(),
-             " columns");
-  rows_.push_back(row);
+  add(row);
   write();
 }
 
-void MetricsCsv::write() const {
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream out(tmp);
-    for (size_t i = 0; i < columns_.size(); ++i) out << (i ? "," : "") << columns_[i];
-    out << '\n';
-    for (const auto& row : rows_) {
-      for (size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << row[i];
-      out << '\n';
-    }
-    LOOM_CHECK(out.good(), "MetricsCsv: could not write ", tmp);
+std::string MetricsCsv::text() const {
+  std::string out = header_ + "\n";
+  for (const std::string& row : rows_) out += row + "\n";
+  return out;
+}
+
+void MetricsCsv::restore(const std::string& text, const std::string& origin) {
+  std::istringstream lines(text);
+  std::string line;
+  LOOM_CHECK(std::getline(lines, line) && line == header_, origin, ": the metrics have the columns '", line,
+             "', expected '", header_, "'");
+  std::vector<std::string> rows;
+  while (std::getline(lines, line)) {
+    LOOM_CHECK(static_cast<size_t>(std::count(line.begin(), line.end(), ',')) + 1 == columns_, origin,
+               ": a metrics row has the wrong number of values: '", line, "'");
+    rows.push_back(line);
   }
-  LOOM_CHECK(std::rename(tmp.c_str(), path_.c_str()) == 0, "MetricsCsv: could not rename ", tmp, " to ", path_);
+  rows_ = std::move(rows);
+}
+
+void MetricsCsv::write() const {
+  if (!path_.empty()) write_file_atomically(path_, text());
 }
 
 }  // namespace loom::examples

@@ -1,6 +1,6 @@
-// Progress reporting and run records shared by the examples: a live progress
-// line (or plain periodic lines when the output is not a terminal), a metrics
-// CSV rewritten atomically, and the closing RESULT line.
+// Progress reporting shared by the examples: a live progress line (or plain
+// periodic lines when the output is not a terminal), and a metrics CSV
+// rewritten atomically.
 //
 //   Progress progress(steps_per_epoch * epochs, /*every=*/100);
 //   progress.update(step, loss, samples_per_s);     // "step 120/2345 loss 0.41 ... ETA 2m13s"
@@ -31,20 +31,29 @@ class Progress {
   int64_t first_step_;
 };
 
-// A CSV with a header, rewritten whole after each append (temporary file,
-// then rename), so an interrupted run never leaves a half-written file.
+// A CSV with a header, rewritten whole and atomically after each append, so
+// an interrupted run never leaves a half-written file. An empty path keeps
+// the rows in memory only.
 class MetricsCsv {
  public:
   MetricsCsv(std::string path, std::vector<std::string> columns);
-  // Keeps the rows of an earlier run (when resuming) up to and including `epoch`.
-  void load_existing(double up_to_epoch);
+  // Appends a row and rewrites the file.
   void append(const std::vector<double>& row);
+  // Appends a row without writing (write() follows).
+  void add(const std::vector<double>& row);
+  void write() const;
+
+  // The whole file as text, and the reverse: takes the rows of a text this
+  // class wrote (a checkpoint keeps it); it must have the same columns.
+  std::string text() const;
+  void restore(const std::string& text, const std::string& origin);
+  size_t rows() const { return rows_.size(); }
 
  private:
-  void write() const;
   std::string path_;
-  std::vector<std::string> columns_;
-  std::vector<std::vector<double>> rows_;
+  std::string header_;
+  size_t columns_;
+  std::vector<std::string> rows_;  // formatted lines, without their newline
 };
 
 std::string format_duration(double seconds);  // "2m13s"

@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "examples/common/progress.h"
+#include "examples/common/result.h"
 #include "nn/functional.h"
+#include "tensor/file_io.h"
 
 namespace loom::examples {
 
@@ -36,6 +38,7 @@ double estimate_loss(nn::Module& model, const LanguageModel& forward, const data
 TextTrainingResult train_language_model(nn::Module& model, const data::CharDataset& train,
                                         const data::CharDataset& validation, const TextTrainingConfig& c,
                                         const std::function<void(const Tensor& loss)>& update) {
+  if (!c.metrics.empty()) AtomicFile::check_writable(c.metrics, "--metrics");  // before hours of training
   auto forward = [&](const Tensor& idx) { return model.forward(idx); };
   MetricsCsv csv(c.metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
   Progress progress(c.steps, 50);
@@ -68,10 +71,12 @@ void report_language_model(const std::string& name, const data::CharVocab& vocab
   Tensor prompt = full({1, 1}, static_cast<double>(vocab.encode("\n")[0]), {.dtype = kInt64, .device = c.device});
   Generator sampler(c.seed + 2);
   std::printf("---- sample ----%s\n----------------\n", vocab.decode(sample(prompt, chars, 0.8, &sampler)).c_str());
-  std::printf("RESULT {\"example\": \"%s\", \"steps\": %lld, \"val_loss\": %.4f, \"tokens_per_s\": %.1f, "
-              "\"seconds\": %.1f, \"device\": \"%s\"}\n",
-              name.c_str(), static_cast<long long>(c.steps), result.val_loss, result.tokens_per_second, result.seconds,
-              c.device.str().c_str());
+  print_result({{"example", name},
+                {"steps", c.steps},
+                {"val_loss", result.val_loss},
+                {"tokens_per_s", result.tokens_per_second},
+                {"seconds", result.seconds},
+                {"device", c.device.str()}});
 }
 
 }  // namespace loom::examples

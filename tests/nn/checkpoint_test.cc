@@ -78,6 +78,7 @@ TEST_F(CheckpointTest, ReadsAFileWrittenFromTheSpecification) {
   EXPECT_EQ(c.tensors[3].second.shape(), (Shape{}));
   expect_values(c.tensors[3].second, {3.140625});
   EXPECT_EQ(c.metadata.at("format"), "pt");
+  EXPECT_FALSE(c.checksummed);  // a file without loom's checksums (PyTorch's) loads unchecked
 }
 
 TEST_F(CheckpointTest, WritesTheSpecificationsLayout) {
@@ -165,8 +166,59 @@ TEST_F(CheckpointTest, CorruptFilesAreClearErrors) {
   EXPECT_THROW_MSG(nn::load_safetensors(path("missing")), "cannot open it");
 }
 
+// The header of a file as JSON, and a file rebuilt from an edited header and its data.
+nlohmann::json header_of(const std::string& file) {
+  uint64_t n;
+  std::memcpy(&n, file.data(), 8);
+  return nlohmann::json::parse(file.substr(8, n));
+}
+std::string data_of(const std::string& file) {
+  uint64_t n;
+  std::memcpy(&n, file.data(), 8);
+  return file.substr(8 + n);
+}
+
+TEST_F(CheckpointTest, ChecksumsCatchDamageAndTampering) {
+  nn::save_safetensors(path("good"), {{"a", from_vector<float>({1, 2, 3}, {3})}, {"b", from_vector<float>({4}, {1})}},
+                       {{"epoch", "3"}});
+  nn::Checkpoint good = nn::load_safetensors(path("good"));
+  EXPECT_TRUE(good.checksummed);
+  EXPECT_EQ(good.metadata, (std::map<std::string, std::string>{{"epoch", "3"}}));  // checksums are not the user's
+  const std::string bytes = read_file(path("good"));
+  const nlohmann::json header = header_of(bytes);
+  EXPECT_EQ(header["__metadata__"].size(), 4u);  // epoch, one per tensor, and the metadata's own
+
+  std::string flipped = bytes;
+  flipped[flipped.size() - 3] ^= 0x10;  // one bit of b's float
+  write_file(path("flipped"), flipped);
+  EXPECT_THROW_MSG(nn::load_safetensors(path("flipped")), "tensor 'b' does not match its checksum");
+
+  // F32 relabelled as I32: the same size, so only the checksum can tell.
+  nlohmann::json relabelled = header;
+  relabelled["a"]["dtype"] = "I32";
+  write_file(path("relabelled"), make_file(relabelled.dump(), data_of(bytes)));
+  EXPECT_THROW_MSG(nn::load_safetensors(path("relabelled")), "tensor 'a' does not match its checksum");
+
+  nlohmann::json edited = header;
+  edited["__metadata__"]["epoch"] = "7";
+  write_file(path("edited"), make_file(edited.dump(), data_of(bytes)));
+  EXPECT_THROW_MSG(nn::load_safetensors(path("edited")), "the metadata does not match its checksum");
+
+  nlohmann::json dropped = header;  // b and its bytes removed, the metadata kept
+  dropped.erase("b");
+  write_file(path("dropped"), make_file(dropped.dump(), data_of(bytes).substr(0, 12)));
+  EXPECT_THROW_MSG(nn::load_safetensors(path("dropped")), "tensor 'b' has a checksum but is missing");
+
+  EXPECT_THROW_MSG(nn::save_safetensors(path("x"), {}, {{"loom.crc32:a", "0"}}), "is reserved");
+}
+
+TEST_F(CheckpointTest, ReadsOnlyRegularFiles) {
+  EXPECT_THROW_MSG(nn::load_safetensors("/dev/zero"), "checkpoint /dev/zero: is not a regular file");
+  EXPECT_THROW_MSG(nn::load_safetensors(dir_.string()), "is a folder");
+}
+
 TEST_F(CheckpointTest, FailedWriteLeavesNoFileBehind) {
-  EXPECT_THROW_MSG(nn::save_safetensors(path("no/such/dir/x.safetensors"), {{"a", ones({2})}}), "failed");
+  EXPECT_THROW_MSG(nn::save_safetensors(path("no/such/dir/x.safetensors"), {{"a", ones({2})}}), "No such file");
   EXPECT_THROW_MSG(nn::save_safetensors(path("x"), {{"a", ones({2})}, {"a", ones({1})}}),
                    "tensor name 'a' is reserved or repeated");
   EXPECT_TRUE(fs::is_empty(dir_));
@@ -188,7 +240,7 @@ TEST_F(CheckpointTest, KilledWriterLeavesTheOldFileIntact) {
     for (int i = 0; i < 2000; ++i) {
       bool writing = false;
       for (auto& entry : fs::directory_iterator(dir_))
-        writing |= entry.path().filename().string().find(".tmp.") != std::string::npos;
+        writing |= entry.path().filename().string().find(".tmp-") != std::string::npos;
       if (writing) break;
       usleep(1000);
     }

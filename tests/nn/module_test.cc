@@ -122,7 +122,14 @@ TEST(StateDict, RoundTripAndStrictErrors) {
   b->load_state_dict(extra, /*strict=*/false);  // extras ignored when not strict
   nn::StateDict wrong = a->state_dict();
   wrong[0].second = zeros({3});
-  EXPECT_THROW_MSG(b->load_state_dict(wrong, false), "shape mismatch for scale (checkpoint [3], model [1])");
+  EXPECT_THROW_MSG(b->load_state_dict(wrong, false),
+                   "shape or dtype mismatch for scale (checkpoint [3] float32, model [1] float32)");
+  // Integers are never reinterpreted as floats (a relabelled checkpoint dtype); float widths convert.
+  wrong[0].second = zeros({1}, {.dtype = kInt64});
+  EXPECT_THROW_MSG(b->load_state_dict(wrong), "(checkpoint [1] int64, model [1] float32)");
+  wrong[0].second = full({1}, 2.5, {.dtype = kFloat64});
+  b->load_state_dict(wrong);
+  EXPECT_EQ(b->state_dict()[0].second.item(), 2.5);
 }
 
 TEST(Clone, IsADeepCopyWithTheSameOutputs) {

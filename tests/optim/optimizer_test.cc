@@ -135,7 +135,50 @@ TEST(Optimizer, StateDictResumesExactly) {
   EXPECT_EQ(values(w1), values(w2));
   nn::NamedTensors bad = a.state_dict();
   bad.back().second = zeros({3});
-  EXPECT_THROW_MSG(b.load_state_dict(bad), "has shape [3] but parameter 0 has shape [2]");
+  EXPECT_THROW_MSG(b.load_state_dict(bad), "has shape [3] and dtype float32 but parameter 0 has shape [2]");
+}
+
+// A resumed optimizer must be exactly the saved one: malformed, partial or
+// foreign state is an error, never silently dropped or reinterpreted.
+TEST(Optimizer, StateDictIsCheckedStrictly) {
+  Tensor w1 = param({1, -2}), w2 = param({3, 4}), w3 = param({5});
+  optim::Adam a({w1, w2, w3}, {.lr = 0.1});
+  w1.set_grad(from_vector<double>({0.5, -1.0}));
+  w2.set_grad(from_vector<double>({0.5, -1.0}));  // w3 has no gradient: it never steps
+  a.step();
+  const nn::NamedTensors saved = a.state_dict();
+  optim::Adam b({param({0, 0}), param({0, 0}), param({0})}, {.lr = 0.1});
+  b.load_state_dict(saved);  // the real thing loads
+
+  auto with = [&](const std::string& key, Tensor t) {
+    nn::NamedTensors s = saved;
+    s.emplace_back(key, t);
+    return s;
+  };
+  auto without = [&](const std::string& key) {
+    nn::NamedTensors s;
+    for (const auto& e : saved)
+      if (e.first != key) s.push_back(e);
+    return s;
+  };
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.q.exp_avg", zeros({2}))), "has a non-numeric index");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.-1.exp_avg", zeros({2}))), "has a non-numeric index");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.7.exp_avg", zeros({2}))), "is for parameter 7, but there are only 3");
+  EXPECT_THROW_MSG(b.load_state_dict(with("momentum", zeros({2}))), "unexpected entry 'momentum'");
+  EXPECT_THROW_MSG(b.load_state_dict(without("state.1.exp_avg_sq")),
+                   "parameter 1 has taken steps but 'state.1.exp_avg_sq' is missing");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.2.exp_avg", zeros({1}, {.dtype = kFloat64}))),
+                   "parameter 2 has taken no step but has 'state.2.exp_avg'");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.0.momentum_buffer", zeros({2}, {.dtype = kFloat64}))),
+                   "'state.0.momentum_buffer' is not state of this optimizer");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.0.exp_avg", zeros({2}, {.dtype = kFloat64}))), "appears twice");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.0.exp_avg_sq", zeros({2}, {.dtype = kInt64}))), "dtype int64");
+  EXPECT_THROW_MSG(b.load_state_dict(without("lr")), "'lr' is missing");
+  nn::NamedTensors negative = without("state.0.step");
+  negative.emplace_back("state.0.step", full({}, -3, {.dtype = kInt64}));
+  EXPECT_THROW_MSG(b.load_state_dict(negative), "a saved step count is positive");
+  // A failed load changes nothing: b still steps as the saved optimizer does.
+  EXPECT_EQ(b.state_dict().size(), saved.size());
 }
 
 TEST(Optimizer, Errors) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tensor/creation.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -13,6 +14,16 @@ TEST(Shape, ContiguousStridesAndNumel) {
   EXPECT_EQ(numel(s), 24);
   EXPECT_EQ(numel(Shape{}), 1);  // a scalar
   EXPECT_EQ(numel(Shape{3, 0}), 0);
+}
+
+// Sizes whose products leave int64 are errors, not wrapped strides (UBSan
+// once flagged [0, 2^62, 2^62]: no elements, but strides of 2^124).
+TEST(Shape, OverflowingProductsAreErrors) {
+  const int64_t huge = int64_t{1} << 62;
+  EXPECT_THROW_MSG(contiguous_strides(Shape{0, huge, huge}), "its strides do not fit in 64 bits");
+  EXPECT_THROW_MSG(numel(Shape{huge, 4}), "more elements than fit in 64 bits");
+  EXPECT_THROW_MSG(empty({0, huge, huge}), "do not fit in 64 bits");
+  EXPECT_EQ(contiguous_strides(Shape{2, huge}), (Strides{huge, 1}));  // the largest that fit still do
 }
 
 TEST(Shape, IsContiguousIgnoresSizeOneDims) {

@@ -1,0 +1,55 @@
+#include "examples/common/flags.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace loom::examples {
+
+CLI::Validator number_in(double lo, double hi) {
+  std::ostringstream range;
+  range << "a finite number from " << lo << " to " << hi;
+  return CLI::Validator(
+      [lo, hi, range = range.str()](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(value) || value < lo || value > hi)
+          return "expected " + range + ", got '" + text + "'";
+        return "";
+      },
+      range.str());
+}
+
+Flags::Flags(const std::string& description) : app_(description) {}
+
+CLI::Option* Flags::add_switch(const std::string& name, bool& value, const std::string& description, Scope scope) {
+  remember(name, scope, [&value] { return value ? std::string("on") : std::string("off"); });
+  return app_.add_flag(name, value, description);
+}
+
+void Flags::remember(const std::string& name, Scope scope, std::function<std::string()> text) {
+  entries_.push_back({name, scope, std::move(text)});
+}
+
+void Flags::parse(int argc, char** argv) {
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app_.help().c_str());
+    throw ExitAfterHelp{};
+  } catch (const CLI::CallForAllHelp&) {
+    std::printf("%s", app_.help("", CLI::AppFormatMode::All).c_str());
+    throw ExitAfterHelp{};
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(std::string(e.what()) + " (see --help)");
+  }
+}
+
+std::map<std::string, std::string> Flags::settings(std::initializer_list<Scope> scopes) const {
+  std::map<std::string, std::string> out;
+  for (const Entry& e : entries_)
+    for (Scope s : scopes)
+      if (e.scope == s) out[e.name] = e.text();
+  return out;
+}
+
+}  // namespace loom::examples

@@ -1,0 +1,48 @@
+#include "examples/common/run_record.h"
+
+#include "tensor/file_io.h"
+
+namespace loom::examples {
+namespace {
+
+const std::string kMetricsKey = "metrics_csv";
+const std::string kSettingPrefix = "setting:";
+
+}  // namespace
+
+RunRecord::RunRecord(Options options) : options_(std::move(options)), csv_(options_.metrics, options_.columns) {}
+
+void RunRecord::check_writable() const {
+  AtomicFile::check_writable(options_.checkpoint, "--checkpoint");
+  if (!options_.metrics.empty()) AtomicFile::check_writable(options_.metrics, "--metrics");
+}
+
+optim::TrainingProgress RunRecord::resume(nn::Module& model, optim::Optimizer& optimizer) {
+  const std::string& path = options_.checkpoint;
+  optim::TrainingProgress progress = optim::load_training_checkpoint(path, model, optimizer);
+  for (const auto& [flag, value] : options_.settings) {
+    auto saved = progress.extra.find(kSettingPrefix + flag);
+    LOOM_CHECK(saved != progress.extra.end(), "checkpoint ", path, " does not record ", flag,
+               "; it is not from this program (start afresh without --resume)");
+    LOOM_CHECK(saved->second == value, "checkpoint ", path, " was trained with ", flag, " ", saved->second,
+               ", not ", value, ": resume with the settings of the run it continues (or start afresh without --resume)");
+  }
+  auto metrics = progress.extra.find(kMetricsKey);
+  LOOM_CHECK(metrics != progress.extra.end(), "checkpoint ", path, " has no metrics rows");
+  csv_.restore(metrics->second, "checkpoint " + path);
+  LOOM_CHECK(static_cast<int64_t>(csv_.rows()) == progress.epoch, "checkpoint ", path, " has ", csv_.rows(),
+             " metrics rows for ", progress.epoch, " finished epochs");
+  csv_.write();  // puts back a row that a kill after the last commit kept out of the CSV
+  return progress;
+}
+
+void RunRecord::commit_epoch(const nn::Module& model, const optim::Optimizer& optimizer,
+                             optim::TrainingProgress progress, const std::vector<double>& row) {
+  csv_.add(row);
+  for (const auto& [flag, value] : options_.settings) progress.extra[kSettingPrefix + flag] = value;
+  progress.extra[kMetricsKey] = csv_.text();
+  optim::save_training_checkpoint(options_.checkpoint, model, optimizer, progress);
+  csv_.write();
+}
+
+}  // namespace loom::examples

@@ -1,0 +1,57 @@
+// What a training run leaves on disk, and how it continues after a stop.
+//
+// After every epoch, a checkpoint (model, optimizer, progress, random state,
+// the settings that define the run, and the metrics rows so far) and a
+// metrics CSV. The checkpoint is the one commit: it is written first,
+// atomically, and holds the rows; the CSV is written from it afterwards and
+// rewritten from it on resume. So a kill between the two writes loses nothing,
+// and a damaged or edited CSV is never read back.
+//
+//   RunRecord record({.checkpoint = "run.safetensors", .metrics = "run.csv",
+//                     .columns = {"epoch", "test_accuracy"}, .settings = flags.settings({Scope::Run})});
+//   record.check_writable();                                  // before any training
+//   optim::TrainingProgress progress;
+//   if (resume) progress = record.resume(*model, opt);        // the same settings, or a clear error
+//   ... after each epoch:
+//   record.commit_epoch(*model, opt, progress, {epoch, accuracy});
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "examples/common/progress.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+#include "optim/training_checkpoint.h"
+
+namespace loom::examples {
+
+class RunRecord {
+ public:
+  struct Options {
+    std::string checkpoint;                       // written after every epoch
+    std::string metrics;                          // the CSV; empty: none (ranks that do not report)
+    std::vector<std::string> columns;             // of the CSV
+    std::map<std::string, std::string> settings;  // must be the same when resuming
+  };
+  explicit RunRecord(Options options);
+
+  // Fails now if the checkpoint or the CSV could not be written later.
+  void check_writable() const;
+
+  // Restores model, optimizer and random state from the checkpoint and
+  // returns the progress; rewrites the CSV from it. The checkpoint must have
+  // been written with the same settings, and one metrics row per finished epoch.
+  optim::TrainingProgress resume(nn::Module& model, optim::Optimizer& optimizer);
+
+  // After an epoch: appends the row, commits the checkpoint, then writes the CSV.
+  void commit_epoch(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress,
+                    const std::vector<double>& row);
+
+ private:
+  Options options_;
+  MetricsCsv csv_;
+};
+
+}  // namespace loom::examples

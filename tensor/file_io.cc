@@ -1,0 +1,164 @@
+#include "tensor/file_io.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "tensor/error.h"
+
+namespace loom {
+namespace {
+
+std::string reason() { return std::strerror(errno); }
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "host";
+  return name;
+}
+
+// "<target>.tmp-<host>-": the temporaries of writers of `path` on this machine.
+std::string temporary_prefix(const std::string& path) { return base_of(path) + ".tmp-" + host_name() + "-"; }
+
+// Removes temporaries of `path` whose writer (a process on this machine) is gone.
+void remove_stale_temporaries(const std::string& path) {
+  const std::string folder = folder_of(path), prefix = temporary_prefix(path);
+  DIR* dir = opendir(folder.c_str());
+  if (dir == nullptr) return;  // creating the new temporary reports the problem
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '-') continue;
+    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) unlinkat(dirfd(dir), name.c_str(), 0);
+  }
+  closedir(dir);
+}
+
+// What sits at `path` must be replaceable by a file: nothing, a regular file
+// or a link (which the rename replaces). Never a folder or a device node.
+void check_replaceable(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return;
+  LOOM_CHECK(!S_ISDIR(st.st_mode), what, " ", path, ": is a folder; give a file name");
+  LOOM_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), what, " ", path,
+             ": is not a regular file (a device, pipe or socket); loom will not replace it");
+}
+
+void sync_folder(const std::string& folder) {
+  const int fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  fsync(fd);  // makes the rename durable; a file system that cannot is no worse off
+  close(fd);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  LOOM_CHECK(!path_.empty() && path_.back() != '/', "cannot write '", path_, "': give a file name");
+  check_replaceable(path_, "output");
+  remove_stale_temporaries(path_);
+  std::random_device entropy;
+  const uint64_t nonce = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+  char suffix[17];
+  std::snprintf(suffix, sizeof(suffix), "%016llx", static_cast<unsigned long long>(nonce));
+  const size_t slash = path_.rfind('/');  // npos + 1 == 0: no folder part
+  tmp_ = path_.substr(0, slash + 1) + temporary_prefix(path_) + std::to_string(getpid()) + "-" + suffix;
+  // O_EXCL: a new file, never an existing one or a link's target.
+  fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  LOOM_CHECK(fd_ >= 0, "cannot write ", path_, ": creating a file in ", folder_of(path_), " failed (", reason(), ")");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) close(fd_);
+  if (!tmp_.empty()) unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  LOOM_CHECK(fd_ >= 0, "AtomicFile ", path_, ": write after commit");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::write(fd_, p, bytes);
+    if (written < 0 && errno == EINTR) continue;
+    LOOM_CHECK(written > 0, "cannot write ", path_, ": writing ", tmp_, " failed (",
+               written < 0 ? reason() : "no progress", ")");
+    p += written;
+    bytes -= static_cast<size_t>(written);
+  }
+}
+
+void AtomicFile::commit() {
+  LOOM_CHECK(fd_ >= 0, "AtomicFile ", path_, ": committed twice");
+  LOOM_CHECK(fsync(fd_) == 0, "cannot write ", path_, ": flushing ", tmp_, " to disk failed (", reason(), ")");
+  const int closed = close(fd_);
+  fd_ = -1;
+  LOOM_CHECK(closed == 0, "cannot write ", path_, ": closing ", tmp_, " failed (", reason(), ")");
+  check_replaceable(path_, "output");
+  LOOM_CHECK(rename(tmp_.c_str(), path_.c_str()) == 0, "cannot write ", path_, ": renaming ", tmp_, " failed (",
+             reason(), ")");
+  tmp_.clear();
+  sync_folder(folder_of(path_));
+}
+
+void AtomicFile::check_writable(const std::string& path, const std::string& what) {
+  check_replaceable(path, what);
+  try {
+    AtomicFile probe(path);  // creates, then removes, a temporary beside it
+  } catch (const Error& e) {
+    LOOM_FAIL(what, ": ", e.what());
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  AtomicFile out(path);
+  out.write(text);
+  out.commit();
+}
+
+std::string read_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  LOOM_CHECK(fd >= 0, what, " ", path, ": cannot open it (", reason(), ")");
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  LOOM_CHECK(fstat(fd, &st) == 0, what, " ", path, ": cannot stat it (", reason(), ")");
+  LOOM_CHECK(!S_ISDIR(st.st_mode), what, " ", path, ": is a folder, not a file");
+  LOOM_CHECK(S_ISREG(st.st_mode), what, " ", path, ": is not a regular file (a device, pipe or socket)");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  LOOM_CHECK(size <= max_bytes, what, " ", path, ": has ", size, " bytes, more than the ", max_bytes,
+             " a ", what, " may have");
+  std::string bytes(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::read(fd, bytes.data() + done, size - done);
+    if (got < 0 && errno == EINTR) continue;
+    LOOM_CHECK(got >= 0, what, " ", path, ": reading failed (", reason(), ")");
+    LOOM_CHECK(got > 0, what, " ", path, ": ended after ", done, " of ", size,
+               " bytes (it changed while being read)");
+    done += static_cast<size_t>(got);
+  }
+  return bytes;
+}
+
+}  // namespace loom

@@ -1,0 +1,117 @@
+// The examples' flags: strict numbers with the flag named in the error,
+// --help, and settings by scope (what ranks compare and a resume checks).
+#include "examples/common/flags.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace loom::examples {
+namespace {
+
+// Parses `args` (after the program name) and returns the UsageError's message, or "" if none.
+std::string parse(Flags& flags, std::vector<std::string> args) {
+  args.insert(args.begin(), "program");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  try {
+    flags.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Values {
+  int epochs = 5;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  double lr = 0.002;
+  std::string device = "cpu";
+  bool resume = false;
+};
+
+void define(Flags& flags, Values& v) {
+  flags.add("--epochs", v.epochs, "", Scope::Run, integer_in(1, 100));
+  flags.add("--steps", v.steps, "", Scope::Run);
+  flags.add("--seed", v.seed, "", Scope::Run);
+  flags.add("--lr", v.lr, "", Scope::Run, number_in(0, 10));
+  flags.add("--device", v.device, "", Scope::Rank);
+  flags.add_switch("--resume", v.resume, "", Scope::Job);
+}
+
+TEST(FlagsTest, AcceptsValidValues) {
+  Values v;
+  Flags flags("test");
+  define(flags, v);
+  EXPECT_EQ(parse(flags, {"--epochs", "7", "--steps", "-3", "--seed", "18446744073709551615", "--lr", "1e-3",
+                          "--device", "cuda:1", "--resume"}),
+            "");
+  EXPECT_EQ(v.epochs, 7);
+  EXPECT_EQ(v.steps, -3);
+  EXPECT_EQ(v.seed, UINT64_MAX);
+  EXPECT_EQ(v.lr, 1e-3);
+  EXPECT_EQ(v.device, "cuda:1");
+  EXPECT_TRUE(v.resume);
+}
+
+TEST(FlagsTest, RejectsWhatCli11AloneWouldWrapSaturateOrAccept) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--epochs", "0"}, "--epochs: expected an integer from 1 to 100, got '0'"},
+      {{"--epochs", "101"}, "--epochs: expected an integer from 1 to 100, got '101'"},
+      {{"--epochs", "5x"}, "got '5x'"},
+      {{"--epochs", " 5"}, "got ' 5'"},
+      {{"--epochs", ""}, "got ''"},
+      {{"--seed", "-1"}, "--seed: expected an integer from 0 to 18446744073709551615, got '-1'"},
+      {{"--seed", "18446744073709551616"}, "got '18446744073709551616'"},
+      {{"--steps", "99999999999999999999"}, "--steps: expected an integer from -9223372036854775808"},
+      {{"--lr", "nan"}, "--lr: expected a finite number from 0 to 10, got 'nan'"},
+      {{"--lr", "inf"}, "got 'inf'"},
+      {{"--lr", "-0.1"}, "got '-0.1'"},
+      {{"--lr", "1e400"}, "got '1e400'"},
+      {{"--lr", "0.1.2"}, "got '0.1.2'"},
+      {{"--bogus"}, "--bogus"},
+      {{"--epochs"}, "--epochs"},
+  };
+  for (const Case& c : cases) {
+    Values v;
+    Flags flags("test");
+  define(flags, v);
+    const std::string error = parse(flags, c.args);
+    EXPECT_NE(error.find(c.message), std::string::npos) << c.args[0] << ": got \"" << error << "\"";
+    EXPECT_NE(error.find("see --help"), std::string::npos);
+  }
+}
+
+TEST(FlagsTest, HelpPrintsAndAsksToExit) {
+  Values v;
+  Flags flags("test");
+  define(flags, v);
+  std::vector<std::string> args = {"program", "--help"};
+  std::vector<char*> argv = {args[0].data(), args[1].data()};
+  EXPECT_THROW(flags.parse(2, argv.data()), ExitAfterHelp);
+}
+
+TEST(FlagsTest, SettingsByScopeIncludeDefaultsInTheirShortestForm) {
+  Values v;
+  Flags flags("test");
+  define(flags, v);
+  ASSERT_EQ(parse(flags, {"--lr", "0.1", "--device", "cuda:0"}), "");
+  EXPECT_EQ(flags.settings({Scope::Run}),
+            (std::map<std::string, std::string>{{"--epochs", "5"}, {"--lr", "0.1"}, {"--seed", "0"}, {"--steps", "0"}}));
+  EXPECT_EQ(flags.settings({Scope::Job}), (std::map<std::string, std::string>{{"--resume", "off"}}));
+  EXPECT_EQ(flags.settings({Scope::Rank}), (std::map<std::string, std::string>{{"--device", "cuda:0"}}));
+  // 0.1 and 0.1000000000000001 are different runs: the text tells them apart.
+  Values w;
+  Flags other("test");
+  define(other, w);
+  ASSERT_EQ(parse(other, {"--lr", "0.1000000000000001"}), "");
+  EXPECT_NE(other.settings({Scope::Run}).at("--lr"), flags.settings({Scope::Run}).at("--lr"));
+}
+
+}  // namespace
+}  // namespace loom::examples
