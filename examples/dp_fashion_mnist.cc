@@ -33,8 +33,13 @@ int main(int argc, char** argv) {
       device_list.assign(replicas, Device::parse(config.device));
     } else {
       std::stringstream list(devices);
-      for (std::string name; std::getline(list, name, ',');) device_list.push_back(Device::parse(name));
-      LOOM_CHECK(!device_list.empty(), "--devices: give at least one device");
+      for (std::string name; std::getline(list, name, ',');) {
+        try {
+          device_list.push_back(Device::parse(name));
+        } catch (const Error& e) {
+          LOOM_FAIL("--devices: ", e.what());
+        }
+      }
       config.device = device_list.front().str();  // batches arrive on the first device
     }
     Strategy strategy;

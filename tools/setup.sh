@@ -14,6 +14,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin        # multi-process training on CPU
   gnuplot-nox                       # loss-curve and comparison charts
   dataset-fashion-mnist fortunes    # the examples' data
+  strace iproute2                   # tests: kills at chosen writes; two hosts as network namespaces
 )
 
 SUDO=""

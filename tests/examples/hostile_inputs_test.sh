@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Every example, given bad flags, missing or hostile files: a clear message
+# naming the flag or file, a non-zero status (2 for a bad command line), in
+# seconds, never a crash; and nothing outside its own outputs is touched.
+set -euo pipefail
+source "$(dirname "$0")/expect.sh"
+cnn=$(realpath "$1") dp=$(realpath "$2") ddp=$(realpath "$3") pipe=$(realpath "$4")
+gpt=$(realpath "$5") lstm=$(realpath "$6") mlp=$(realpath "$7")
+cd "${TEST_TMPDIR:-$(mktemp -d)}"
+tiny=(--epochs 1 --max-steps-per-epoch 2 --batch-size 32 --workers 0 --width 2)
+mkdir -p folder
+
+# Bad values of every kind of flag, in every example.
+expect_failure log_every 2 "--log-every: expected an integer from 1" -- "$cnn" --log-every 0
+expect_failure epochs 2 "--epochs: expected an integer from 1 to 100000, got '-1'" -- "$cnn" --epochs -1
+expect_failure seed 2 "--seed: expected an integer from 0 to 18446744073709551615, got '-1'" -- "$cnn" --seed -1
+expect_failure lr 2 "--lr: expected a finite number" -- "$cnn" --lr nan
+expect_failure batch 2 "--batch-size: expected an integer from 1 to 60000" -- "$cnn" --batch-size 99999999999999999999
+expect_failure unknown 2 "--bogus" -- "$cnn" --bogus
+expect_failure device 1 "invalid device 'gpu'" -- "$cnn" --device gpu
+expect_failure stop_after 1 "--stop-after-epoch 3 is after the last epoch" -- "$cnn" --epochs 2 --stop-after-epoch 3
+expect_failure replicas 2 "--replicas: expected an integer from 1" -- "$dp" --replicas -1
+expect_failure devices 1 "--devices: invalid device ''" -- "$dp" --devices ,
+expect_failure bucket 2 "--bucket-mb: expected an integer from 1" -- "$ddp" --bucket-mb 0
+expect_failure stages 2 "--stages: expected an integer from 1 to 4" -- "$pipe" --stages 5
+expect_failure micro 2 "--micro-batches: expected an integer from 1" -- "$pipe" --micro-batches 0
+expect_failure schedule 2 "--schedule" -- "$pipe" --schedule zigzag
+expect_failure micro_batch 1 "makes a batch of 32 images, fewer than the 40" -- "$pipe" "${tiny[@]}" --micro-batches 40
+expect_failure preset 2 "--preset" -- "$gpt" --preset huge
+expect_failure heads 1 "--embd 130 does not split over --heads 4" -- "$gpt" --embd 130 --heads 4
+expect_failure dropout 2 "--dropout: expected a finite number from 0 to 0.99" -- "$gpt" --dropout 1
+expect_failure eval_every 2 "--eval-every: expected an integer from 1" -- "$gpt" --eval-every 0
+expect_failure hidden 2 "--hidden: expected an integer from 1" -- "$lstm" --hidden 0
+expect_failure seq_len 2 "--seq-len: expected an integer from 1" -- "$lstm" --seq-len -5
+expect_failure points 2 "--points: expected an integer from 1" -- "$mlp" --points 0
+
+# Outputs that cannot be written are found before any training.
+expect_failure ckpt_folder 1 "--checkpoint folder: is a folder" -- "$cnn" "${tiny[@]}" --checkpoint folder
+expect_failure metrics_missing 1 "--metrics: cannot write missing/m.csv" -- "$cnn" "${tiny[@]}" --metrics missing/m.csv
+expect_failure trace_device 1 "--trace /dev/null: is not a regular file" -- "$cnn" "${tiny[@]}" --trace /dev/null
+expect_failure gpt_metrics 1 "--metrics folder: is a folder" -- "$gpt" --steps 2 --metrics folder
+for log in ckpt_folder metrics_missing trace_device gpt_metrics; do
+  ! grep -q "^epoch\|^step" "$log.out" || { echo "FAIL $log: trained before checking its outputs"; exit 1; }
+done
+
+# Files that are not checkpoints, or damaged ones, are refused by name.
+expect_failure resume_zero 1 "checkpoint /dev/zero: is not a regular file" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint /dev/zero
+expect_failure resume_folder 1 "checkpoint folder: is a folder" -- "$cnn" "${tiny[@]}" --resume --checkpoint folder
+expect_failure resume_missing 1 "checkpoint nothing.safetensors: cannot open it" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint nothing.safetensors
+"$cnn" "${tiny[@]}" --checkpoint good.safetensors --metrics good.csv > good.log
+python3 - << 'PY'
+data = open("good.safetensors", "rb").read()
+# One flipped bit in a tensor name (the '0' of an optimizer-state index becomes 'p'), and one in the data.
+open("renamed.safetensors", "wb").write(data.replace(b'"optim.state.0.exp_avg"', b'"optim.state.p.exp_avg"', 1))
+flipped = bytearray(data)
+flipped[-5] ^= 0x04
+open("flipped.safetensors", "wb").write(bytes(flipped))
+PY
+expect_failure renamed 1 "checkpoint renamed.safetensors: tensor 'optim.state.p.exp_avg' has no checksum" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint renamed.safetensors
+expect_failure flipped 1 "checkpoint flipped.safetensors: tensor" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint flipped.safetensors
+expect_failure other_run 1 "was trained with --lr 0.002, not 0.01" -- \
+  "$cnn" "${tiny[@]}" --lr 0.01 --resume --checkpoint good.safetensors --metrics good.csv
+expect_failure other_seed 1 "was trained with --seed 0, not 5" -- \
+  "$cnn" "${tiny[@]}" --seed 5 --resume --checkpoint good.safetensors --metrics good.csv
+
+# A metrics CSV that was damaged or edited is rebuilt from the checkpoint, never parsed.
+printf 'epoch,step\n1,oops,,,\n' > good.csv
+"$cnn" "${tiny[@]}" --resume --checkpoint good.safetensors --metrics good.csv > rebuilt.log
+[ "$(wc -l < good.csv)" = 2 ] && grep -q '^1,2,' good.csv || { echo "FAIL: CSV not rebuilt"; cat good.csv; exit 1; }
+
+# Links planted at the outputs (and at the fixed temporary name loom once used) never redirect a write.
+echo precious > victim
+ln -s victim planted.csv
+ln -s victim planted.csv.tmp
+ln -s victim planted.json
+"$cnn" "${tiny[@]}" --checkpoint planted.safetensors --metrics planted.csv --trace planted.json > planted.log
+[ "$(cat victim)" = precious ] || { echo "FAIL: a write went through a planted link"; exit 1; }
+[ ! -L planted.csv ] && [ -s planted.csv ] || { echo "FAIL: planted.csv is not a fresh file"; exit 1; }
+
+# An empty test set (valid IDX files of no images) is refused before training, not reported as NaN.
+mkdir -p empty_test
+ln -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz empty_test/
+ln -s /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz empty_test/
+python3 - << 'PY'
+import gzip, struct
+with gzip.open("empty_test/t10k-images-idx3-ubyte.gz", "wb") as f: f.write(struct.pack(">IIII", 0x803, 0, 28, 28))
+with gzip.open("empty_test/t10k-labels-idx1-ubyte.gz", "wb") as f: f.write(struct.pack(">II", 0x801, 0))
+PY
+expect_failure empty_test 1 "the test set in empty_test is empty" -- "$cnn" "${tiny[@]}" --data empty_test
+
+# A diverged run (NaN loss) still ends with valid JSON that says why a value is missing.
+"$cnn" --epochs 1 --max-steps-per-epoch 5 --batch-size 32 --workers 0 --width 2 --lr 1e6 --checkpoint nan.safetensors --metrics nan.csv > nan.log
+python3 - << 'PY'
+import json
+line = [l for l in open("nan.log") if l.startswith("RESULT ")][-1]
+r = json.loads(line[len("RESULT "):])
+assert r["test_loss"] is None and r["not_finite"]["test_loss"] == "nan", r
+PY
+echo PASS
