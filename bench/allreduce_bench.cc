@@ -8,22 +8,84 @@
 //
 // Without mpirun it measures the threads backend with each --ranks count in
 // this process; under mpirun, the MPI backend with one rank per process.
-#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "examples/common/flags.h"
+#include "examples/common/program.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/thread_group.h"
 #include "tensor/ops.h"
 
 using namespace loom;
 using namespace loom::parallel;
+using namespace loom::examples;
 
 namespace {
+
+constexpr int64_t kMinMessage = 8;                  // one element of the widest dtype
+constexpr int64_t kMaxMessage = int64_t{16} << 30;  // 16G
+constexpr int kMaxRanks = 64;                       // threads backend: ranks in this process
+
+// A message size: a whole number of bytes, written as digits (a fraction
+// allowed) and an optional K, M or G (powers of 1024): 4096, 4K, 1.5M, 2G.
+// -1 where the text is anything else or out of range.
+int64_t parse_bytes(const std::string& text) {
+  size_t digits = 0, dots = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    dots += text[digits++] == '.';
+  const std::string number = text.substr(0, digits), unit = text.substr(digits);
+  if (number.empty() || dots > 1 || number.front() == '.' || number.back() == '.') return -1;
+  const int64_t scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 0;
+  if (scale == 0) return -1;
+  const double bytes = std::strtod(number.c_str(), nullptr) * scale;
+  if (!(bytes >= kMinMessage && bytes <= kMaxMessage) || bytes != std::floor(bytes)) return -1;
+  return static_cast<int64_t>(bytes);
+}
+
+CLI::Validator byte_size() {
+  const std::string what = "a size from 8 to 16G in bytes, with K, M or G for 2^10, 2^20, 2^30";
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        return parse_bytes(text) < 0 ? "expected " + what + ", got '" + text + "'" : "";
+      },
+      what);
+}
+
+// Rank counts, comma-separated: 2,4,8.
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> ranks;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    int n = 0;
+    const char* end = item.data() + item.size();
+    auto [stop, error] = std::from_chars(item.data(), end, n);
+    if (item.empty() || error != std::errc() || stop != end || n < 1 || n > kMaxRanks) return {};
+    ranks.push_back(n);
+  }
+  if (!text.empty() && text.back() == ',') return {};
+  return ranks;
+}
+
+CLI::Validator rank_counts() {
+  const std::string what = "comma-separated rank counts from 1 to " + std::to_string(kMaxRanks);
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        return parse_ranks(text).empty() ? "expected " + what + ", got '" + text + "'" : "";
+      },
+      what);
+}
 
 struct Config {
   int64_t min_bytes = 4 << 10;
@@ -91,45 +153,60 @@ void run(ProcessGroup& pg, const Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"all_reduce bandwidth of loom's process groups (nccl-tests' algbw and busbw)"};
-  Config config;
-  std::vector<int> ranks = {2};
-  std::string dtype = "float32";
-  bool no_check = false;
-  auto bytes = [](int64_t& target) {
-    return [&target](const std::string& text) {
-      size_t end = 0;
-      double value = std::stod(text, &end);
-      std::string unit = text.substr(end);
-      int64_t scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 0;
-      if (scale == 0) throw CLI::ValidationError("size", "use a number with K, M or G: " + text);
-      target = static_cast<int64_t>(value * scale);
-    };
-  };
-  app.add_option_function<std::string>("--min-bytes", bytes(config.min_bytes), "smallest message (4K)");
-  app.add_option_function<std::string>("--max-bytes", bytes(config.max_bytes),
-                                       "largest message (256M; use less on small machines)");
-  app.add_option("--ranks", ranks, "threads backend: rank counts to measure")->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--dtype", dtype, "float32, float64 or int64")->capture_default_str();
-  app.add_option("--budget", config.budget_seconds, "seconds per size, roughly")->capture_default_str();
-  app.add_option("--max-iters", config.max_iters, "iterations per size at most")->capture_default_str();
-  app.add_flag("--no-check", no_check, "skip the descriptor exchange where the backend can (MPI)");
-  CLI11_PARSE(app, argc, argv);
-  config.dtype = dtype == "float64" ? kFloat64 : dtype == "int64" ? kInt64 : kFloat32;
+  // Under mpirun a rank that fails ends the whole job at once.
+  return run_program(
+      "allreduce_bench",
+      [&] {
+        Flags flags("all_reduce bandwidth of loom's process groups (nccl-tests' algbw and busbw)");
+        Config config;
+        std::string min_bytes = "4K", max_bytes = "256M", ranks = "2", dtype = "float32";
+        bool no_check = false;
+        flags.add("--min-bytes", min_bytes, "smallest message", Scope::Job, byte_size());
+        flags.add("--max-bytes", max_bytes, "largest message (use less on small machines)", Scope::Job,
+                  byte_size());
+        flags.add("--ranks", ranks, "threads backend: rank counts to measure", Scope::Run, rank_counts());
+        flags.add("--dtype", dtype, "float32, float64 or int64", Scope::Job,
+                  CLI::IsMember({"float32", "float64", "int64"}));
+        flags.add("--budget", config.budget_seconds, "seconds per size, roughly", Scope::Job, number_in(0, 1000));
+        flags.add("--max-iters", config.max_iters, "iterations per size at most", Scope::Job,
+                  integer_in(3, 1000000));
+        flags.add_switch("--no-check", no_check, "skip the descriptor exchange where the backend can (MPI)",
+                         Scope::Job);
+        flags.parse(argc, argv);
+        config.min_bytes = parse_bytes(min_bytes);
+        config.max_bytes = parse_bytes(max_bytes);
+        if (config.min_bytes > config.max_bytes)
+          throw UsageError("--min-bytes " + min_bytes + " is more than --max-bytes " + max_bytes + " (see --help)");
+        config.dtype = dtype == "float64" ? kFloat64 : dtype == "int64" ? kInt64 : kFloat32;
 
-  ProcessGroupOptions options;
-  options.check_consistency = !no_check;
-  if (launched_by_mpi()) {
-    auto pg = init(argc, argv, options);
-    run(*pg, config);
-    return 0;
-  }
-  for (int n : ranks) {
-    auto groups = ThreadGroup::create(n, options);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { run(*groups[r], config); });
-    for (auto& t : threads) t.join();
-  }
-  return 0;
+        ProcessGroupOptions options;
+        options.check_consistency = !no_check;
+        if (launched_by_mpi()) {
+          auto pg = init(argc, argv, options);
+          run(*pg, config);
+          return 0;
+        }
+        for (int n : parse_ranks(ranks)) {
+          auto groups = ThreadGroup::create(n, options);
+          std::mutex mutex;
+          std::exception_ptr first_error;
+          std::vector<std::thread> threads;
+          for (int r = 0; r < n; ++r)
+            threads.emplace_back([&, r] {
+              try {
+                run(*groups[r], config);
+              } catch (...) {
+                {
+                  std::lock_guard<std::mutex> lock(mutex);
+                  if (!first_error) first_error = std::current_exception();
+                }
+                groups[r].reset();  // its peers' collectives fail instead of waiting for it
+              }
+            });
+          for (auto& t : threads) t.join();
+          if (first_error) std::rethrow_exception(first_error);
+        }
+        return 0;
+      },
+      abandon_job);
 }

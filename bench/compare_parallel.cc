@@ -16,26 +16,31 @@
 // The README's "Comparing strategies" section walks through a run.
 #include <omp.h>
 
-#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "bench/compare/strategies.h"
+#include "examples/common/flags.h"
+#include "examples/common/program.h"
+#include "parallel/comm/agreement.h"
 #include "parallel/comm/host_staged_group.h"
 #include "parallel/comm/init.h"
+#include "tensor/file_io.h"
 
 using namespace loom;
 using namespace loom::bench;
+using namespace loom::examples;
 
 namespace {
 
 void write_csv(const std::string& path, const std::vector<Measurement>& results, const std::vector<double>& projected,
                int64_t batch) {
-  std::ofstream out(path);
+  std::ostringstream out;
   out << "strategy,samples_per_s,compute_ms,comm_ms,idle_ms,projected_ms\n";
   for (size_t i = 0; i < results.size(); ++i) {
     const Measurement& m = results[i];
@@ -43,6 +48,7 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results,
     out << m.strategy << "," << batch / m.step_s << "," << 1e3 * m.compute_s << "," << 1e3 * m.comm_s << ","
         << 1e3 * m.idle_s << "," << 1e3 * projected[i] << "\n";
   }
+  write_file_atomically(path, out.str());
 }
 
 // Left: samples/s per strategy. Right: the step split into compute,
@@ -50,7 +56,7 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results,
 bool plot(const std::string& csv, const std::string& png, const std::string& title) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) return false;
   const std::string script = png + ".gp";
-  std::ofstream gp(script);
+  std::ostringstream gp;
   gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << png << "'\n"
      << "set termoption noenhanced\nset datafile separator ','\nset multiplot layout 1,2 title '" << title << "'\n"
      << "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.7\n"
@@ -63,7 +69,7 @@ bool plot(const std::string& csv, const std::string& png, const std::string& tit
      << "'' using 5 title 'idle' lc rgb '#bbbbbb', "
      << "'' using 0:6 with points pt 7 ps 1.5 lc rgb 'black' title 'projected (N devices)'\n"
      << "unset multiplot\n";
-  gp.close();
+  write_file_atomically(script, gp.str());
   return std::system(("gnuplot '" + script + "'").c_str()) == 0;
 }
 
@@ -81,143 +87,166 @@ void share_boundaries(parallel::ProcessGroup& group, std::vector<int>& boundarie
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::shared_ptr<parallel::ProcessGroup> world;
-  try {
-    world = parallel::init(argc, argv);  // the MPI ranks under mpirun, else one rank
-  } catch (const Error& e) {
-    std::fprintf(stderr, "compare_parallel: %s\n", e.what());
-    return 1;
-  }
-  const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
-  CLI::App app{"Compare single-device, DataParallel, DDP, layer-split and pipeline training"};
-  std::string model = "cnn", device_name = "cpu", strategies = "single,dp,ddp,layer_split,gpipe,1f1b";
-  std::string link_name = "pcie", out = "compare_parallel";
-  CompareConfig config;
-  MlpShape mlp;
-  double bandwidth_gbs = 0, latency_us = -1;
-  app.add_option("--model", model, "cnn or gpt (bench/train_bench's), lstm, or mlp")->capture_default_str();
-  app.add_option("--mlp-hidden", mlp.hidden, "mlp: width")->capture_default_str();
-  app.add_option("--mlp-layers", mlp.layers, "mlp: Linear layers")->capture_default_str();
-  app.add_option("--mlp-batch", mlp.batch, "mlp: samples per step")->capture_default_str();
-  app.add_option("--device", device_name, "cpu or cuda:N; the N 'devices' all are this one")->capture_default_str();
-  auto* devices_flag =
-      app.add_option("--devices", config.devices, "replicas, ranks or pipeline stages (under mpirun: the ranks)")
-          ->capture_default_str();
-  app.add_option("--micro-batches", config.micro_batches, "pipeline micro-batches per step")->capture_default_str();
-  app.add_option("--steps", config.steps, "timed steps per strategy")->capture_default_str();
-  app.add_option("--warmup", config.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--strategies", strategies, "comma-separated subset to run")->capture_default_str();
-  app.add_option("--link", link_name, "projection: pcie or nvlink")->capture_default_str();
-  app.add_option("--bandwidth-gbs", bandwidth_gbs, "projection: link bandwidth in GB/s (overrides --link)");
-  app.add_option("--latency-us", latency_us, "projection: link latency in microseconds (overrides --link)");
-  app.add_option("--out", out, "prefix of the CSV, PNG and traces folder")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  // A rank that fails (a bad flag included) ends the whole job at once: the
+  // other ranks may be waiting for it.
+  return run_program(
+      "compare_parallel",
+      [&] {
+        std::shared_ptr<parallel::ProcessGroup> world = parallel::init(argc, argv);  // the MPI ranks, else one
+        const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
+        Flags flags("Compare single-device, DataParallel, DDP, layer-split and pipeline training");
+        std::string model = "cnn", device_name = "cpu", strategies = "single,dp,ddp,layer_split,gpipe,1f1b";
+        std::string link_name = "pcie", out = "compare_parallel";
+        CompareConfig config;
+        MlpShape mlp;
+        double bandwidth_gbs = 0, latency_us = -1;
+        flags.add("--model", model, "cnn or gpt (bench/train_bench's), lstm, or mlp", Scope::Job,
+                  CLI::IsMember({"cnn", "gpt", "lstm", "mlp"}));
+        flags.add("--mlp-hidden", mlp.hidden, "mlp: width", Scope::Job, integer_in<int64_t>(1, 1 << 16));
+        flags.add("--mlp-layers", mlp.layers, "mlp: Linear layers", Scope::Job, integer_in(2, 1024));
+        flags.add("--mlp-batch", mlp.batch, "mlp: samples per step", Scope::Job, integer_in<int64_t>(1, 1 << 20));
+        flags.add("--device", device_name, "cpu or cuda:N; the N 'devices' all are this one", Scope::Job);
+        CLI::Option* devices_flag =
+            flags.add("--devices", config.devices, "replicas, ranks or pipeline stages (under mpirun: the ranks)",
+                      Scope::Job, integer_in(1, 64));
+        flags.add("--micro-batches", config.micro_batches, "pipeline micro-batches per step", Scope::Job,
+                  integer_in(1, 1 << 16));
+        flags.add("--steps", config.steps, "timed steps per strategy", Scope::Job, integer_in(1, 1000000));
+        flags.add("--warmup", config.warmup, "untimed steps first", Scope::Job, integer_in(0, 1000000));
+        flags.add("--strategies", strategies, "comma-separated subset to run", Scope::Job,
+                  list_of({"single", "dp", "ddp", "layer_split", "gpipe", "1f1b"}));
+        flags.add("--link", link_name, "projection: pcie or nvlink", Scope::Job,
+                  CLI::Validator(
+                      [](std::string& text) -> std::string {
+                        return text == "pcie" || text == "nvlink" ? "" : "expected pcie or nvlink, got '" + text + "'";
+                      },
+                      "pcie or nvlink"));
+        flags.add("--bandwidth-gbs", bandwidth_gbs, "projection: link bandwidth in GB/s (overrides --link)",
+                  Scope::Job, number_in(1e-6, 1e6));
+        flags.add("--latency-us", latency_us, "projection: link latency in microseconds (overrides --link)",
+                  Scope::Job, number_in(0, 1e9));
+        flags.add("--out", out, "prefix of the CSV, PNG and traces folder", Scope::Rank,
+                  CLI::Validator([](std::string& text) { return text.empty() ? "expected a path prefix" : ""; },
+                                 "a path prefix"));
+        flags.parse(argc, argv);
+        // The ranks learn together whether they were started alike, before any work.
+        if (world->size() > 1) parallel::check_ranks_agree(*world, flags.settings({Scope::Job}));
+        try {
+          config.device = Device::parse(device_name);
+        } catch (const Error& e) {
+          throw UsageError(std::string("--device: ") + e.what() + " (see --help)");
+        }
+        if (world->size() > 1) {
+          LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
+                     " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
+          config.devices = world->size();
+          // CUDA tensors between ranks: through pinned host memory (no NCCL backend yet).
+          config.group = parallel::HostStagedGroup::for_device(world, config.device);
+        }
+        ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
+        projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
+        if (bandwidth_gbs > 0) projection.link.bandwidth_bytes_per_s = bandwidth_gbs * 1e9;
+        if (latency_us >= 0) projection.link.latency_s = latency_us * 1e-6;
+        // Outputs are checked before the work: the CSV and chart (rank 0), the traces (every rank).
+        if (writer) AtomicFile::check_writable(out + ".csv", "--out");
+        config.trace_dir = out + "_traces";
+        std::error_code error;
+        std::filesystem::create_directory(config.trace_dir, error);
+        LOOM_CHECK(!error && std::filesystem::is_directory(config.trace_dir), "--out: cannot create the folder ",
+                   config.trace_dir, error ? " (" + error.message() + ")" : std::string(" (something else is there)"));
 
-  try {
-    config.device = Device::parse(device_name);
-    if (world->size() > 1) {
-      LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
-                 " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
-      config.devices = world->size();
-      // CUDA tensors between ranks: through pinned host memory (no NCCL backend yet).
-      config.group = parallel::HostStagedGroup::for_device(world, config.device);
-    }
-    LOOM_CHECK(config.devices >= 1, "--devices must be at least 1");
-    ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
-    projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
-    LOOM_CHECK(link_name == "nvlink" || link_name == "pcie", "--link: expected pcie or nvlink, got '", link_name, "'");
-    if (bandwidth_gbs > 0) projection.link.bandwidth_bytes_per_s = bandwidth_gbs * 1e9;
-    if (latency_us >= 0) projection.link.latency_s = latency_us * 1e-6;
-    config.trace_dir = out + "_traces";
-    std::filesystem::create_directories(config.trace_dir);
+        manual_seed(0);
+        Workload w = make_workload(model, config.device, mlp);
+        const bool pipelines = ("," + strategies + ",").find(",gpipe,") != std::string::npos ||
+                               ("," + strategies + ",").find(",1f1b,") != std::string::npos;
+        if (pipelines && config.micro_batches > w.input.size(0))
+          throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
+                           std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
+        StagePlan plan;
+        if (writer) plan = plan_stages(w, config.devices);
+        if (config.group) share_boundaries(*config.group, plan.boundaries);
+        const Profile& profile = plan.profile;
+        const int64_t batch = w.samples_per_step;
 
-    manual_seed(0);
-    Workload w = make_workload(model, config.device, mlp);
-    StagePlan plan;
-    if (writer) plan = plan_stages(w, config.devices);
-    if (config.group) share_boundaries(*config.group, plan.boundaries);
-    const Profile& profile = plan.profile;
-    const int64_t batch = w.samples_per_step;
+        const unsigned cores = std::thread::hardware_concurrency();
+        if (writer)
+          std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s repeated; %d micro-batches\n",
+                      model.c_str(), static_cast<long long>(batch), static_cast<long long>(w.model->num_parameters()),
+                      profile.parameter_bytes / 1e6, config.devices, config.device.str().c_str(), config.micro_batches);
+        if (writer && config.group)
+          std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "
+                      "threads: cores / ranks); single runs on rank 0 alone with that share; dp and layer_split, which "
+                      "drive all devices from one process, are skipped.\n",
+                      config.devices, cores);
+        if (writer && config.devices > 1) {
+          if (config.device.is_cuda())
+            std::printf("NOTE: the %d devices are one GPU: replicas, ranks and stages share it, so a speed-up here "
+                        "is not a multi-GPU speed-up. The 'projected' column is the model's estimate for %d separate "
+                        "GPUs.\n",
+                        config.devices, config.devices);
+          else
+            std::printf("NOTE: the %d devices are one CPU with %u cores, shared by every replica, rank and stage: a "
+                        "speed-up here means a strategy keeps those cores busier, not that %d devices were used.%s The "
+                        "'projected' column is the model's estimate for %d separate devices.\n",
+                        config.devices, cores, config.devices,
+                        static_cast<unsigned>(config.devices) > cores ? " There are more devices than cores." : "",
+                        config.devices);
+        }
 
-    const unsigned cores = std::thread::hardware_concurrency();
-    if (writer) std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s repeated; %d micro-batches\n",
-                model.c_str(), static_cast<long long>(batch), static_cast<long long>(w.model->num_parameters()),
-                profile.parameter_bytes / 1e6, config.devices, config.device.str().c_str(), config.micro_batches);
-    if (writer && config.group)
-      std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "
-                  "threads: cores / ranks); single runs on rank 0 alone with that share; dp and layer_split, which "
-                  "drive all devices from one process, are skipped.\n",
-                  config.devices, cores);
-    if (writer && config.devices > 1) {
-      if (config.device.is_cuda())
-        std::printf("NOTE: the %d devices are one GPU: replicas, ranks and stages share it, so a speed-up here is "
-                    "not a multi-GPU speed-up. The 'projected' column is the model's estimate for %d separate GPUs.\n",
-                    config.devices, config.devices);
-      else
-        std::printf("NOTE: the %d devices are one CPU with %u cores, shared by every replica, rank and stage: a "
-                    "speed-up here means a strategy keeps those cores busier, not that %d devices were used.%s The "
-                    "'projected' column is the model's estimate for %d separate devices.\n",
-                    config.devices, cores, config.devices,
-                    static_cast<unsigned>(config.devices) > cores ? " There are more devices than cores." : "",
-                    config.devices);
-    }
+        std::vector<Measurement> results;
+        std::vector<double> projected;
+        std::stringstream list(strategies);
+        for (std::string name; std::getline(list, name, ',');) {
+          // Under mpirun the ranks run ddp and the pipelines together; single on rank 0 alone.
+          const bool takes_part = !config.group || name != "single" || writer;
+          Measurement m = takes_part ? run_strategy(name, w, plan, config) : Measurement(name);
+          if (config.group) config.group->barrier()->wait();
+          projection.ddp_buckets = std::max(1, m.ddp_buckets);
+          results.push_back(m);
+          projected.push_back(writer && m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);
+        }
 
-    std::vector<Measurement> results;
-    std::vector<double> projected;
-    std::stringstream list(strategies);
-    for (std::string name; std::getline(list, name, ',');) {
-      // Under mpirun the ranks run ddp and the pipelines together; single on rank 0 alone.
-      const bool takes_part = !config.group || name != "single" || writer;
-      Measurement m = takes_part ? run_strategy(name, w, plan, config) : Measurement(name);
-      if (config.group) config.group->barrier()->wait();
-      projection.ddp_buckets = std::max(1, m.ddp_buckets);
-      results.push_back(m);
-      projected.push_back(writer && m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);
-    }
-
-    if (!writer) return 0;
-    const Measurement* single = nullptr;
-    for (const Measurement& m : results)
-      if (m.strategy == "single" && m.skipped.empty()) single = &m;
-    std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %10s %11s\n", "strategy", "samples/s", "speed-up", "eff.",
-                "step ms", "compute", "comm", "idle", "peak MB", "MB/step", "projected");
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Measurement& m = results[i];
-      if (!m.skipped.empty()) {
-        std::printf("%-12s skipped: %s\n", m.strategy.c_str(), m.skipped.c_str());
-        continue;
-      }
-      const double speedup = single ? single->step_s / m.step_s : 0;
-      const int used = m.strategy == "single" ? 1 : config.devices;
-      std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %9.2f %9.2f %9.1f %9.2f%s %8.2f ms\n", m.strategy.c_str(),
-                  batch / m.step_s, speedup, 100 * speedup / used, 1e3 * m.step_s, 1e3 * m.compute_s, 1e3 * m.comm_s,
-                  1e3 * m.idle_s, m.peak_bytes / 1e6, m.comm_bytes / 1e6, m.comm_bytes_measured ? " " : "*",
-                  1e3 * projected[i]);
-    }
-    std::printf("(* computed from tensor sizes; other byte counts measured. Projection: %s link, %.0f GB/s, %.0f us; "
-                "traces in %s/)\n",
-                link_name.c_str(), projection.link.bandwidth_bytes_per_s / 1e9, projection.link.latency_s * 1e6,
-                config.trace_dir.c_str());
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Measurement& m = results[i];
-      if (!m.skipped.empty()) continue;
-      std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
-                  "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
-                  "\"comm_ms\": %.3f, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"comm_bytes\": %.0f, "
-                  "\"projected_ms\": %.3f}\n",
-                  model.c_str(), m.strategy.c_str(), m.strategy == "single" ? 1 : config.devices,
-                  config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s, 1e3 * m.comm_s,
-                  1e3 * m.idle_s, static_cast<long long>(m.peak_bytes), m.comm_bytes, 1e3 * projected[i]);
-    }
-    write_csv(out + ".csv", results, projected, batch);
-    if (plot(out + ".csv", out + ".png", model + " on " + std::to_string(config.devices) + " x " + config.device.str()))
-      std::printf("chart: %s.png\n", out.c_str());
-    else
-      std::printf("no chart: gnuplot is missing (apt-get install gnuplot-nox); data in %s.csv\n", out.c_str());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "compare_parallel (rank %d): %s\n", world->rank(), e.what());
-    parallel::abandon_job(e.what());  // the other ranks may be waiting for this one
-    return 1;
-  }
-  return 0;
+        if (!writer) return 0;
+        const Measurement* single = nullptr;
+        for (const Measurement& m : results)
+          if (m.strategy == "single" && m.skipped.empty()) single = &m;
+        std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %10s %11s\n", "strategy", "samples/s", "speed-up", "eff.",
+                    "step ms", "compute", "comm", "idle", "peak MB", "MB/step", "projected");
+        for (size_t i = 0; i < results.size(); ++i) {
+          const Measurement& m = results[i];
+          if (!m.skipped.empty()) {
+            std::printf("%-12s skipped: %s\n", m.strategy.c_str(), m.skipped.c_str());
+            continue;
+          }
+          const double speedup = single ? single->step_s / m.step_s : 0;
+          const int used = m.strategy == "single" ? 1 : config.devices;
+          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %9.2f %9.2f %9.1f %9.2f%s %8.2f ms\n",
+                      m.strategy.c_str(), batch / m.step_s, speedup, 100 * speedup / used, 1e3 * m.step_s,
+                      1e3 * m.compute_s, 1e3 * m.comm_s, 1e3 * m.idle_s, m.peak_bytes / 1e6, m.comm_bytes / 1e6,
+                      m.comm_bytes_measured ? " " : "*", 1e3 * projected[i]);
+        }
+        std::printf("(* computed from tensor sizes; other byte counts measured. Projection: %s link, %.0f GB/s, "
+                    "%.0f us; traces in %s/)\n",
+                    link_name.c_str(), projection.link.bandwidth_bytes_per_s / 1e9, projection.link.latency_s * 1e6,
+                    config.trace_dir.c_str());
+        for (size_t i = 0; i < results.size(); ++i) {
+          const Measurement& m = results[i];
+          if (!m.skipped.empty()) continue;
+          std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
+                      "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
+                      "\"comm_ms\": %.3f, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"comm_bytes\": %.0f, "
+                      "\"projected_ms\": %.3f}\n",
+                      model.c_str(), m.strategy.c_str(), m.strategy == "single" ? 1 : config.devices,
+                      config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s, 1e3 * m.comm_s,
+                      1e3 * m.idle_s, static_cast<long long>(m.peak_bytes), m.comm_bytes, 1e3 * projected[i]);
+        }
+        write_csv(out + ".csv", results, projected, batch);
+        const std::string title = model + " on " + std::to_string(config.devices) + " x " + config.device.str();
+        if (plot(out + ".csv", out + ".png", title))
+          std::printf("chart: %s.png\n", out.c_str());
+        else
+          std::printf("no chart: gnuplot is missing (apt-get install gnuplot-nox); data in %s.csv\n", out.c_str());
+        return 0;
+      },
+      parallel::abandon_job);
 }

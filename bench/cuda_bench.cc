@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/program.h"
 #include "tensor/backend.h"
 #include "tensor/cuda/event.h"
 #include "tensor/cuda/stream.h"
@@ -183,33 +184,30 @@ void bench_host_to_device() {
 }  // namespace
 
 int main() {
-  if (!cuda_available()) {
-    std::cerr << "cuda_bench: no usable CUDA device here (or loom was built without CUDA): "
-                 "nothing to measure. Run it on the GPU machine (tools/gpu_run.sh run).\n";
-    return 1;
-  }
-  cudaDeviceProp props{};
-  BENCH_CHECK(cudaGetDeviceProperties(&props, 0));
-  gpu_name = props.name;
-  try {
+  return examples::run_program("cuda_bench", [] {
+    if (!cuda_available()) {
+      std::cerr << "cuda_bench: no usable CUDA device here (or loom was built without CUDA): "
+                   "nothing to measure. Run it on the GPU machine (tools/gpu_run.sh run).\n";
+      return 1;
+    }
+    cudaDeviceProp props{};
+    BENCH_CHECK(cudaGetDeviceProperties(&props, 0));
+    gpu_name = props.name;
     const double copy_gbps = bench_copy_and_add();
     bench_softmax(copy_gbps);
     bench_matmul();
     bench_host_to_device();
-  } catch (const Error& e) {
-    std::cerr << "cuda_bench: " << e.what() << "\n";
-    return 1;
-  }
-  std::fprintf(stderr, "\n%-20s %12s %12s %8s %6s  (%s)\n", "bench", "loom", "reference", "ratio", "goal",
-               gpu_name.c_str());
-  for (const Result& r : results) {
-    if (r.reference_name.empty()) {
-      std::fprintf(stderr, "%-20s %9.1f %s\n", r.bench.c_str(), r.value, r.unit.c_str());
-      continue;
+    std::fprintf(stderr, "\n%-20s %12s %12s %8s %6s  (%s)\n", "bench", "loom", "reference", "ratio", "goal",
+                 gpu_name.c_str());
+    for (const Result& r : results) {
+      if (r.reference_name.empty()) {
+        std::fprintf(stderr, "%-20s %9.1f %s\n", r.bench.c_str(), r.value, r.unit.c_str());
+        continue;
+      }
+      const double ratio = r.value / r.reference;
+      std::fprintf(stderr, "%-20s %9.1f %-6s %9.1f %8.3f %6s\n", r.bench.c_str(), r.value, r.unit.c_str(),
+                   r.reference, ratio, r.goal > 0 ? (ratio >= r.goal ? "met" : "MISSED") : "-");
     }
-    const double ratio = r.value / r.reference;
-    std::fprintf(stderr, "%-20s %9.1f %-6s %9.1f %8.3f %6s\n", r.bench.c_str(), r.value, r.unit.c_str(), r.reference,
-                 ratio, r.goal > 0 ? (ratio >= r.goal ? "met" : "MISSED") : "-");
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -12,19 +12,21 @@
 // drops both copies: backward accumulates straight into the buckets.
 #include <omp.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 
 #include "bench/workloads.h"
+#include "examples/common/flags.h"
+#include "examples/common/program.h"
 #include "optim/optimizer.h"
 #include "tensor/backend.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 
 using namespace loom;
+using namespace loom::examples;
 
 namespace {
 
@@ -57,19 +59,25 @@ struct Trainer {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"DistributedDataParallel at world size 1 vs the bare model"};
-  std::string models = "cnn,gpt", device_name = "cpu";
-  int rounds = 7, steps = 5, threads = 0;
-  app.add_option("--models", models, "comma-separated: cnn, gpt, lstm, mlp")->capture_default_str();
-  app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
-  app.add_option("--rounds", rounds, "alternating timed rounds per variant")->capture_default_str();
-  app.add_option("--steps", steps, "training steps per round")->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: OpenMP's default)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  if (threads > 0) omp_set_num_threads(threads);
+  return run_program("ddp_overhead_bench", [&] {
+    Flags flags("DistributedDataParallel at world size 1 vs the bare model");
+    std::string models = "cnn,gpt", device_name = "cpu";
+    int rounds = 7, steps = 5, threads = 0;
+    flags.add("--models", models, "comma-separated: cnn, gpt, lstm, mlp", Scope::Run,
+              list_of({"cnn", "gpt", "lstm", "mlp"}));
+    flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run);
+    flags.add("--rounds", rounds, "alternating timed rounds per variant", Scope::Run, integer_in(1, 100000));
+    flags.add("--steps", steps, "training steps per round", Scope::Run, integer_in(1, 1000000));
+    flags.add("--threads", threads, "CPU threads (0: OpenMP's default)", Scope::Run, integer_in(0, 1024));
+    flags.parse(argc, argv);
+    Device device = Device::cpu();
+    try {
+      device = Device::parse(device_name);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--device: ") + e.what() + " (see --help)");
+    }
+    if (threads > 0) omp_set_num_threads(threads);
 
-  try {
-    const Device device = Device::parse(device_name);
     auto group = parallel::ThreadGroup::create(1)[0];
     std::stringstream list(models);
     for (std::string name; std::getline(list, name, ',');) {
@@ -105,9 +113,6 @@ int main(int argc, char** argv) {
                   static_cast<long long>(stats.bytes / std::max<int64_t>(1, stats.synced_backwards)));
       std::fflush(stdout);
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "ddp_overhead_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

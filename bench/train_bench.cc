@@ -8,30 +8,38 @@
 // Inputs are random but fixed; each step is forward, backward, optimizer step.
 #include <omp.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 
 #include "bench/workloads.h"
+#include "examples/common/flags.h"
+#include "examples/common/program.h"
 #include "optim/optimizer.h"
 #include "tensor/backend.h"
 
 using namespace loom;
+using namespace loom::examples;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time training steps of loom's benchmark models"};
-  std::string model = "cnn", device_name = "cpu";
-  int steps = 20, warmup = 3, threads = 0;
-  app.add_option("--model", model, "cnn, gpt or lstm")->capture_default_str();
-  app.add_option("--device", device_name, "cpu or cuda[:N]")->capture_default_str();
-  app.add_option("--steps", steps, "timed steps")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: OpenMP's default, one per core)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  if (threads > 0) omp_set_num_threads(threads);
+  return run_program("train_bench", [&] {
+    Flags flags("Time training steps of loom's benchmark models");
+    std::string model = "cnn", device_name = "cpu";
+    int steps = 20, warmup = 3, threads = 0;
+    flags.add("--model", model, "cnn, gpt, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "lstm", "mlp"}));
+    flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run);
+    flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
+    flags.add("--warmup", warmup, "untimed steps first", Scope::Run, integer_in(0, 1000000));
+    flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
+              integer_in(0, 1024));
+    flags.parse(argc, argv);
+    Device device = Device::cpu();
+    try {
+      device = Device::parse(device_name);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--device: ") + e.what() + " (see --help)");
+    }
+    if (threads > 0) omp_set_num_threads(threads);
 
-  try {
-    const Device device = Device::parse(device_name);
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
     optim::AdamW opt(w.model->parameters(), {.lr = 1e-3});
@@ -55,9 +63,6 @@ int main(int argc, char** argv) {
                 "\"loss\": %.4f}\n",
                 model.c_str(), device.str().c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "train_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -4,6 +4,7 @@
 #   tools/fuzz.sh TARGET [SECONDS] [CORPUS_DIR] [extra libFuzzer flags...]
 #   tools/fuzz.sh idx 600                 # the IDX parser (data/)
 #   tools/fuzz.sh safetensors 600         # the checkpoint reader (nn/)
+#   tools/fuzz.sh resume 600              # the whole resume path: file -> model, optimizer, metadata
 #
 # Bazel's gcc toolchain cannot build libFuzzer targets, so this compiles the
 # target's fuzzer and the reader's few sources with clang (clang-14,
@@ -17,7 +18,12 @@ target=${1:-}
 case $target in
   idx) sources=(data/fuzz/idx_fuzzer.cc data/idx_parser.cc tensor/dtype.cc tensor/error.cc) ;;
   safetensors) sources=(nn/fuzz/safetensors_fuzzer.cc nn/safetensors.cc tensor/dtype.cc tensor/error.cc tensor/shape.cc) ;;
-  *) echo "usage: tools/fuzz.sh idx|safetensors [SECONDS] [CORPUS_DIR] [libFuzzer flags...]" >&2; exit 2 ;;
+  resume)  # everything a resume touches: the CPU tensor library, autograd, nn, optim, the run record
+    sources=(examples/common/fuzz/resume_fuzzer.cc examples/common/run_record.cc examples/common/progress.cc
+             tensor/*.cc tensor/cpu/*.cc tensor/ops/*.cc autograd/engine.cc autograd/node.cc
+             nn/*.cc nn/layers/*.cc nn/functional/*.cc optim/*.cc)
+    extra=(-I/usr/include/eigen3 -fopenmp -lz) ;;
+  *) echo "usage: tools/fuzz.sh idx|safetensors|resume [SECONDS] [CORPUS_DIR] [libFuzzer flags...]" >&2; exit 2 ;;
 esac
 seconds=${2:-60}
 corpus=${3:-.fuzz/${target}_corpus}
@@ -27,7 +33,7 @@ CXX=${CXX:-clang++}
 mkdir -p .fuzz "$corpus"
 "$CXX" -std=c++17 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \
-  "${sources[@]}" -o ".fuzz/${target}_fuzzer"
+  "${sources[@]}" ${extra[@]+"${extra[@]}"} -o ".fuzz/${target}_fuzzer"
 
 seed() { printf "$2" > "$corpus/seed-$1"; }
 if [ "$target" = safetensors ] && [ -z "$(ls -A "$corpus")" ]; then
@@ -36,6 +42,12 @@ if [ "$target" = safetensors ] && [ -z "$(ls -A "$corpus")" ]; then
   { printf "\\x$(printf %02x ${#header})\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; printf '%s' "$header"; printf '\x00\x00\x80\x3f\x00\x00\x00\x40\x49\x40'; } > "$corpus/seed-two"
   header='{"i":{"dtype":"I64","shape":[],"data_offsets":[0,8]}}'
   { printf "\\x$(printf %02x ${#header})\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; printf '%s' "$header"; printf '\x07\x00\x00\x00\x00\x00\x00\x00'; } > "$corpus/seed-scalar"
+fi
+# Resume seeds: the valid checkpoints that the corpus test writes, and the checked-in corpus.
+if [ "$target" = resume ] && [ -z "$(ls -A "$corpus")" ]; then
+  cp examples/common/fuzz/corpus/* "$corpus"/ 2> /dev/null || true
+  bazel test //tests/examples:resume_fuzz_test --test_env=LOOM_RESUME_SEEDS_DIR="$(realpath "$corpus")" \
+    --spawn_strategy=local --cache_test_results=no > /dev/null || true
 fi
 # IDX seeds: small valid files of each element type (magic 00 00 TT RR, dims, data).
 if [ "$target" = idx ] && [ -z "$(ls -A "$corpus")" ]; then

@@ -1,5 +1,6 @@
 #include "examples/common/flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -17,6 +18,21 @@ CLI::Validator number_in(double lo, double hi) {
         return "";
       },
       range.str());
+}
+
+CLI::Validator list_of(const std::vector<std::string>& allowed) {
+  std::string names;
+  for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+  const std::string expected = "a comma-separated list of " + names;
+  return CLI::Validator(
+      [allowed, expected](std::string& text) -> std::string {
+        bool ok = !text.empty() && text.back() != ',';
+        std::stringstream list(text);
+        for (std::string name; ok && std::getline(list, name, ',');)
+          ok = std::find(allowed.begin(), allowed.end(), name) != allowed.end();
+        return ok ? "" : "expected " + expected + ", got '" + text + "'";
+      },
+      expected);
 }
 
 Flags::Flags(const std::string& description) : app_(description) {}

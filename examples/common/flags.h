@@ -56,6 +56,8 @@ CLI::Validator integer_in(T lo, T hi) {
       range.str());
 }
 CLI::Validator number_in(double lo, double hi);
+// A comma-separated, non-empty list of names from `allowed` ("single,ddp").
+CLI::Validator list_of(const std::vector<std::string>& allowed);
 
 class Flags {
  public:

@@ -87,6 +87,21 @@ TEST(FlagsTest, RejectsWhatCli11AloneWouldWrapSaturateOrAccept) {
   }
 }
 
+TEST(FlagsTest, ListsOfNames) {
+  std::string models = "cnn";
+  Flags flags("test");
+  flags.add("--models", models, "", Scope::Run, list_of({"cnn", "gpt"}));
+  EXPECT_EQ(parse(flags, {"--models", "gpt,cnn"}), "");
+  EXPECT_EQ(models, "gpt,cnn");
+  for (const std::string bad : {"cnn,,gpt", "cnn,", "lstm", ""}) {
+    Flags other("test");
+    other.add("--models", models, "", Scope::Run, list_of({"cnn", "gpt"}));
+    EXPECT_NE(parse(other, {"--models", bad}).find("--models: expected a comma-separated list of cnn, gpt, got '" + bad + "'"),
+              std::string::npos)
+        << bad;
+  }
+}
+
 TEST(FlagsTest, HelpPrintsAndAsksToExit) {
   Values v;
   Flags flags("test");

@@ -21,6 +21,8 @@ for n in 1 2 3 4; do
   rows=$( [ -f k$n.csv ] && tail -n +2 k$n.csv | wc -l || echo none)
   expected=(x none none 1 1)  # what the CSV holds when the kill lands: e.g. at 4, checkpoint 2 is in but CSV 2 is not
   [ "$rows" = "${expected[n]}" ] || { echo "FAIL: after kill $n the CSV has $rows rows, expected ${expected[n]}"; exit 1; }
+  # stdout is line-buffered even into a file: the killed run's last lines are there.
+  [ $n != 4 ] || grep -q "^epoch 2 " k$n.log || { echo "FAIL: the killed run lost its output"; cat k$n.log; exit 1; }
   resume=()
   [ -f k$n.safetensors ] && resume=(--resume)  # killed before the first checkpoint: start again
   "$cnn" "${tiny[@]}" --checkpoint k$n.safetensors --metrics k$n.csv "${resume[@]}" > r$n.log 2>&1 \
