@@ -5,9 +5,14 @@
 //
 //   bazel run -c opt //bench:allreduce_bench -- --ranks 2,4 --max-bytes 64M     # threads
 //   mpirun -np 2 --bind-to none bazel-bin/bench/allreduce_bench --max-bytes 64M  # MPI
+//   mpirun -np 8 bazel-bin/bench/allreduce_bench --device cuda                   # NCCL, a GPU per rank
 //
 // Without mpirun it measures the threads backend with each --ranks count in
-// this process; under mpirun, the MPI backend with one rank per process.
+// this process; under mpirun, the MPI backend with one rank per process. With
+// --device cuda the tensors live on the GPUs (rank r on cuda:<local rank>, or
+// cuda:r as threads) and parallel::for_device picks the group: NCCL when each
+// rank has a GPU of its own, host staging when they share. Timings then wait
+// for the GPU (a synchronize after the last operation).
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -24,8 +29,10 @@
 
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
+#include "parallel/comm/for_device.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/thread_group.h"
+#include "tensor/backend.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -103,17 +110,21 @@ double now_seconds() {
 // The slowest rank's value: the collective is only done when all are.
 double slowest(ProcessGroup& pg, double seconds) {
   Tensor t = scalar_tensor(seconds, {.dtype = kFloat64});
-  pg.all_reduce(t, ReduceOp::Max)->wait();
+  pg.all_reduce(t, parallel::ReduceOp::Max)->wait();
   return t.item();
 }
 
 // Every rank runs this; rank 0 prints. All ranks take the same decisions
 // (iteration counts come from the slowest rank's warm-up time).
-void run(ProcessGroup& pg, const Config& config) {
+void run(ProcessGroup& pg, const Config& config, Device device) {
   const int n = pg.size();
+  // The host's clock measures the GPU's work only once the GPU is done.
+  auto all_done = [&] {
+    if (device.is_cuda()) synchronize(device);
+  };
   for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= 2) {
     const int64_t numel = bytes / static_cast<int64_t>(element_size(config.dtype));
-    Tensor t = full({numel}, pg.rank() + 1.0, {.dtype = config.dtype});
+    Tensor t = full({numel}, pg.rank() + 1.0, {.dtype = config.dtype, .device = device});
 
     // Warm-up, which also checks the result once (the sum of 1..n), then a
     // few timed rounds to choose the iteration count.
@@ -126,6 +137,7 @@ void run(ProcessGroup& pg, const Config& config) {
     constexpr int kWarm = 3;
     double start = now_seconds();
     for (int i = 0; i < kWarm; ++i) pg.all_reduce(t)->wait();
+    all_done();
     const double warm = slowest(pg, (now_seconds() - start) / kWarm);
 
     const int iters = std::clamp(static_cast<int>(config.budget_seconds / std::max(warm, 1e-6)), 3,
@@ -135,14 +147,15 @@ void run(ProcessGroup& pg, const Config& config) {
     WorkPtr last;
     for (int i = 0; i < iters; ++i) last = pg.all_reduce(t);  // queued back to back
     last->wait();
+    all_done();
     const double seconds = slowest(pg, (now_seconds() - start) / iters);
 
     if (pg.rank() == 0) {
       const double algbw = bytes / seconds / 1e9;
       std::printf(
-          "{\"backend\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dtype\": \"%s\", \"iters\": %d, "
-          "\"check\": %s, \"time_us\": %.2f, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f}\n",
-          pg.backend().c_str(), n, static_cast<long long>(bytes), dtype_name(config.dtype), iters,
+          "{\"backend\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dtype\": \"%s\", "
+          "\"iters\": %d, \"check\": %s, \"time_us\": %.2f, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f}\n",
+          pg.backend().c_str(), device.str().c_str(), n, static_cast<long long>(bytes), dtype_name(config.dtype), iters,
           pg.options().check_consistency ? "true" : "false", seconds * 1e6, algbw,
           algbw * 2.0 * (n - 1) / n);
       std::fflush(stdout);
@@ -159,7 +172,7 @@ int main(int argc, char** argv) {
       [&] {
         Flags flags("all_reduce bandwidth of loom's process groups (nccl-tests' algbw and busbw)");
         Config config;
-        std::string min_bytes = "4K", max_bytes = "256M", ranks = "2", dtype = "float32";
+        std::string min_bytes = "4K", max_bytes = "256M", ranks = "2", dtype = "float32", device = "cpu";
         bool no_check = false;
         flags.add("--min-bytes", min_bytes, "smallest message", Scope::Job, byte_size());
         flags.add("--max-bytes", max_bytes, "largest message (use less on small machines)", Scope::Job,
@@ -170,6 +183,8 @@ int main(int argc, char** argv) {
         flags.add("--budget", config.budget_seconds, "seconds per size, roughly", Scope::Job, number_in(0, 1000));
         flags.add("--max-iters", config.max_iters, "iterations per size at most", Scope::Job,
                   integer_in(3, 1000000));
+        flags.add("--device", device, "cpu, or cuda: the GPUs (under mpirun each rank its local one)", Scope::Job,
+                  CLI::IsMember({"cpu", "cuda"}));
         flags.add_switch("--no-check", no_check, "skip the descriptor exchange where the backend can (MPI)",
                          Scope::Job);
         flags.parse(argc, argv);
@@ -182,8 +197,9 @@ int main(int argc, char** argv) {
         ProcessGroupOptions options;
         options.check_consistency = !no_check;
         if (launched_by_mpi()) {
-          auto pg = init(argc, argv, options);
-          run(*pg, config);
+          auto world = init(argc, argv, options);
+          const Device on = device_for_rank(device).device;
+          run(*for_device(world, on), config, on);
           return 0;
         }
         for (int n : parse_ranks(ranks)) {
@@ -194,7 +210,9 @@ int main(int argc, char** argv) {
           for (int r = 0; r < n; ++r)
             threads.emplace_back([&, r] {
               try {
-                run(*groups[r], config);
+                // As threads, rank r on cuda:r (GPUs shared round-robin when ranks outnumber them).
+                const Device on = choose_device(device, r, device == "cuda" ? cuda_device_count() : 0).device;
+                run(*for_device(groups[r], on), config, on);
               } catch (...) {
                 {
                   std::lock_guard<std::mutex> lock(mutex);

@@ -27,8 +27,7 @@
 #include "bench/compare/strategies.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
-#include "parallel/comm/agreement.h"
-#include "parallel/comm/host_staged_group.h"
+#include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
 #include "tensor/file_io.h"
 
@@ -105,7 +104,8 @@ int main(int argc, char** argv) {
         flags.add("--mlp-hidden", mlp.hidden, "mlp: width", Scope::Job, integer_in<int64_t>(1, 1 << 16));
         flags.add("--mlp-layers", mlp.layers, "mlp: Linear layers", Scope::Job, integer_in(2, 1024));
         flags.add("--mlp-batch", mlp.batch, "mlp: samples per step", Scope::Job, integer_in<int64_t>(1, 1 << 20));
-        flags.add("--device", device_name, "cpu or cuda:N; the N 'devices' all are this one", Scope::Job);
+        flags.add("--device", device_name, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU); in one process the N 'devices' all are this one",
+                  Scope::Job);
         CLI::Option* devices_flag =
             flags.add("--devices", config.devices, "replicas, ranks or pipeline stages (under mpirun: the ranks)",
                       Scope::Job, integer_in(1, 64));
@@ -129,20 +129,16 @@ int main(int argc, char** argv) {
                   CLI::Validator([](std::string& text) { return text.empty() ? "expected a path prefix" : ""; },
                                  "a path prefix"));
         flags.parse(argc, argv);
-        // The ranks learn together whether they were started alike, before any work.
-        if (world->size() > 1) parallel::check_ranks_agree(*world, flags.settings({Scope::Job}));
-        try {
-          config.device = Device::parse(device_name);
-        } catch (const Error& e) {
-          throw UsageError(std::string("--device: ") + e.what() + " (see --help)");
-        }
         if (world->size() > 1) {
           LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
                      " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
           config.devices = world->size();
-          // CUDA tensors between ranks: through pinned host memory (no NCCL backend yet).
-          config.group = parallel::HostStagedGroup::for_device(world, config.device);
         }
+        // The ranks agree on their settings, pick their devices ("cuda": each its local GPU) and the
+        // group that moves them: NCCL when each rank has its own GPU, host staging when they share one.
+        const Rank me = join_job(world, flags, device_name);
+        config.device = me.device;
+        if (world->size() > 1) config.group = me.group;
         ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
         projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
         if (bandwidth_gbs > 0) projection.link.bandwidth_bytes_per_s = bandwidth_gbs * 1e9;

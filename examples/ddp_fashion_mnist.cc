@@ -10,7 +10,7 @@
 // batches as the single-device example and reaches the same accuracy.
 #include "examples/common/fashion_mnist_training.h"
 #include "examples/common/program.h"
-#include "parallel/comm/host_staged_group.h"
+#include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 
@@ -29,9 +29,9 @@ int main(int argc, char** argv) {
         int64_t bucket_mb = 25;
         flags.add("--bucket-mb", bucket_mb, "gradient bucket cap in MiB", Scope::Job, integer_in<int64_t>(1, 1 << 20));
         flags.parse(argc, argv);
-        // CUDA tensors travel between ranks through pinned host memory (there is no
-        // NCCL backend yet; it would also refuse ranks that share a GPU).
-        group = parallel::HostStagedGroup::for_device(group, Device::parse(config.device));
+        const Rank me = join_job(group, flags, config.device);  // NCCL when each rank has its own GPU
+        group = me.group;
+        config.device = me.device.str();
 
         Strategy strategy;
         strategy.wrap = [&](const nn::ModulePtr& model) -> nn::ModulePtr {

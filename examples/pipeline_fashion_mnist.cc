@@ -16,7 +16,7 @@
 #include "examples/common/fashion_mnist_training.h"
 #include "examples/common/program.h"
 #include "nn/functional.h"
-#include "parallel/comm/host_staged_group.h"
+#include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
@@ -53,9 +53,9 @@ int main(int argc, char** argv) {
         flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
         flags.add("--schedule", schedule, "gpipe or 1f1b", Scope::Job, CLI::IsMember({"gpipe", "1f1b"}));
         flags.parse(argc, argv);
-        // CUDA tensors travel between ranks through pinned host memory (there is no
-        // NCCL backend yet; it would also refuse ranks that share a GPU).
-        group = parallel::HostStagedGroup::for_device(group, Device::parse(config.device));
+        const Rank me = join_job(group, flags, config.device);  // NCCL when each rank has its own GPU
+        group = me.group;
+        config.device = me.device.str();
 
         const bool over_ranks = group->size() > 1;
         if (over_ranks) {
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
             .micro_batches = micro_batches,
             .schedule = schedule == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB};
         auto cross_entropy = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
-        const Device device = Device::parse(config.device);
+        const Device device = me.device;
 
         std::vector<nn::ModulePtr> parts;  // the model's stages (all of them, on every rank)
         std::shared_ptr<parallel::Pipeline> pipeline;

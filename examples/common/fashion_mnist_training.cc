@@ -12,7 +12,6 @@
 #include "examples/models/models.h"
 #include "optim/lr_scheduler.h"
 #include "optim/training_checkpoint.h"
-#include "parallel/comm/agreement.h"
 #include "parallel/trace.h"
 #include "tensor/file_io.h"
 
@@ -112,8 +111,6 @@ void train_fashion_mnist(FashionMnistConfig c, const Flags& flags, const Strateg
   const int world = strategy.group ? strategy.group->size() : 1;
   const bool writer = rank == strategy.reporting_rank;  // prints progress, writes metrics and checkpoints
   const int shards = strategy.shard_batches ? world : 1;  // ranks that share out each global batch
-  // First, before anything that could hang or diverge: the ranks were started alike.
-  if (strategy.group) parallel::check_ranks_agree(*strategy.group, flags.settings({Scope::Run, Scope::Job}));
   LOOM_CHECK(c.batch_size % shards == 0, "--batch-size ", c.batch_size, " does not split evenly over ", shards,
              " ranks");
   LOOM_CHECK(c.stop_after_epoch <= c.epochs, "--stop-after-epoch ", c.stop_after_epoch, " is after the last epoch (",

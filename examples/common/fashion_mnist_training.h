@@ -40,7 +40,8 @@ struct Strategy {
   // trains it: the model itself, a DataParallel, a DistributedDataParallel.
   // A pipeline builds itself around the model here and returns the model.
   std::function<nn::ModulePtr(const nn::ModulePtr& model)> wrap;
-  // DDP and pipelines over ranks: this process's group.
+  // DDP and pipelines over ranks: this process's group, from join_job
+  // (ranks.h), which has checked that the ranks were started alike.
   std::shared_ptr<parallel::ProcessGroup> group;
   // Pipelines: forward and backward of one batch in place of the wrapped
   // module's; returns the batch loss (undefined on ranks that do not have it).
@@ -66,9 +67,8 @@ struct Strategy {
 
 // Trains, evaluating on the test set after every epoch; the last line printed
 // is RESULT {json}. Throws on any error (run_program reports it). Before any
-// work: ranks check that they were started with the same settings (those of
-// scope Run and Job), the outputs are checked to be writable, and a resumed
-// checkpoint must come from a run with the same Run settings.
+// work the outputs are checked to be writable, and a resumed checkpoint must
+// come from a run with the same Run settings.
 void train_fashion_mnist(FashionMnistConfig config, const Flags& flags, const Strategy& strategy);
 
 }  // namespace loom::examples

@@ -65,10 +65,6 @@ std::shared_ptr<ProcessGroup> HostStagedGroup::wrap(std::shared_ptr<ProcessGroup
   return std::shared_ptr<ProcessGroup>(new HostStagedGroup(std::move(inner)));
 }
 
-std::shared_ptr<ProcessGroup> HostStagedGroup::for_device(std::shared_ptr<ProcessGroup> group, Device device) {
-  return device.is_cuda() && group->size() > 1 ? wrap(std::move(group)) : group;
-}
-
 HostStagedGroup::HostStagedGroup(std::shared_ptr<ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->options()), inner_(std::move(inner)) {
   issuer_ = std::thread([this] { issue_loop(); });

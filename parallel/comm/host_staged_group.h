@@ -3,6 +3,7 @@
 // run ("Duplicate GPU detected"); see docs/comm.md.
 //
 //   auto group = parallel::HostStagedGroup::wrap(parallel::init(argc, argv));
+//   (parallel::for_device picks it when ranks share a GPU: for_device.h)
 //   parallel::DistributedDataParallel ddp(model_on_cuda, group);
 //
 // Each operation's CUDA tensors are copied into pinned host memory, the inner
@@ -29,9 +30,6 @@ namespace loom::parallel {
 class HostStagedGroup : public ProcessGroup {
  public:
   static std::shared_ptr<ProcessGroup> wrap(std::shared_ptr<ProcessGroup> inner);
-  // What a program whose tensors live on `device` should use: `group` itself
-  // for CPU tensors or a single rank, else `group` wrapped.
-  static std::shared_ptr<ProcessGroup> for_device(std::shared_ptr<ProcessGroup> group, Device device);
   ~HostStagedGroup() override;
 
   std::string backend() const override { return inner_->backend() + "+host-staging"; }

@@ -41,17 +41,6 @@ TEST(HostStaged, NamesItsBackend) {
   run_staged(1, [](ProcessGroup& pg) { EXPECT_EQ(pg.backend(), "threads+host-staging"); });
 }
 
-// Programs ask for the group their device needs: CPU tensors or a single
-// rank need no staging (no GPU is touched to decide).
-TEST(HostStaged, ForDeviceWrapsOnlyCudaAcrossRanks) {
-  auto one = ThreadGroup::create(1, test_options())[0];
-  EXPECT_EQ(HostStagedGroup::for_device(one, Device::cuda(0)).get(), one.get());
-  run_rank_threads(2, [](int, const std::shared_ptr<ProcessGroup>& group) {
-    EXPECT_EQ(HostStagedGroup::for_device(group, Device::cpu()).get(), group.get());
-    EXPECT_EQ(HostStagedGroup::for_device(group, Device::cuda(0))->backend(), "threads+host-staging");
-  });
-}
-
 TEST(HostStaged, CudaTensorsGiveTheCpuResults) {
   LOOM_REQUIRE_CUDA();
   for (int n : {1, 2, 3}) run_staged(n, check_staged_cuda_matches_cpu);

@@ -1,7 +1,8 @@
-// Checks of HostStagedGroup with CUDA tensors, for any inner backend: every
-// operation runs twice through the same group, on CPU tensors (which the
-// backend tests check against hand-computed values) and on CUDA copies of
-// them, and the results must be equal. Every rank calls each function.
+// Checks of a group that moves CUDA tensors (HostStagedGroup over any inner
+// backend, NcclGroup): every operation runs twice through the same group, on
+// CPU tensors (which the backend tests check against hand-computed values) and
+// on CUDA copies of them, and the results must be equal. Every rank calls
+// each function, with its own device.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,10 +11,10 @@
 
 #include "parallel/comm/process_group.h"
 #include "tests/parallel/collective_checks.h"
+#include "tests/test_util.h"
 
 namespace loom::parallel::testing {
 
-inline Tensor on_gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
 
 inline void expect_same(const Tensor& gpu, const Tensor& cpu, const char* what) {
   ASSERT_TRUE(gpu.device().is_cuda()) << what;
@@ -21,8 +22,9 @@ inline void expect_same(const Tensor& gpu, const Tensor& cpu, const char* what) 
   EXPECT_EQ(loom::testing::values(gpu.to(Device::cpu())), loom::testing::values(cpu)) << what;
 }
 
-inline void check_staged_cuda_matches_cpu(ProcessGroup& pg) {
+inline void check_cuda_matches_cpu(ProcessGroup& pg, Device device) {
   const int n = pg.size(), r = pg.rank();
+  auto on_gpu = [device](const Tensor& t) { return t.to(device); };
   for (DType dtype : {kFloat32, kFloat64, kInt64}) {
     SCOPED_TRACE(::testing::Message() << "rank " << r << ", " << dtype);
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
@@ -53,6 +55,30 @@ inline void check_staged_cuda_matches_cpu(ProcessGroup& pg) {
     pg.reduce_scatter(scattered_cpu, whole)->wait();
     pg.reduce_scatter(scattered_gpu, on_gpu(whole))->wait();
     expect_same(scattered_gpu, scattered_cpu, "reduce_scatter");
+
+    // Uneven pieces (rank q has q + 1 elements) and empty tensors.
+    const int64_t total = n * (n + 1) / 2;
+    Tensor mine = rank_tensor(r, {r + 1}, dtype);
+    Tensor uneven_cpu = zeros({total}, {.dtype = dtype}), uneven_gpu = on_gpu(uneven_cpu);
+    pg.all_gather(uneven_cpu, mine)->wait();
+    pg.all_gather(uneven_gpu, on_gpu(mine))->wait();
+    expect_same(uneven_gpu, uneven_cpu, "uneven all_gather");
+    Tensor piece_cpu = zeros({r + 1}, {.dtype = dtype}), piece_gpu = on_gpu(piece_cpu);
+    Tensor all = rank_tensor(r, {total}, dtype);
+    pg.reduce_scatter(piece_cpu, all)->wait();
+    pg.reduce_scatter(piece_gpu, on_gpu(all))->wait();
+    expect_same(piece_gpu, piece_cpu, "uneven reduce_scatter");
+    Tensor nothing = on_gpu(zeros({0}, {.dtype = dtype}));
+    pg.all_reduce(nothing)->wait();
+    pg.broadcast(nothing, 0)->wait();
+    EXPECT_EQ(nothing.numel(), 0);
+  }
+  {  // Avg (NCCL's own ncclAvg): equal to the CPU's mean up to rounding
+    Tensor cpu = rank_tensor(r, {257}, kFloat64), gpu = on_gpu(cpu);
+    pg.all_reduce(cpu, ReduceOp::Avg)->wait();
+    pg.all_reduce(gpu, ReduceOp::Avg)->wait();
+    SCOPED_TRACE("all_reduce avg");
+    EXPECT_LT(loom::testing::max_rel_error(gpu.to(Device::cpu()), cpu), 1e-15);
   }
   // A ring of sends: rank r sends to r + 1 and receives from r - 1.
   if (n > 1) {
@@ -73,5 +99,7 @@ inline void check_staged_cuda_matches_cpu(ProcessGroup& pg) {
   last->wait();
   for (int k = 0; k < 5; ++k) expect_same(sums[k], full({100}, n * (n - 1) / 2.0 + n * k), "unwaited all_reduce");
 }
+
+inline void check_staged_cuda_matches_cpu(ProcessGroup& pg) { check_cuda_matches_cpu(pg, Device::cuda(0)); }
 
 }  // namespace loom::parallel::testing
