@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -36,6 +37,31 @@ using namespace loom::bench;
 using namespace loom::examples;
 
 namespace {
+
+// --devices: a count, or a comma-separated list of devices.
+std::vector<Device> device_list(const std::string& text) {
+  if (text.find_first_not_of("0123456789") == std::string::npos) return {};
+  std::vector<Device> out;
+  std::stringstream list(text);
+  for (std::string name; std::getline(list, name, ',');) out.push_back(Device::parse(name));
+  return out;
+}
+
+CLI::Validator device_count_or_list() {
+  const std::string what = "a count from 1 to 64, or a comma-separated list of devices";
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        try {
+          const std::vector<Device> list = device_list(text);
+          const bool count = list.empty() && !text.empty() && text.size() <= 2 && std::stoi(text) >= 1 &&
+                             std::stoi(text) <= 64;
+          if (count || (!list.empty() && list.size() <= 64 && text.back() != ',')) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected " + what + ", got '" + text + "'";
+      },
+      what);
+}
 
 void write_csv(const std::string& path, const std::vector<Measurement>& results, const std::vector<double>& projected,
                int64_t batch) {
@@ -106,9 +132,12 @@ int main(int argc, char** argv) {
         flags.add("--mlp-batch", mlp.batch, "mlp: samples per step", Scope::Job, integer_in<int64_t>(1, 1 << 20));
         flags.add("--device", device_name, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU); in one process the N 'devices' all are this one",
                   Scope::Job);
-        CLI::Option* devices_flag =
-            flags.add("--devices", config.devices, "replicas, ranks or pipeline stages (under mpirun: the ranks)",
-                      Scope::Job, integer_in(1, 64));
+        std::string devices_text = "2";
+        CLI::Option* devices_flag = flags.add(
+            "--devices", devices_text,
+            "replicas, ranks or pipeline stages: a count (of --device), or a list such as cuda:0,cuda:1 for the "
+            "single-process strategies (under mpirun: the ranks)",
+            Scope::Job, device_count_or_list());
         flags.add("--micro-batches", config.micro_batches, "pipeline micro-batches per step", Scope::Job,
                   integer_in(1, 1 << 16));
         flags.add("--steps", config.steps, "timed steps per strategy", Scope::Job, integer_in(1, 1000000));
@@ -129,6 +158,8 @@ int main(int argc, char** argv) {
                   CLI::Validator([](std::string& text) { return text.empty() ? "expected a path prefix" : ""; },
                                  "a path prefix"));
         flags.parse(argc, argv);
+        config.device_list = device_list(devices_text);
+        config.devices = config.device_list.empty() ? std::stoi(devices_text) : static_cast<int>(config.device_list.size());
         if (world->size() > 1) {
           LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
                      " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
@@ -136,7 +167,9 @@ int main(int argc, char** argv) {
         }
         // The ranks agree on their settings, pick their devices ("cuda": each its local GPU) and the
         // group that moves them: NCCL when each rank has its own GPU, host staging when they share one.
-        const Rank me = join_job(world, flags, device_name);
+        LOOM_CHECK(config.device_list.empty() || world->size() == 1,
+                   "--devices ", devices_text, ": a list is for one process; under mpirun each rank has its --device");
+        const Rank me = join_job(world, flags, config.device_list.empty() ? device_name : config.device_list[0].str());
         config.device = me.device;
         if (world->size() > 1) config.group = me.group;
         ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
@@ -166,15 +199,21 @@ int main(int argc, char** argv) {
 
         const unsigned cores = std::thread::hardware_concurrency();
         if (writer)
-          std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s repeated; %d micro-batches\n",
+          std::printf("model %s, batch %lld, %lld parameters (%.1f MB); %d devices = %s; %d micro-batches\n",
                       model.c_str(), static_cast<long long>(batch), static_cast<long long>(w.model->num_parameters()),
-                      profile.parameter_bytes / 1e6, config.devices, config.device.str().c_str(), config.micro_batches);
+                      profile.parameter_bytes / 1e6, config.devices,
+                      config.device_list.empty() ? (config.device.str() + " repeated").c_str() : devices_text.c_str(),
+                      config.micro_batches);
         if (writer && config.group)
           std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "
                       "threads: cores / ranks); single runs on rank 0 alone with that share; dp and layer_split, which "
                       "drive all devices from one process, are skipped.\n",
                       config.devices, cores);
-        if (writer && config.devices > 1) {
+        // Whether the N devices are really one: a repeated device, or ranks that share a GPU (host staging).
+        const std::set<Device> distinct(config.device_list.begin(), config.device_list.end());
+        const bool shared = config.group ? config.group->backend().find("nccl") == std::string::npos
+                                         : distinct.size() < static_cast<size_t>(config.devices);
+        if (writer && config.devices > 1 && shared) {
           if (config.device.is_cuda())
             std::printf("NOTE: the %d devices are one GPU: replicas, ranks and stages share it, so a speed-up here "
                         "is not a multi-GPU speed-up. The 'projected' column is the model's estimate for %d separate "

@@ -2,19 +2,11 @@
 
 #include <algorithm>
 
+#include "data/device_copy.h"
 #include "tensor/error.h"
 
 namespace loom::data {
 namespace {
-
-// Moves a batch to the training device on the consumer's thread. This is the
-// seam for the CUDA backend: there, batches will be built in pinned host
-// memory and copied on a side stream ahead of use; until then a plain copy.
-Batch to_device(Batch batch, Device device) {
-  if (batch.input.device() != device) batch.input = batch.input.to(device);
-  if (batch.target.device() != device) batch.target = batch.target.to(device);
-  return batch;
-}
 
 void check_batch(const Batch& b, size_t count, int64_t k) {
   for (const Tensor* t : {&b.input, &b.target})
@@ -37,7 +29,10 @@ Epoch::Epoch(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> order,
       epoch_(epoch),
       num_batches_(num_batches) {}
 
-Epoch::~Epoch() { prefetcher_.reset(); }
+Epoch::~Epoch() {
+  ahead_.reset();
+  prefetcher_.reset();
+}
 
 Batch Epoch::build(int64_t k) const {
   const auto begin = static_cast<size_t>(k * options_.batch_size);
@@ -50,12 +45,26 @@ Batch Epoch::build(int64_t k) const {
     LOOM_FAIL("DataLoader: batch ", k, " of epoch ", epoch_, ": ", e.what());
   }
   check_batch(batch, indices.size(), k);
-  return batch;
+  // For a GPU: pinned here, on the worker, so that the copy runs asynchronously.
+  return options_.device.is_cuda() ? device_copy::pin(std::move(batch)) : batch;
 }
 
+Batch Epoch::host_batch(int64_t k) { return prefetcher_ ? prefetcher_->next() : build(k); }
+
+// On a GPU, batch k + 1 starts its copy (on a side stream) as batch k is
+// handed over, so it travels while step k runs.
 Batch Epoch::take(int64_t k) {
-  Batch batch = prefetcher_ ? prefetcher_->next() : build(k);
-  return to_device(std::move(batch), options_.device);
+  if (!options_.device.is_cuda()) {
+    Batch batch = host_batch(k);
+    if (batch.input.device() != options_.device) batch.input = batch.input.to(options_.device);
+    if (batch.target.device() != options_.device) batch.target = batch.target.to(options_.device);
+    return batch;
+  }
+  if (!ahead_) ahead_ = device_copy::start(host_batch(k), options_.device);
+  std::shared_ptr<device_copy::InFlight> current = std::move(ahead_);
+  ahead_.reset();
+  if (k + 1 < num_batches_) ahead_ = device_copy::start(host_batch(k + 1), options_.device);
+  return device_copy::finish(*current);
 }
 
 Epoch::iterator Epoch::begin() {

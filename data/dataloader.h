@@ -26,8 +26,11 @@
 // when it takes that batch; a loom::Error gains the batch's number and epoch
 // in front of its message, other exceptions arrive unchanged.
 //
-// Device. Each batch is moved to options.device with Tensor::to on the
-// consumer's thread, as it is taken.
+// Device. On the CPU, each batch is moved to options.device as it is taken.
+// On a GPU, the workers build batches in pinned host memory, and batch k + 1
+// is copied to the device on a side stream while step k runs; a batch is
+// handed over with the consumer's current stream ordered after its copy, so
+// neither the loop nor the GPU waits for data (data/device_copy.h).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,10 @@
 #include "data/sampler.h"
 
 namespace loom::data {
+
+namespace device_copy {
+struct InFlight;
+}
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
@@ -100,6 +107,7 @@ class Epoch {
         const DataLoaderOptions& options, int64_t epoch, int64_t num_batches);
 
   Batch build(int64_t k) const;  // runs on worker threads
+  Batch host_batch(int64_t k);   // the next built batch, on the consumer's thread
   Batch take(int64_t k);         // runs on the consumer's thread
   void advance();
 
@@ -111,6 +119,7 @@ class Epoch {
   bool started_ = false;
   int64_t position_ = 0;  // the batch in current_
   Batch current_;
+  std::shared_ptr<device_copy::InFlight> ahead_;  // a GPU's next batch, on its way
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // last: stopped before the rest goes
 };
 

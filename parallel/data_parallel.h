@@ -14,18 +14,22 @@
 // DistributedDataParallel exists.
 //
 // Devices may repeat (several replicas on one GPU or on the CPU), which makes
-// DataParallel testable on any machine.
+// DataParallel testable on any machine. On a GPU each replica works on a
+// queue (stream) of its own, ordered against the first device's work by
+// marks (tensor/device_queue.h), so replicas that share a GPU overlap.
 //
 //   parallel::DataParallel dp(model, {Device::cpu(), Device::cpu()});
 //   Tensor loss = nn::functional::cross_entropy(dp->forward(x), y);
 //   loss.backward();   // model's parameters hold the gradient of the whole batch
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "nn/module.h"
 #include "parallel/worker_pool.h"
+#include "tensor/device_queue.h"
 
 namespace loom::parallel {
 
@@ -41,10 +45,12 @@ class DataParallelImpl : public nn::Module {
  private:
   void broadcast_to_replicas();
   void reduce_gradients_to_module(int replicas);
+  void run_replicas(int replicas, const std::function<void(int)>& task);
 
   nn::ModulePtr module_;
   std::vector<Device> devices_;
   std::vector<nn::ModulePtr> replicas_;  // replicas_[0] is module_
+  std::vector<DeviceQueue> queues_;      // each replica's own queue on its device
   std::shared_ptr<WorkerPool> workers_;
 };
 // A handle, as for layers: DataParallel dp(model, {Device::cuda(0), Device::cuda(1)}).

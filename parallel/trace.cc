@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <unordered_map>
 
 #include "tensor/error.h"
@@ -14,10 +15,27 @@ namespace loom::trace {
 namespace {
 
 // The tracer is process-wide on purpose: spans come from every thread.
+// A span timed on a GPU, resolved into an Event by events().
+struct GpuSpan {
+  std::string name, category;
+  int lane;
+  Device device;
+  DeviceMark begin, end;
+};
+
+// Where a device's GPU times are placed on the host clock: a timed mark
+// made at a known host time (the GPU may run behind; durations are exact).
+struct Anchor {
+  DeviceMark mark;
+  int64_t host_us = 0;
+};
+
 struct State {
   std::atomic<bool> on{false};
   std::mutex mutex;
   std::vector<Event> events;
+  std::vector<GpuSpan> gpu_spans;
+  std::map<Device, Anchor> anchors;
   std::unordered_map<std::string, int> lanes;
   std::vector<std::string> lane_names;
   int pid = 0;
@@ -39,6 +57,8 @@ bool enabled() { return state().on.load(std::memory_order_relaxed); }
 void clear() {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().events.clear();
+  state().gpu_spans.clear();
+  state().anchors.clear();
 }
 
 int lane(const std::string& name) {
@@ -47,6 +67,11 @@ int lane(const std::string& name) {
   auto [it, added] = s.lanes.emplace(name, static_cast<int>(s.lane_names.size()));
   if (added) s.lane_names.push_back(name);
   return it->second;
+}
+
+std::vector<std::string> lane_names() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().lane_names;
 }
 
 void set_process(int pid, const std::string& name) {
@@ -68,21 +93,47 @@ void record(const std::string& name, const std::string& category, int lane, int6
 }
 
 std::vector<Event> events() {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  return state().events;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (const GpuSpan& g : s.gpu_spans) {  // now the GPU's times are known (waits for them)
+    const Anchor& anchor = s.anchors.at(g.device);
+    const auto at = [&](const DeviceMark& m) {
+      return anchor.host_us + static_cast<int64_t>(anchor.mark.seconds_until(m) * 1e6);
+    };
+    s.events.push_back({g.name, g.category, g.lane, at(g.begin), at(g.end)});
+  }
+  s.gpu_spans.clear();
+  return s.events;
 }
 
-Span::Span(const char* name, const char* category, int lane) : name_(name), category_(category), lane_(lane) {
-  if (enabled()) begin_us_ = now_us();
+Span::Span(const char* name, const char* category, int lane, Device device)
+    : name_(name), category_(category), lane_(lane), device_(device) {
+  if (!enabled()) return;
+  begin_us_ = now_us();
+  if (device.is_cpu()) return;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.anchors.count(device)) s.anchors[device] = {DeviceMark::timed(device), begin_us_};
+  }
+  gpu_begin_ = DeviceMark::timed(device);
 }
 
 Span::~Span() {
-  if (begin_us_ >= 0) record(name_, category_, lane_, begin_us_, now_us());
+  if (begin_us_ < 0) return;
+  if (!gpu_begin_.on_device()) {
+    record(name_, category_, lane_, begin_us_, now_us());
+    return;
+  }
+  GpuSpan g{name_, category_, lane_, device_, gpu_begin_, DeviceMark::timed(device_)};
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().gpu_spans.push_back(std::move(g));
 }
 
 void write_chrome_trace(const std::string& path) {
   using json = nlohmann::json;
   json events = json::array();
+  const std::vector<Event> recorded = trace::events();  // GPU spans resolved
   {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -90,7 +141,7 @@ void write_chrome_trace(const std::string& path) {
     for (size_t i = 0; i < s.lane_names.size(); ++i)
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", s.pid}, {"tid", i},
                         {"args", {{"name", s.lane_names[i]}}}});
-    for (const Event& e : s.events)
+    for (const Event& e : recorded)
       events.push_back({{"ph", "X"}, {"name", e.name}, {"cat", e.category}, {"pid", s.pid}, {"tid", e.lane},
                         {"ts", e.begin_us}, {"dur", e.end_us - e.begin_us}});
   }

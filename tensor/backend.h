@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "tensor/allocator.h"
+
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -91,6 +93,28 @@ class Backend {
   // Page-locked host memory for asynchronous host-to-device copies, or null
   // when the backend has none (the CPU's). empty_pinned() uses it.
   virtual Allocator* pinned_host_allocator() { return nullptr; }
+
+  // ---- queues: device-side order between threads (tensor/device_queue.h) ----
+  // A thread's work on a device goes on its current queue (CUDA: its current
+  // stream). The CPU has none: its work is done when the call returns, so
+  // these default to doing nothing.
+  struct QueueObject {  // a queue, a point in one, or a scope using one
+    virtual ~QueueObject() = default;
+  };
+  virtual std::shared_ptr<QueueObject> new_queue(int device_index) { return nullptr; }
+  // Until the returned object dies, the calling thread's work on the device goes on `queue`.
+  virtual std::shared_ptr<QueueObject> enter_queue(const QueueObject& queue) { return nullptr; }
+  // The current end of the calling thread's queue; `timed`: one that
+  // seconds_between() can measure from (it costs a little on the GPU).
+  virtual std::shared_ptr<QueueObject> mark_queue(int device_index, bool timed = false) { return nullptr; }
+  // Seconds of the device's time between two timed marks, waiting (host)
+  // until `to` is reached.
+  virtual double seconds_between(const QueueObject& from, const QueueObject& to) { return 0; }
+  // The calling thread's queue waits until `mark` is reached (no host wait).
+  virtual void wait_for_mark(const QueueObject& mark, int device_index) {}
+  // `t` is used by work queued so far on the calling thread's queue: its
+  // memory is not reused before that work is done.
+  virtual void used_on_current_queue(const Tensor& t) {}
 
   // ---- elementwise ----
   virtual void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha,

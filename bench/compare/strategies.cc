@@ -6,11 +6,13 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "autograd/engine.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/data_parallel.h"
 #include "parallel/ddp/distributed_data_parallel.h"
@@ -80,19 +82,74 @@ struct Timed {
   std::vector<trace::Event> events;
 };
 
+// The single-process strategies' devices, and the distinct ones among them.
+std::vector<Device> devices_of(const CompareConfig& c) {
+  return c.device_list.empty() ? std::vector<Device>(c.devices, c.device) : c.device_list;
+}
+std::set<Device> distinct_devices(const CompareConfig& c) {
+  const std::vector<Device> all = devices_of(c);
+  std::set<Device> out(all.begin(), all.end());
+  out.insert(c.device);
+  return out;
+}
+
 Timed time_steps(const std::function<void()>& step, const CompareConfig& c, const std::string& strategy) {
+  const std::set<Device> used = distinct_devices(c);
   for (int i = 0; i < c.warmup; ++i) step();
-  synchronize(c.device);
-  reset_peak_memory_stats(c.device);
+  for (const Device& d : used) synchronize(d);
+  for (const Device& d : used) reset_peak_memory_stats(d);
   trace::clear();
   trace::enable(true);
   const auto start = Clock::now();
   for (int i = 0; i < c.steps; ++i) step();
-  synchronize(c.device);
+  for (const Device& d : used) synchronize(d);
   const double seconds = seconds_since(start);
   trace::enable(false);
   if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + strategy + ".json");
-  return {seconds / c.steps, memory_stats(c.device).peak_allocated_bytes, trace::events()};
+  int64_t peak = 0;  // the devices' peaks added: the memory the strategy needs in all
+  for (const Device& d : used) peak += memory_stats(d).peak_allocated_bytes;
+  return {seconds / c.steps, peak, trace::events()};
+}
+
+// Seconds covered by the union of intervals [begin, end) in microseconds.
+double covered_seconds(std::vector<std::pair<int64_t, int64_t>> spans) {
+  std::sort(spans.begin(), spans.end());
+  int64_t total = 0, reach = INT64_MIN;
+  for (auto [begin, end] : spans) {
+    begin = std::max(begin, reach);
+    if (end > begin) total += end - begin;
+    reach = std::max(reach, end);
+  }
+  return total * 1e-6;
+}
+
+// The GPU's view of a step, from spans timed on the GPU: compute is the time
+// covered by each compute lane's spans (averaged over the lanes),
+// communication the time covered by communication spans and by no compute
+// span (exposed), idle the rest of the step.
+bool split_on_gpu(Measurement& m, const std::vector<trace::Event>& events, const std::vector<int>& compute_lanes,
+                  const std::string& comm_lane_prefix, int steps) {
+  std::vector<std::pair<int64_t, int64_t>> all_compute, comm, comm_and_compute;
+  double compute = 0;
+  for (int lane : compute_lanes) {
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const trace::Event& e : events)
+      if (e.lane == lane && e.category == "compute") spans.emplace_back(e.begin_us, e.end_us);
+    compute += covered_seconds(spans) / compute_lanes.size();
+    all_compute.insert(all_compute.end(), spans.begin(), spans.end());
+  }
+  if (all_compute.empty()) return false;
+  const std::vector<std::string> names = trace::lane_names();
+  for (const trace::Event& e : events)
+    if (e.category == "communication" && names.at(e.lane).rfind(comm_lane_prefix, 0) == 0)
+      comm.emplace_back(e.begin_us, e.end_us);
+  comm_and_compute = all_compute;
+  comm_and_compute.insert(comm_and_compute.end(), comm.begin(), comm.end());
+  const double exposed = comm.empty() ? 0 : covered_seconds(comm_and_compute) - covered_seconds(all_compute);
+  m.compute_s = std::min(compute / steps, m.step_s);
+  m.comm_s = std::clamp(exposed / steps, 0.0, m.step_s - m.compute_s);
+  m.idle_s = m.step_s - m.compute_s - m.comm_s;
+  return true;
 }
 
 // Seconds per step spent in spans of `category` on `lane`.
@@ -110,19 +167,21 @@ void split_step(Measurement& m, double comm_s, double idle_s) {
 }
 
 // One training step of `module` on (x, y), its phases traced on `lane`.
+// On a GPU the spans time the GPU's work (trace.h).
 void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, const Tensor& x, const Tensor& y,
                  int lane) {
+  const Device device = x.device();
   Tensor loss;
   {
-    trace::Span span("forward", "compute", lane);
+    trace::Span span("forward", "compute", lane, device);
     loss = w.loss(module.forward(x), y);
   }
   opt.zero_grad();
   {
-    trace::Span span("backward", "compute", lane);
+    trace::Span span("backward", "compute", lane, device);
     loss.backward();
   }
-  trace::Span span("optimizer", "compute", lane);
+  trace::Span span("optimizer", "compute", lane, device);
   opt.step();
 }
 
@@ -130,7 +189,7 @@ parallel::ScheduleKind schedule_kind(const std::string& strategy) {
   return strategy == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB;
 }
 
-std::vector<Device> repeated(const CompareConfig& c) { return std::vector<Device>(c.devices, c.device); }
+std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }
 
 Measurement run_single(const Workload& w, const CompareConfig& c) {
   nn::ModulePtr model = w.model->clone();
@@ -140,7 +199,7 @@ Measurement run_single(const Workload& w, const CompareConfig& c) {
   Measurement m{"single"};
   m.step_s = t.step_s;
   m.peak_bytes = t.peak_bytes;
-  split_step(m, 0, 0);
+  if (!(c.device.is_cuda() && split_on_gpu(m, t.events, {lane}, "-", c.steps))) split_step(m, 0, 0);
   return m;
 }
 
@@ -155,11 +214,14 @@ Measurement run_dp(const Workload& w, const CompareConfig& c) {
   m.peak_bytes = t.peak_bytes;
   // Exposed communication: the main thread's broadcast and reduce. Idle: a
   // replica's time outside its own forward/backward and that communication.
-  const double comm = span_seconds(t.events, "communication", trace::lane("dp main"), c.steps);
-  double idle = 0;
-  for (int r = 0; r < c.devices; ++r)
-    idle += t.step_s - comm - span_seconds(t.events, "compute", trace::lane("dp replica " + std::to_string(r)), c.steps);
-  split_step(m, comm, idle / c.devices);
+  std::vector<int> replica_lanes;
+  for (int r = 0; r < c.devices; ++r) replica_lanes.push_back(trace::lane("dp replica " + std::to_string(r)));
+  if (!(c.device.is_cuda() && split_on_gpu(m, t.events, replica_lanes, "dp main", c.steps))) {
+    const double comm = span_seconds(t.events, "communication", trace::lane("dp main"), c.steps);
+    double idle = 0;
+    for (int lane : replica_lanes) idle += t.step_s - comm - span_seconds(t.events, "compute", lane, c.steps);
+    split_step(m, comm, idle / c.devices);
+  }
   // Computed: parameters to N-1 replicas, gradients back, the batch scattered
   // and the outputs (and their gradients) gathered.
   double params = 0;
@@ -195,19 +257,20 @@ struct DdpRank {
 // `owns_trace`: this rank turns tracing on and writes the trace file (one
 // rank per process: ranks that are threads share the process's tracer).
 DdpRank run_ddp_rank(const Workload& w, const CompareConfig& c, nn::ModulePtr model,
-                     const std::shared_ptr<parallel::ProcessGroup>& group, bool owns_trace) {
+                     const std::shared_ptr<parallel::ProcessGroup>& group, Device device, bool owns_trace) {
   const int r = group->rank();
   const int64_t share = w.input.size(0) / group->size();
   parallel::DistributedDataParallel ddp(std::move(model), group);
   optim::AdamW opt(ddp->parameters(), {.lr = 1e-3});
-  Tensor x = w.input.narrow(0, r * share, share), y = w.target.narrow(0, r * share, share);
-  const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+  Tensor x = w.input.narrow(0, r * share, share).to(device), y = w.target.narrow(0, r * share, share).to(device);
+  const std::string rank_name = "rank" + std::to_string(r);
+  const int lane = trace::lane(rank_name + "/compute");
   auto step = [&] { traced_step(*ddp, opt, w, x, y, lane); };
   for (int i = 0; i < c.warmup; ++i) step();
-  synchronize(c.device);
+  synchronize(device);
   group->barrier()->wait();
   if (owns_trace) {
-    reset_peak_memory_stats(c.device);
+    reset_peak_memory_stats(device);
     trace::clear();
     trace::enable(true);
   }
@@ -216,16 +279,22 @@ DdpRank run_ddp_rank(const Workload& w, const CompareConfig& c, nn::ModulePtr mo
   const int64_t bus_before = group->stats().bus_bytes;
   const auto start = Clock::now();
   for (int i = 0; i < c.steps; ++i) step();
-  synchronize(c.device);
+  synchronize(device);
   DdpRank result;
   result.step_s = seconds_since(start) / c.steps;
+  // Exposed communication: the host's waits for the buckets, or on a GPU the
+  // time the communication stream's spans (NCCL) are not hidden behind compute.
   result.exposed_s = (ddp->reducer().stats().exposed_wait_s - before.exposed_wait_s) / c.steps;
   result.bus_bytes = static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps;
   result.buckets = static_cast<double>(ddp->reducer().buckets().size());
   group->barrier()->wait();
   if (owns_trace) {
     trace::enable(false);
-    result.peak_bytes = static_cast<double>(memory_stats(c.device).peak_allocated_bytes);
+    result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+    Measurement gpu{"ddp"};
+    gpu.step_s = result.step_s;
+    if (device.is_cuda() && split_on_gpu(gpu, trace::events(), {lane}, rank_name + "/nccl", c.steps))
+      result.exposed_s = gpu.comm_s;
     if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("ddp", c) + ".json");
   }
   return result;
@@ -257,14 +326,15 @@ Measurement run_ddp(const Workload& w, const CompareConfig& c) {
   }
   if (c.group) {  // ranks are the processes under mpirun
     std::vector<DdpRank> ranks;
-    const DdpRank mine = run_ddp_rank(w, c, w.model->clone(), c.group, /*owns_trace=*/true);
+    const DdpRank mine = run_ddp_rank(w, c, w.model->clone(), c.group, c.device, /*owns_trace=*/true);
     for (const auto& values : gather(*c.group, mine.values())) ranks.push_back(DdpRank::from(values));
     return combine_ddp(ranks);
   }
   // Ranks as threads, each with its share of the cores, as ranks under mpirun get.
   auto groups = parallel::ThreadGroup::create(c.devices);
+  const std::vector<Device> devices = devices_of(c);
   std::vector<nn::ModulePtr> models;
-  for (int r = 0; r < c.devices; ++r) models.push_back(w.model->clone());
+  for (int r = 0; r < c.devices; ++r) models.push_back(w.model->clone(devices[r]));
   const int threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.devices);
   std::vector<DdpRank> ranks(c.devices);
   std::vector<std::string> errors(c.devices);
@@ -273,7 +343,9 @@ Measurement run_ddp(const Workload& w, const CompareConfig& c) {
     threads.emplace_back([&, r] {
       try {
         omp_set_num_threads(threads_per_rank);
-        ranks[r] = run_ddp_rank(w, c, models[r], groups[r], /*owns_trace=*/r == 0);
+        // CUDA tensors: NCCL when the ranks' GPUs differ, host staging when they share one.
+        ranks[r] = run_ddp_rank(w, c, models[r], parallel::for_device(groups[r], devices[r]), devices[r],
+                                /*owns_trace=*/r == 0);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -294,7 +366,10 @@ Measurement run_layer_split(const Workload& w, const StagePlan& plan, const Comp
   m.step_s = t.step_s;
   m.peak_bytes = t.peak_bytes;
   // One device works at a time: each waits (N-1)/N of the step.
-  split_step(m, 0, t.step_s * (c.devices - 1) / c.devices);
+  if (!(c.device.is_cuda() && split_on_gpu(m, t.events, {lane}, "-", c.steps)))
+    split_step(m, 0, t.step_s * (c.devices - 1) / c.devices);
+  else  // the GPU's compute is the whole model's; each device has its share of it
+    split_step(m, 0, t.step_s - m.compute_s / c.devices);
   // Computed: each boundary's activations forward, their gradients back.
   for (double bytes : plan.profile.boundary_bytes) m.comm_bytes += 2 * bytes;
   return m;
@@ -323,7 +398,12 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
   Measurement m{name};
   m.step_s = t.step_s;
   m.peak_bytes = t.peak_bytes;
-  split_step(m, 0, bubble / std::max(1, counted));
+  std::vector<int> stage_lanes;
+  const std::vector<Device> devices = repeated(c);
+  for (size_t s = 0; s < devices.size(); ++s)
+    stage_lanes.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices[s].str() + ")"));
+  if (!(c.device.is_cuda() && split_on_gpu(m, t.events, stage_lanes, "-", c.steps)))
+    split_step(m, 0, bubble / std::max(1, counted));
   m.comm_bytes = bytes / std::max(1, counted);
   m.comm_bytes_measured = true;
   return m;

@@ -16,6 +16,9 @@ namespace loom::bench {
 struct CompareConfig {
   Device device = Device::cpu();
   int devices = 2;        // replicas, ranks or pipeline stages
+  // The single-process strategies' devices when given as a list (--devices
+  // cuda:0,cuda:1); empty: `devices` copies of `device`.
+  std::vector<Device> device_list;
   int micro_batches = 8;  // pipelines
   int steps = 10, warmup = 2;
   std::string trace_dir;  // one Chrome trace per strategy (per rank under mpirun); empty: none
@@ -25,7 +28,9 @@ struct CompareConfig {
   std::shared_ptr<parallel::ProcessGroup> group;
 };
 
-// One strategy's step, averaged over the timed steps.
+// One strategy's step, averaged over the timed steps. On a GPU the split into
+// compute, communication and idle comes from the GPU's own timeline (spans
+// timed with CUDA events on each stream), not from when the host queued work.
 struct Measurement {
   explicit Measurement(std::string name) : strategy(std::move(name)) {}
   std::string strategy;

@@ -26,6 +26,7 @@
 #include "parallel/comm/descriptor.h"
 #include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/rendezvous.h"
+#include "parallel/trace.h"
 #include "tensor/backend.h"
 #include "tensor/creation.h"
 #include "tensor/cuda/caching_allocator.h"
@@ -87,6 +88,8 @@ struct Transfer {
   std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
   Clock::time_point deadline;
   const char* stage = "waiting for its communicator";
+  std::string name;                  // for the trace
+  std::unique_ptr<trace::Span> span;  // tracing: the GPU's time from the launch to the done event
 };
 
 // A communicator, its stream, and the transfers queued for it. A call may
@@ -614,6 +617,12 @@ bool NcclGroup::State::advance_lane(Lane& lane) {
   t.deadline = now + timeout;
   cuda::StreamGuard on_lane(lane.stream);
   if (t.ready) t.ready->wait(lane.stream);
+  if (trace::enabled()) {
+    t.name = t.op->describe();
+    t.span = std::make_unique<trace::Span>(t.name.c_str(), "communication",
+                                           trace::lane(detail::concat("rank", rank, "/nccl ", lane.name)),
+                                           Device::cuda(device));
+  }
   t.launch(*lane.comm, lane.stream.handle());
   return true;
 }
@@ -632,6 +641,7 @@ void NcclGroup::State::complete(Lane& lane, const std::shared_ptr<Transfer>& t) 
     }
     op.outputs.clear();  // copied: finish() must not copy them again
     t->done->record(lane.stream);
+    t->span.reset();  // its end: here, on the lane's stream
   }
   t->stage = "running on the GPU";
   t->deadline = Clock::now() + timeout;

@@ -1,6 +1,8 @@
 // Mailbox: tensors passed between two pipeline stages, keyed by micro-batch.
 // take() blocks until the sender has put that micro-batch; if any stage has
 // failed, it throws instead, so a failure never leaves the others waiting.
+// On a GPU, where each stage works on a queue of its own, a tensor travels
+// with a mark of the sender's queue, and the receiver's queue waits for it.
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "tensor/device_queue.h"
 #include "tensor/tensor.h"
 
 namespace loom::parallel {
@@ -23,7 +26,11 @@ class Mailbox {
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::map<int, Tensor> items_;
+  struct Item {
+    Tensor value;
+    DeviceMark made;
+  };
+  std::map<int, Item> items_;
   std::string failure_;
 };
 

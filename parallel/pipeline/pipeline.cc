@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "parallel/trace.h"
+#include "tensor/device_queue.h"
 
 namespace loom::parallel {
 namespace {
@@ -40,6 +41,7 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> stages, std::vector<Device> device
     lanes_.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices_[s].str() + ")"));
   }
   schedule_ = make_schedule(options.schedule, static_cast<int>(stages_.size()), options.micro_batches);
+  for (const Device& d : devices_) queues_.emplace_back(d);
   workers_ = std::make_unique<WorkerPool>(static_cast<int>(stages_.size()));
 }
 
@@ -85,13 +87,22 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
 
   const auto start = std::chrono::steady_clock::now();
   const int last = static_cast<int>(stages_.size()) - 1;
+  // Each stage works on a queue of its own (stages sharing a GPU overlap),
+  // after what this thread queued: the micro-batches.
+  std::vector<DeviceMark> inputs_ready, stage_done(stages_.size());
+  for (const Device& d : devices_) inputs_ready.push_back(DeviceMark::here(d));
   workers_->run([&](int s) {
+    DeviceQueue::Scope own_queue(queues_[s]);
+    inputs_ready[s].wait_here();
+    used_here(x);
+    used_here(y);
     StageTask task{.module = stages_[s].get(), .device = devices_[s], .first = s == 0, .last = s == last,
                    .inputs = &inputs, .targets = &targets, .loss = &loss, .batch = x.size(0), .losses = &losses,
                    .lane = lanes_[s]};
     MailboxLinks links(activations_, gradients_, devices_, s);
     try {
       stats_.stages[s] = run_stage(schedule_[s], task, links);
+      stage_done[s] = DeviceMark::here(devices_[s]);
     } catch (const std::exception& e) {
       // Wake the other stages: they would wait forever for this one.
       for (auto* boxes : {&activations_, &gradients_})
@@ -99,6 +110,9 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
       throw;
     }
   });
+  // This thread's queues wait for the stages: losses and gradients are theirs.
+  for (size_t s = 0; s < stages_.size(); ++s) stage_done[s].wait_here();
+  for (const Tensor& l : losses) used_here(l);
   stats_.step_seconds = seconds_since(start);
   for (StageStats& st : stats_.stages) {
     st.idle_fraction = std::max(0.0, 1 - st.busy_seconds / stats_.step_seconds);

@@ -23,6 +23,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_runner.h"
 #include "parallel/worker_pool.h"
+#include "tensor/device_queue.h"
 
 namespace loom::parallel {
 
@@ -67,6 +68,7 @@ class Pipeline {
   PipelineSchedule schedule_;
   std::vector<Mailbox> activations_;  // [s]: from stage s to s + 1
   std::vector<Mailbox> gradients_;    // [s]: from stage s + 1 to s
+  std::vector<DeviceQueue> queues_;  // each stage's own queue on its device
   std::unique_ptr<WorkerPool> workers_;
   PipelineStats stats_;
 };

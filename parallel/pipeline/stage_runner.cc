@@ -36,7 +36,7 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
   // Busy time counts the passes themselves; waiting for a neighbour is idle.
   auto timed = [&](const char* name, auto&& pass) {
     const auto start = std::chrono::steady_clock::now();
-    trace::Span span(name, "compute", lane);
+    trace::Span span(name, "compute", lane, task.device);  // on a GPU: the GPU's time of the pass
     pass();
     stats.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };

@@ -21,6 +21,13 @@ class CudaBackend final : public Backend {
   void synchronize(int device_index) override;
   Allocator* pinned_host_allocator() override;
 
+  std::shared_ptr<QueueObject> new_queue(int device_index) override;
+  std::shared_ptr<QueueObject> enter_queue(const QueueObject& queue) override;
+  std::shared_ptr<QueueObject> mark_queue(int device_index, bool timed) override;
+  double seconds_between(const QueueObject& from, const QueueObject& to) override;
+  void wait_for_mark(const QueueObject& mark, int device_index) override;
+  void used_on_current_queue(const Tensor& t) override;
+
   void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha, double beta) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
               double alpha) override;

@@ -275,5 +275,35 @@ TEST(DataLoader, DeviceIsAppliedToEveryBatch) {
   }
 }
 
+// On a GPU every batch equals the CPU loader's (same order), whether the
+// consumer reads it at once or runs queued work first, with workers or without,
+// and also when an epoch is left early (the batch on its way is dropped).
+TEST(DataLoader, GpuBatchesEqualTheCpusAndArriveAhead) {
+  LOOM_REQUIRE_CUDA();
+  for (int workers : {0, 2}) {
+    DataLoader cpu(numbered(23), {.batch_size = 4, .shuffle = true, .seed = 5});
+    DataLoader gpu(numbered(23), {.batch_size = 4, .shuffle = true, .seed = 5, .num_workers = workers,
+                                  .device = Device::cuda(0)});
+    for (int64_t epoch : {0, 1}) {
+      std::vector<Batch> expected;
+      for (Batch& b : cpu.epoch(epoch)) expected.push_back(b);
+      size_t k = 0;
+      for (Batch& b : gpu.epoch(epoch)) {
+        ASSERT_LT(k, expected.size());
+        EXPECT_EQ(b.input.device(), Device::cuda(0));
+        Tensor busy = b.input * 2 + 1;  // work on the batch, queued before it is read back
+        EXPECT_EQ(testing::values((busy - 1) / 2), testing::values(expected[k].input));
+        EXPECT_EQ(testing::values(b.target), testing::values(expected[k].target));
+        ++k;
+      }
+      EXPECT_EQ(k, expected.size());
+    }
+    for (Batch& b : gpu.epoch(2)) {  // leave early: the next batch is already on its way
+      EXPECT_EQ(b.input.device(), Device::cuda(0));
+      break;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::data
