@@ -15,7 +15,7 @@
 #
 # build: builds every GoogleTest binary (the cc_tests, and the *_mpi_test_bin programs
 #   that run under mpirun), the Fashion-MNIST examples and //bench:cuda_bench with the
-#   CUDA backend, takes the Fashion-MNIST files along (the GPU machine lacks them),
+#   CUDA backend (with cuda_bench, allreduce_bench and compare_parallel), takes the Fashion-MNIST files along (the GPU machine lacks them),
 #   strips them, and packs them (with libgomp, in case the GPU machine lacks it) into
 #   .gpu/bundle.tar.xz. The binaries share most of their bytes, so the solid archive is a
 #   few MiB: small enough to carry to the GPU machine. It also copies this script to
@@ -55,12 +55,13 @@ build() {
   # --//:cuda=true: fail loudly rather than quietly build a CPU-only bundle.
   local examples="//examples:fashion_mnist_cnn //examples:dp_fashion_mnist //examples:ddp_fashion_mnist
                   //examples:pipeline_fashion_mnist"
-  bazel build --//:cuda=true $targets $examples //bench:cuda_bench || exit 1
+  local benches="//bench:cuda_bench //bench:allreduce_bench //bench:compare_parallel"
+  bazel build --//:cuda=true $targets $examples $benches || exit 1
 
   rm -rf "$gpu_dir" && mkdir -p "$gpu_dir/stage/bin" "$gpu_dir/stage/lib" "$gpu_dir/stage/data"
   cp -r /usr/share/datasets/fashion-mnist "$gpu_dir/stage/data/" || exit 1
   local label path name
-  for label in $targets $examples //bench:cuda_bench; do
+  for label in $targets $examples $benches; do
     path="bazel-bin/${label#//}"
     path="${path/://}"
     name="$(basename "$path")"
@@ -212,6 +213,12 @@ run() {
   if [ "$bench" = 1 ] && [ -x "$work/bin/cuda_bench" ]; then
     "$work/bin/cuda_bench" > "$out/bench.jsonl" 2> "$out/bench.txt"
     echo "cuda_bench exit status $?" >> "$out/bench.txt"
+    # NCCL on one rank (its own overhead), and every strategy on one GPU timed on the GPU's timeline.
+    timeout 300 "$work/bin/allreduce_bench" --device cuda --ranks 1 --max-bytes 256M > "$out/allreduce.jsonl" 2>&1
+    echo "allreduce_bench (nccl, 1 rank) exit status $?" >> "$out/bench.txt"
+    (cd "$out" && timeout 600 "$work/bin/compare_parallel" --device cuda:0 --model cnn --steps 5 \
+      --out "$out/compare_parallel" > "$out/compare_parallel.txt" 2>&1)
+    echo "compare_parallel (cuda:0) exit status $?" >> "$out/bench.txt"
   fi
 
   echo
