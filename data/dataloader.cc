@@ -118,7 +118,7 @@ int64_t DataLoader::num_batches() const {
                             : (samples + options_.batch_size - 1) / options_.batch_size;
 }
 
-Epoch DataLoader::epoch(int64_t epoch) const {
+Epoch DataLoader::epoch(int64_t epoch, int64_t max_batches) const {
   const int64_t n = dataset_->size();
   std::vector<int64_t> order = sampler_->indices(n, epoch);
   const int64_t expected = sampler_->num_samples(n);
@@ -127,7 +127,8 @@ Epoch DataLoader::epoch(int64_t epoch) const {
   for (int64_t i : order)
     LOOM_CHECK(i >= 0 && i < n, "DataLoader: the sampler returned index ", i, " for a dataset of ",
                n, " examples");
-  return Epoch(dataset_, std::move(order), options_, epoch, num_batches());
+  const int64_t batches = max_batches >= 0 ? std::min(max_batches, num_batches()) : num_batches();
+  return Epoch(dataset_, std::move(order), options_, epoch, batches);
 }
 
 }  // namespace loom::data

@@ -131,8 +131,9 @@ class DataLoader {
   DataLoader(D&& dataset, const DataLoaderOptions& options = {})
       : DataLoader(std::make_shared<const std::decay_t<D>>(std::forward<D>(dataset)), options) {}
 
-  // Epoch `epoch`'s batches; the epoch number seeds the shuffle.
-  Epoch epoch(int64_t epoch) const;
+  // Epoch `epoch`'s batches; the epoch number seeds the shuffle. With
+  // max_batches >= 0, only the first max_batches of them (quick runs).
+  Epoch epoch(int64_t epoch, int64_t max_batches = -1) const;
   int64_t num_batches() const;  // per epoch
 
   const Dataset& dataset() const { return *dataset_; }

@@ -8,15 +8,15 @@
 //
 // The global batch and learning rate are those of the single-device example,
 // and a pipeline step equals a step on the whole batch, so it reaches the
-// same accuracy. Under mpirun every rank reads the whole batch (rank 0 uses
-// the images, the last rank the labels); the last rank reports, and before
-// each evaluation the ranks share their stages' weights.
-#include <sstream>
-
-#include "examples/common/fashion_mnist_training.h"
+// same accuracy. The loop is fashion_mnist_cnn's with the forward and
+// backward of a batch done by the pipeline's train_step. Under mpirun every
+// rank reads the whole batch (rank 0 uses the images, the last rank the
+// labels); the last rank has the loss and reports, and before each evaluation
+// the ranks share their stages' weights.
+#include "examples/common/fashion_mnist.h"
 #include "examples/common/program.h"
-#include "nn/functional.h"
 #include "examples/common/ranks.h"
+#include "nn/functional.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
@@ -29,9 +29,10 @@ using namespace loom;
 // second, and the hidden Linear layer.
 std::vector<int> cuts_for(int stages) {
   const std::vector<int> all{3, 6, 8};
-  LOOM_CHECK(stages >= 1 && stages <= 4, "the CNN is cut into 1 to 4 stages, not ", stages);
   return std::vector<int>(all.begin(), all.begin() + (stages - 1));
 }
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) { return nn::functional::cross_entropy(logits, labels); }
 
 }  // namespace
 
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
   return run_program(
       "pipeline_fashion_mnist",
       [&] {
-        std::shared_ptr<parallel::ProcessGroup> group = parallel::init(argc, argv);
+        auto world = parallel::init(argc, argv);
         FashionMnistConfig config;
         config.name = "pipeline_fashion_mnist";
         Flags flags("Train a CNN on Fashion-MNIST with pipeline parallelism (stages as threads, or ranks under mpirun)");
@@ -53,48 +54,43 @@ int main(int argc, char** argv) {
         flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
         flags.add("--schedule", schedule, "gpipe or 1f1b", Scope::Job, CLI::IsMember({"gpipe", "1f1b"}));
         flags.parse(argc, argv);
-        const Rank me = join_job(group, flags, config.device);  // NCCL when each rank has its own GPU
-        group = me.group;
-        config.device = me.device.str();
-
-        const bool over_ranks = group->size() > 1;
+        const Rank me = join_job(world, flags, config.device);
+        const bool over_ranks = me.group->size() > 1;
         if (over_ranks) {
-          LOOM_CHECK(stages_flag->count() == 0 || stages == group->size(), "--stages ", stages, " under mpirun -np ",
-                     group->size(), ": leave it out, there is one stage per rank");
-          stages = group->size();
+          LOOM_CHECK(stages_flag->count() == 0 || stages == me.group->size(), "--stages ", stages, " under mpirun -np ",
+                     me.group->size(), ": leave it out, there is one stage per rank");
+          stages = me.group->size();
+          LOOM_CHECK(stages <= 4, "the CNN is cut into at most 4 stages, not ", stages, " (mpirun -np)");
         }
-        const std::vector<int> cuts = cuts_for(stages);
         const parallel::PipelineOptions options{
             .micro_batches = micro_batches,
             .schedule = schedule == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB};
-        auto cross_entropy = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
-        const Device device = me.device;
 
-        std::vector<nn::ModulePtr> parts;  // the model's stages (all of them, on every rank)
-        std::shared_ptr<parallel::Pipeline> pipeline;
-        std::shared_ptr<parallel::DistributedPipeline> distributed;
-        Strategy strategy;
-        strategy.wrap = [&, cuts, options, device](const nn::ModulePtr& model) {
-          // The stages share the model's layers: training them trains the model.
-          parts = parallel::split_sequential(nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(model)), cuts);
-          if (over_ranks)
-            distributed = std::make_shared<parallel::DistributedPipeline>(parts[group->rank()], group, options, device);
-          else
-            pipeline = std::make_shared<parallel::Pipeline>(parts, std::vector<Device>(parts.size(), device), options);
-          return model;
-        };
-        strategy.train_step = [&, cross_entropy](const Tensor& x, const Tensor& y) {
-          if (!over_ranks) return pipeline->train_step(x, y, cross_entropy);
-          return distributed->train_step(x, y, cross_entropy);  // the loss: on the last rank
-        };
-        strategy.min_batch = micro_batches;
-        if (over_ranks) {
-          strategy.group = group;
-          strategy.shard_batches = false;
-          strategy.reporting_rank = group->size() - 1;
-          strategy.before_evaluation = [&] { parallel::share_stage_weights(parts, *group); };
+        Ranks ranks{.min_batch = micro_batches};  // a batch needs an image per micro-batch
+        if (over_ranks) ranks = {.group = me.group, .shard_batches = false, .reporting_rank = stages - 1,
+                                 .min_batch = micro_batches};
+        FashionMnist run(config, flags, me.device, ranks);
+        // The stages share the model's layers: training them trains run.model.
+        const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts_for(stages));
+        std::unique_ptr<parallel::Pipeline> in_process;
+        std::unique_ptr<parallel::DistributedPipeline> over;
+        if (over_ranks)
+          over = std::make_unique<parallel::DistributedPipeline>(parts[me.group->rank()], me.group, options, me.device);
+        else
+          in_process = std::make_unique<parallel::Pipeline>(parts, std::vector<Device>(stages, me.device), options);
+
+        for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
+          for (auto& [x, y] : run.batches(epoch)) {
+            run.optimizer.zero_grad();
+            // Forward and backward of every micro-batch, in the schedule's order; the loss: on the last stage.
+            Tensor loss = over_ranks ? over->train_step(x, y, cross_entropy) : in_process->train_step(x, y, cross_entropy);
+            run.optimizer.step();
+            run.step_done(loss);
+          }
+          if (over_ranks) parallel::share_stage_weights(parts, *me.group);  // every rank evaluates the whole model
+          if (!run.end_epoch(epoch)) break;
         }
-        train_fashion_mnist(config, flags, strategy);
+        run.finish();
         return 0;
       },
       parallel::abandon_job);

@@ -45,6 +45,9 @@ using ModulePtr = std::shared_ptr<Module>;
 
 // A shared handle to a module implementation: nn::Linear holds a LinearImpl.
 // Copies share the module; `->` reaches its methods; `handle(x)` calls forward.
+// A holder is a ModulePtr wherever one is asked for (DDP, DataParallel,
+// pipeline stages), and a ModulePtr of the right kind becomes a holder:
+//   nn::Sequential seq(some_module_ptr);   // a clear error if it is not a Sequential
 template <typename Impl>
 class ModuleHolder {
  public:
@@ -53,10 +56,14 @@ class ModuleHolder {
   ModuleHolder(const typename Impl::Options& options) : impl_(std::make_shared<Impl>(options)) {}
   template <typename First, typename... Rest,
             typename = std::enable_if_t<!std::is_base_of_v<ModuleHolder, std::decay_t<First>> &&
-                                        !std::is_same_v<std::decay_t<First>, std::nullptr_t>>>
+                                        !std::is_same_v<std::decay_t<First>, std::nullptr_t> &&
+                                        !std::is_same_v<std::decay_t<First>, ModulePtr>>>
   explicit ModuleHolder(First&& first, Rest&&... rest)
       : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
   ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  ModuleHolder(const ModulePtr& module);  // defined below Module
+
+  operator ModulePtr() const { return impl_; }
 
   Impl* operator->() const { return impl_.get(); }
   Impl& operator*() const { return *impl_; }
@@ -186,5 +193,12 @@ class Cloneable : public Module {
     return copy;
   }
 };
+
+template <typename Impl>
+ModuleHolder<Impl>::ModuleHolder(const ModulePtr& module) : impl_(std::dynamic_pointer_cast<Impl>(module)) {
+  LOOM_CHECK(module != nullptr, "a module holder was given a null module");
+  LOOM_CHECK(impl_ != nullptr, "a ", module->type_name(), " module cannot be held by this holder: it holds "
+             "another kind of module");
+}
 
 }  // namespace loom::nn

@@ -56,12 +56,11 @@ class DataParallelImpl : public nn::Module {
 // A handle, as for layers: DataParallel dp(model, {Device::cuda(0), Device::cuda(1)}).
 class DataParallel : public nn::ModuleHolder<DataParallelImpl> {
  public:
-  using ModuleHolder::ModuleHolder;
+  DataParallel(std::nullptr_t) : ModuleHolder(nullptr) {}
+  DataParallel(std::shared_ptr<DataParallelImpl> impl) : ModuleHolder(std::move(impl)) {}
+  // `module`: what the user holds (nn::Sequential, a ModulePtr, ...).
   DataParallel(nn::ModulePtr module, std::vector<Device> devices)
       : ModuleHolder(std::make_shared<DataParallelImpl>(std::move(module), std::move(devices))) {}
-  template <typename Holder, typename = decltype(std::declval<Holder>().ptr())>
-  DataParallel(const Holder& module, std::vector<Device> devices)
-      : DataParallel(std::static_pointer_cast<nn::Module>(module.ptr()), std::move(devices)) {}
 };
 
 }  // namespace loom::parallel

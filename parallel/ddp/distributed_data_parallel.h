@@ -96,11 +96,9 @@ class DistributedDataParallel : public nn::ModuleHolder<DistributedDataParallelI
  public:
   DistributedDataParallel(std::nullptr_t) : ModuleHolder(nullptr) {}
   DistributedDataParallel(std::shared_ptr<DistributedDataParallelImpl> impl) : ModuleHolder(std::move(impl)) {}
+  // `module`: what the user holds (nn::Sequential, a ModulePtr, ...).
   DistributedDataParallel(nn::ModulePtr module, std::shared_ptr<ProcessGroup> group, DDPOptions options = {})
       : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(std::move(module), std::move(group), options)) {}
-  template <typename Holder, typename = decltype(std::declval<Holder>().ptr())>
-  DistributedDataParallel(const Holder& module, std::shared_ptr<ProcessGroup> group, DDPOptions options = {})
-      : DistributedDataParallel(std::static_pointer_cast<nn::Module>(module.ptr()), std::move(group), options) {}
 };
 
 }  // namespace loom::parallel

@@ -266,6 +266,17 @@ TEST(DataLoader, BadOptionsAndMisbehavingParts) {
                    "a target of shape [1]");
 }
 
+TEST(DataLoader, AnEpochCanStopEarly) {
+  DataLoader loader(numbered(10), {.batch_size = 3, .shuffle = true, .seed = 2, .num_workers = 2});
+  std::vector<std::vector<double>> whole, first_two;
+  for (Batch& b : loader.epoch(4)) whole.push_back(testing::values(b.target));
+  for (Batch& b : loader.epoch(4, 2)) first_two.push_back(testing::values(b.target));
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_EQ(first_two, std::vector<std::vector<double>>(whole.begin(), whole.begin() + 2));  // the same batches
+  EXPECT_EQ(loader.epoch(4, 0).size(), 0);
+  EXPECT_EQ(loader.epoch(4, 99).size(), 4);
+}
+
 TEST(DataLoader, DeviceIsAppliedToEveryBatch) {
   // On the CPU, batches arrive on the CPU (moving to CUDA is tested where a GPU is).
   DataLoader loader(numbered(6), {.batch_size = 4, .num_workers = 1, .device = Device::cpu()});

@@ -1,0 +1,114 @@
+// What the Fashion-MNIST examples share — the nouns of a training run: its
+// flags, data, model and optimizer, progress line, per-epoch evaluation,
+// checkpoint and metrics, and RESULT line. Each example writes its own
+// training loop with them, so that the single-device, DataParallel, DDP and
+// pipeline versions differ only where their strategies do:
+//
+//   FashionMnist run(config, flags, device);       // resumes when --resume says so
+//   for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
+//     for (auto& [x, y] : run.batches(epoch)) {
+//       Tensor loss = nn::functional::cross_entropy(run.model->forward(x), y);
+//       run.optimizer.zero_grad();
+//       loss.backward();
+//       run.optimizer.step();
+//       run.step_done(loss);                       // schedule, progress line, trace window
+//     }
+//     if (!run.end_epoch(epoch)) break;            // evaluate, report, commit checkpoint and metrics
+//   }
+//   run.finish();                                  // the RESULT line
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "data/dataloader.h"
+#include "examples/common/flags.h"
+#include "examples/common/progress.h"
+#include "examples/common/run_record.h"
+#include "nn/nn.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+#include "parallel/comm/process_group.h"
+
+namespace loom::examples {
+
+struct FashionMnistConfig {
+  std::string name = "fashion_mnist_cnn";  // names the outputs and the RESULT line
+  int epochs = 5, width = 32, workers = 2, log_every = 100;
+  int64_t batch_size = 128;  // global: summed over DataParallel replicas or DDP ranks
+  int64_t max_steps_per_epoch = 0, stop_after_epoch = 0;
+  double lr = 2e-3;
+  uint64_t seed = 0;
+  std::string device = "cpu", data_root;
+  std::string metrics, checkpoint;  // default: <name>.csv, <name>.safetensors
+  std::string trace;                // Chrome trace of a few steps (per rank: .rankN inserted); empty: none
+  bool resume = false;
+};
+
+// Registers the flags every version shares, with their valid ranges and scopes.
+void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& config);
+
+// How the ranks of a job share the work (the default: one process).
+struct Ranks {
+  std::shared_ptr<parallel::ProcessGroup> group;  // null: one process
+  // DDP: each rank reads its share of every global batch. A pipeline over
+  // ranks: every rank reads the whole batch (the first stage uses the
+  // images, the last the labels).
+  bool shard_batches = true;
+  int reporting_rank = 0;  // prints, writes metrics and checkpoints (a pipeline's last: it has the loss)
+  int64_t min_batch = 1;   // the fewest images a batch may have (a pipeline: one per micro-batch)
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+class FashionMnist {
+  // Declared first: what the public members are made from.
+  FashionMnistConfig config_;
+  Device device_;
+  Ranks ranks_;
+
+ public:
+  // Checks the settings and outputs, loads the data, builds the CNN on
+  // `device` and AdamW with a cosine schedule, and resumes from the
+  // checkpoint when config.resume (the same Run settings, or a clear error).
+  FashionMnist(FashionMnistConfig config, const Flags& flags, Device device, Ranks ranks = {});
+  ~FashionMnist();
+
+  nn::Sequential model;
+  optim::AdamW optimizer;
+
+  int64_t first_epoch() const { return progress_.epoch + 1; }
+  // This rank's batches of `epoch`, at most --max-steps-per-epoch of them.
+  data::Epoch batches(int64_t epoch) const { return train_.epoch(epoch, steps_per_epoch_); }
+  // After each optimizer step. `loss` may be undefined (a pipeline rank without it).
+  void step_done(const Tensor& loss);
+  // After each epoch: evaluates the model on the test set, averages the train
+  // loss over the ranks, reports, commits checkpoint and metrics. False when
+  // --stop-after-epoch says to stop here.
+  bool end_epoch(int64_t epoch);
+  // Evaluates if no epoch did (nothing was left to train), and prints RESULT.
+  void finish();
+
+ private:
+  bool reporting() const;
+
+  data::DataLoader train_, test_;
+  int64_t steps_per_epoch_ = 0;
+  std::optional<optim::CosineAnnealingLR> schedule_;
+  optim::TrainingProgress progress_;
+  std::unique_ptr<RunRecord> record_;
+  std::unique_ptr<Progress> bar_;
+  class StepTracer;
+  std::unique_ptr<StepTracer> tracer_;
+  Tensor loss_sum_;
+  std::chrono::steady_clock::time_point start_, epoch_start_;
+  std::optional<Evaluation> result_;
+  double samples_per_second_ = 0;
+};
+
+}  // namespace loom::examples
