@@ -4,6 +4,7 @@
 
 #include "autograd/gradcheck.h"
 #include "nn/nn.h"
+#include "tests/nn/layer_cases.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -86,17 +87,37 @@ TEST(NnGradcheck, Layers) {
   manual_seed(20);
   nn::Linear fc(4, 3);
   expect_module_gradcheck(*fc, leaf64({2, 5, 4}, 21));
-  nn::Conv2d conv({.in_channels = 2, .out_channels = 3, .kernel_size = 3, .stride = 2, .padding = 1});
-  expect_module_gradcheck(*conv, leaf64({2, 2, 5, 5}, 22));
-  nn::LayerNorm ln(6);
-  expect_module_gradcheck(*ln, leaf64({3, 6}, 23));
-  nn::BatchNorm2d bn(2);
-  expect_module_gradcheck(*bn, leaf64({3, 2, 2, 2}, 24));
   nn::LSTM lstm({.input_size = 3, .hidden_size = 2, .num_layers = 2, .batch_first = true});
   expect_module_gradcheck(*lstm, leaf64({2, 3, 3}, 25));
-  nn::CausalSelfAttention attn({.embed_dim = 4, .num_heads = 2});
-  expect_module_gradcheck(*attn, leaf64({2, 3, 4}, 26));
 }
+
+// Every layer of the shared table (layer_cases.h, which the GPU test also
+// runs): its input's and parameters' gradients in float64.
+class EveryLayer : public ::testing::TestWithParam<testing::LayerCase> {};
+
+TEST_P(EveryLayer, MatchesFiniteDifferences) {
+  const testing::LayerCase& c = GetParam();
+  manual_seed(3);
+  nn::ModulePtr m = c.make();
+  m->to(kFloat64);
+  if (c.eval) {  // running statistics that are not the initial ones, so eval mode uses them
+    NoGradGuard no_grad;
+    Generator g(5);
+    for (const Tensor& b : m->buffers())
+      if (is_floating(b.dtype())) b.copy_(uniform(b.shape(), 0.5, 1.5, {.dtype = kFloat64}, &g));
+    m->eval();
+  }
+  if (c.vocabulary > 0) {  // token ids: only the parameters have gradients
+    Generator g(7);
+    const Tensor ids = randint(0, c.vocabulary, c.input, {.dtype = kInt64}, &g);
+    expect_gradcheck([&](const TensorList&) { return m->forward(ids); }, m->parameters());
+    return;
+  }
+  expect_module_gradcheck(*m, leaf64(c.input, 7));
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, EveryLayer, ::testing::ValuesIn(testing::layer_cases()),
+                         [](const ::testing::TestParamInfo<testing::LayerCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace loom
