@@ -24,6 +24,7 @@
 #include "tensor/backend.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tensor/stopwatch.h"
 
 using namespace loom;
 using namespace loom::examples;
@@ -52,7 +53,7 @@ struct Trainer {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step(w);
     synchronize(device);
-    return 1000 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+    return 1000 * seconds_since(start) / steps;
   }
 };
 

@@ -16,6 +16,7 @@
 #include "examples/common/program.h"
 #include "optim/optimizer.h"
 #include "tensor/backend.h"
+#include "tensor/stopwatch.h"
 
 using namespace loom;
 using namespace loom::examples;
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
     Tensor loss;
     for (int i = 0; i < steps; ++i) loss = train_step();
     synchronize(device);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = seconds_since(start);
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "

@@ -11,6 +11,7 @@
 #include "examples/common/program.h"
 #include "examples/common/result.h"
 #include "tensor/ops.h"
+#include "tensor/stopwatch.h"
 
 using namespace loom;
 
@@ -71,7 +72,7 @@ int train(int argc, char** argv) {
     loss_value = loss.item();
     if (step == 1 || step % 100 == 0) std::printf("step %4d  loss %.4f\n", step, loss_value);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
 
   NoGradGuard no_grad;
   Tensor logits = matmul(tanh(matmul(tanh(matmul(x, w1) + b1), w2) + b2), w3) + b3;

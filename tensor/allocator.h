@@ -23,7 +23,29 @@ struct MemoryStats {
   int64_t peak_allocated_bytes = 0;  // high-water mark of allocated_bytes
   int64_t system_allocations = 0;    // calls to malloc/cudaMalloc so far
   int64_t system_frees = 0;
+
+  // The bookkeeping every allocator shares (under its own lock).
+  void allocated(size_t bytes) {
+    allocated_bytes += static_cast<int64_t>(bytes);
+    if (allocated_bytes > peak_allocated_bytes) peak_allocated_bytes = allocated_bytes;
+  }
+  void freed(size_t bytes) { allocated_bytes -= static_cast<int64_t>(bytes); }
+  void reset_peak() { peak_allocated_bytes = allocated_bytes; }
 };
+
+// The size classes of the caching allocators that keep free lists by size:
+// `nbytes` rounded up to a multiple of `min_block`, and at most 1/16 above
+// it (steps of a sixteenth of the largest power of two <= nbytes), so a few
+// classes serve every size with little waste.
+inline size_t size_class(size_t nbytes, size_t min_block) {
+  size_t step = min_block;
+  if (nbytes > 0) {
+    const size_t top = size_t{1} << (63 - __builtin_clzll(nbytes));
+    if (top / 16 > step) step = top / 16;
+  }
+  const size_t rounded = (nbytes + step - 1) / step * step;
+  return rounded < min_block ? min_block : rounded;
+}
 
 std::ostream& operator<<(std::ostream& out, const MemoryStats& stats);
 

@@ -21,21 +21,21 @@
 #include "parallel/trace.h"
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// Bytes of a tensor's elements, as a double for the byte counts of a step.
+double bytes_in(const Tensor& t) { return static_cast<double>(t.nbytes()); }
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using Clock = std::chrono::steady_clock;
 
 // The middle of three timings (or the middle element of any odd count).
 double median3(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-
-double bytes_of(const Tensor& t) { return static_cast<double>(t.numel()) * static_cast<double>(t.element_size()); }
 
 std::shared_ptr<nn::SequentialImpl> as_sequential(const nn::ModulePtr& m) {
   return std::dynamic_pointer_cast<nn::SequentialImpl>(m);
@@ -68,7 +68,7 @@ ChildTimes time_children(const Workload& w) {
     }
     t.forward_s.push_back(median3(fwd));
     t.backward_s.push_back(median3(bwd));
-    t.output_bytes.push_back(bytes_of(out));
+    t.output_bytes.push_back(bytes_in(out));
     x = out.detach();
   }
   return t;
@@ -225,10 +225,10 @@ Measurement run_dp(const Workload& w, const CompareConfig& c) {
   // Computed: parameters to N-1 replicas, gradients back, the batch scattered
   // and the outputs (and their gradients) gathered.
   double params = 0;
-  for (const Tensor& p : model->parameters()) params += bytes_of(p);
+  for (const Tensor& p : model->parameters()) params += bytes_in(p);
   Tensor out = model->forward(w.input.narrow(0, 0, 1));
   const double n = c.devices;
-  m.comm_bytes = 2 * (n - 1) * params + (n - 1) / n * (bytes_of(w.input) + 2 * bytes_of(out) * w.input.size(0));
+  m.comm_bytes = 2 * (n - 1) * params + (n - 1) / n * (bytes_in(w.input) + 2 * bytes_in(out) * w.input.size(0));
   return m;
 }
 
@@ -482,8 +482,8 @@ std::vector<int> balanced_cuts(const ChildTimes& t, int stages) {
 StagePlan plan_stages(const Workload& w, int stages) {
   StagePlan plan;
   Profile& p = plan.profile;
-  p.input_bytes = bytes_of(w.input);
-  for (const Tensor& t : w.model->parameters()) p.parameter_bytes += bytes_of(t);
+  p.input_bytes = bytes_in(w.input);
+  for (const Tensor& t : w.model->parameters()) p.parameter_bytes += bytes_in(t);
   auto seq = as_sequential(w.model);
   if (seq && static_cast<int>(seq->size()) >= stages) {
     const ChildTimes t = time_children(w);
@@ -520,7 +520,7 @@ StagePlan plan_stages(const Workload& w, int stages) {
     opt.step();
     synchronize(w.input.device());
     optimizer.push_back(seconds_since(start));
-    p.output_bytes = bytes_of(out);
+    p.output_bytes = bytes_in(out);
   }
   p.optimizer_s = median3(optimizer);
   if (p.stage_forward_s.empty()) {

@@ -9,6 +9,7 @@
 #include "nn/functional.h"
 #include "parallel/trace.h"
 #include "tensor/file_io.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::examples {
 
@@ -42,8 +43,6 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& c) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 int rank_of(const Ranks& r) { return r.group ? r.group->rank() : 0; }
 int world_of(const Ranks& r) { return r.group ? r.group->size() : 1; }

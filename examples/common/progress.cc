@@ -8,6 +8,7 @@
 
 #include "tensor/error.h"
 #include "tensor/file_io.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::examples {
 
@@ -27,7 +28,7 @@ Progress::Progress(int64_t total_steps, int64_t print_every, int64_t first_step)
 void Progress::update(int64_t step, double loss, double samples_per_second) {
   const bool due = terminal_ || step % every_ == 0 || step == total_;
   if (!due) return;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed = seconds_since(start_);
   const double per_step = step > first_step_ ? elapsed / (step - first_step_) : 0;
   std::printf("%sstep %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s", terminal_ ? "\r" : "",
               static_cast<long long>(step), static_cast<long long>(total_), loss, samples_per_second,

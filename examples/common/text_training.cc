@@ -7,6 +7,7 @@
 #include "examples/common/result.h"
 #include "nn/functional.h"
 #include "tensor/file_io.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::examples {
 
@@ -45,7 +46,7 @@ TextTrainingResult train_language_model(nn::Module& model, const data::CharDatas
   Generator batches(c.seed + 1);
   TextTrainingResult result;
   const auto start = std::chrono::steady_clock::now();
-  auto seconds_so_far = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto seconds_so_far = [&] { return seconds_since(start); };
   for (int64_t step = 1; step <= c.steps; ++step) {
     data::Batch b = random_windows(train, c.batch, batches, c.device);
     Tensor loss = next_token_loss(model.forward(b.input), b.target);

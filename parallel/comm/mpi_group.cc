@@ -421,7 +421,7 @@ class Driver {
     const Op& op = *p.op;
     MPI_Count bytes = 0;
     MPI_CHECK(MPI_Get_elements_x(&status, MPI_BYTE, &bytes));
-    const MPI_Count expected = sizeof(P2pHeader) + op.output.numel() * op.output.element_size();
+    const MPI_Count expected = sizeof(P2pHeader) + op.output.nbytes();
     if (bytes == expected) {
       MPI_Datatype type = message_type(&p.header, op.output.raw_data(), op.output.numel(),
                                        op.output.element_size());

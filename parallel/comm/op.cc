@@ -19,9 +19,9 @@ const char* op_kind_name(OpKind kind) {
 
 int64_t Op::payload_bytes() const {
   switch (kind) {
-    case OpKind::AllGather: return output.numel() * output.element_size();
+    case OpKind::AllGather: return static_cast<int64_t>(output.nbytes());
     case OpKind::Barrier: return 0;
-    default: return input.numel() * input.element_size();
+    default: return static_cast<int64_t>(input.nbytes());
   }
 }
 

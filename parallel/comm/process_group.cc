@@ -50,7 +50,7 @@ void check_reducible(OpKind kind, const Tensor& t, ReduceOp op) {
 bool overlap(const Tensor& a, const Tensor& b) {
   if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
   auto begin = [](const Tensor& t) { return static_cast<const char*>(t.raw_data()); };
-  auto end = [&](const Tensor& t) { return begin(t) + t.numel() * t.element_size(); };
+  auto end = [&](const Tensor& t) { return begin(t) + t.nbytes(); };
   return begin(a) < end(b) && begin(b) < end(a);
 }
 

@@ -35,8 +35,8 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out.str();
 }
 
-const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
-char* mutable_bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+const char* data_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+char* mutable_data_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 // memcpy, which must not see the null data of an empty tensor.
 void copy_bytes(void* dst, const void* src, size_t count) {
@@ -228,20 +228,20 @@ void ThreadGroup::collective(const Op& op, Clock::time_point deadline) {
       const size_t item = op.output.element_size();
       for (int q = 0; q < n; ++q)
         if (q != r)
-          copy_bytes(mutable_bytes_of(op.output) + first[q] * item,
-                      bytes_of(peers[q]->output) + first[q] * item, (first[q + 1] - first[q]) * item);
+          copy_bytes(mutable_data_of(op.output) + first[q] * item,
+                      data_of(peers[q]->output) + first[q] * item, (first[q + 1] - first[q]) * item);
       break;
     }
     case OpKind::Broadcast:
       if (r != op.peer)
-        copy_bytes(mutable_bytes_of(op.output), bytes_of(peers[op.peer]->input),
-                    op.output.numel() * op.output.element_size());
+        copy_bytes(mutable_data_of(op.output), data_of(peers[op.peer]->input),
+                    op.output.nbytes());
       break;
     case OpKind::AllGather: {
       std::vector<int64_t> at = offsets_of(split_counts(descriptors, op.kind));
       const size_t item = op.output.element_size();
       for (int q = 0; q < n; ++q)
-        copy_bytes(mutable_bytes_of(op.output) + at[q] * item, bytes_of(peers[q]->input),
+        copy_bytes(mutable_data_of(op.output) + at[q] * item, data_of(peers[q]->input),
                     (at[q + 1] - at[q]) * item);
       break;
     }
@@ -258,7 +258,7 @@ void ThreadGroup::collective(const Op& op, Clock::time_point deadline) {
 
 void ThreadGroup::send(const Op& op) {
   Message message{op.input.dtype(), op.input.numel(), {}};
-  message.bytes.assign(bytes_of(op.input), bytes_of(op.input) + op.input.numel() * op.input.element_size());
+  message.bytes.assign(data_of(op.input), data_of(op.input) + op.input.nbytes());
   {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     shared_->mailboxes[{rank(), op.peer, op.tag}].push_back(std::move(message));
@@ -290,7 +290,7 @@ void ThreadGroup::recv(const Op& op, Clock::time_point deadline) {
   LOOM_CHECK(message.dtype == op.output.dtype() && message.numel == op.output.numel(), op.where(),
              ": rank ", op.peer, " sent ", message.numel, " x ", message.dtype, ", but this recv expects ",
              op.output.numel(), " x ", op.output.dtype());
-  copy_bytes(mutable_bytes_of(op.output), message.bytes.data(), message.bytes.size());
+  copy_bytes(mutable_data_of(op.output), message.bytes.data(), message.bytes.size());
 }
 
 }  // namespace loom::parallel

@@ -10,7 +10,7 @@ std::vector<Bucket> plan_buckets(const TensorList& params, int64_t cap_bytes) {
   int64_t bucket_bytes = 0;
   for (size_t k = params.size(); k-- > 0;) {
     const Tensor& p = params[k];
-    const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+    const int64_t bytes = static_cast<int64_t>(p.nbytes());
     bool fits = false;
     if (!buckets.empty()) {
       const Tensor& first = params[buckets.back().front()];

@@ -7,6 +7,7 @@
 #include "parallel/trace.h"
 #include "tensor/creation.h"
 #include "tensor/error.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::parallel {
 
@@ -106,7 +107,7 @@ void Reducer::launch_ready_buckets() {
     pending_at_launch_[b] = gradients_pending_;
     works_[b] = group_->all_reduce(flat_[b], ReduceOp::Avg);
     stats_.allreduces += 1;
-    stats_.bytes += flat_[b].numel() * static_cast<int64_t>(flat_[b].element_size());
+    stats_.bytes += static_cast<int64_t>(flat_[b].nbytes());
   }
 }
 
@@ -147,7 +148,7 @@ void Reducer::finish_backward() {
       trace::record("allreduce bucket " + std::to_string(b), "communication", lane, launch_us_[b],
                     trace::to_us(works_[b]->completed_at()));
   }
-  stats_.exposed_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_begin).count();
+  stats_.exposed_wait_s += seconds_since(wait_begin);
   stats_.synced_backwards += 1;
 
   NoGradGuard no_grad;

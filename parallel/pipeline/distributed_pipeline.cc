@@ -1,5 +1,7 @@
 #include "parallel/pipeline/distributed_pipeline.h"
 
+#include "tensor/stopwatch.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -88,10 +90,6 @@ class GroupLinks : public StageLinks {
   int sends_lane_;
   std::vector<Send> sends_;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 }  // namespace
 

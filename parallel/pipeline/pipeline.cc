@@ -4,15 +4,9 @@
 
 #include "parallel/trace.h"
 #include "tensor/device_queue.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::parallel {
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const std::vector<int>& boundaries) {
   const int n = static_cast<int>(model->size());

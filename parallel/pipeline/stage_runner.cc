@@ -6,11 +6,11 @@
 
 #include "autograd/engine.h"
 #include "parallel/trace.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::parallel {
 namespace {
 
-int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 }  // namespace
 
@@ -38,7 +38,7 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
     const auto start = std::chrono::steady_clock::now();
     trace::Span span(name, "compute", lane, task.device);  // on a GPU: the GPU's time of the pass
     pass();
-    stats.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats.busy_seconds += seconds_since(start);
   };
   for (const Action& a : actions) {
     const int mb = a.micro_batch;
@@ -65,7 +65,7 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
       });
       if (!task.last) {
         Tensor sent = out.detach();
-        stats.bytes_sent += bytes_of(sent);
+        stats.bytes_sent += static_cast<int64_t>(sent.nbytes());
         links.send_activation(mb, sent);
       }
       stage_inputs[mb] = in;
@@ -90,7 +90,7 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
         const Tensor& input = stage_inputs.at(mb);
         // An input the stage's output does not depend on gets no gradient: send zeros.
         Tensor sent = input.grad().defined() ? input.grad() : zeros_like(input);
-        stats.bytes_sent += bytes_of(sent);
+        stats.bytes_sent += static_cast<int64_t>(sent.nbytes());
         links.send_gradient(mb, sent);
       }
       stage_inputs.erase(mb);

@@ -18,19 +18,11 @@ namespace {
 constexpr size_t kAlignment = 64;
 constexpr size_t kMaxCachedBytes = size_t{4} << 30;
 
-size_t size_class(size_t nbytes) {
-  size_t step = kAlignment;
-  if (nbytes > 1024) {
-    size_t top = size_t{1} << (63 - __builtin_clzll(nbytes));  // largest power of 2 <= nbytes
-    step = std::max(kAlignment, top / 16);
-  }
-  return (nbytes + step - 1) / step * step;
-}
 
 class CpuCachingAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
-    size_t bytes = size_class(nbytes);
+    size_t bytes = size_class(nbytes, kAlignment);
     std::lock_guard<std::mutex> lock(mutex_);
     void* ptr = nullptr;
     auto& list = free_[bytes];
@@ -48,15 +40,14 @@ class CpuCachingAllocator final : public Allocator {
                  " bytes on cpu (", stats_locked(), ")");
       ++stats_.system_allocations;
     }
-    stats_.allocated_bytes += bytes;
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    stats_.allocated(bytes);
     return ptr;
   }
 
   void deallocate(void* ptr, size_t nbytes) override {
-    size_t bytes = size_class(nbytes);
+    size_t bytes = size_class(nbytes, kAlignment);
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated_bytes -= bytes;
+    stats_.freed(bytes);
     if (cached_ + bytes > kMaxCachedBytes) {
       std::free(ptr);
       ++stats_.system_frees;
@@ -73,7 +64,7 @@ class CpuCachingAllocator final : public Allocator {
 
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.reset_peak();
   }
 
   void empty_cache() override {

@@ -278,7 +278,7 @@ void CpuBackend::ternary(TernaryOp op, const Tensor& a, const Tensor& b, const T
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   LOOM_INTERNAL_ASSERT(src.device().is_cpu() && dst.device().is_cpu());
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
-    if (src.numel() > 0) std::memcpy(dst.raw_data(), src.raw_data(), src.numel() * src.element_size());
+    if (src.numel() > 0) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
     return;
   }
   dispatch_all(src.dtype(), "copy", [&](auto src_tag) {

@@ -110,8 +110,7 @@ class CudaCachingAllocator final : public Allocator {
     split(block, size, pool);
     block->allocated = true;
     allocated_[block->ptr] = block;
-    stats_.allocated_bytes += static_cast<int64_t>(block->size);
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    stats_.allocated(block->size);
     return block->ptr;
   }
 
@@ -124,7 +123,7 @@ class CudaCachingAllocator final : public Allocator {
     Block* block = it->second;
     allocated_.erase(it);
     block->allocated = false;
-    stats_.allocated_bytes -= static_cast<int64_t>(block->size);
+    stats_.freed(block->size);
     if (!block->used_on.empty()) {
       // Other streams may still read or write the block: it is free only
       // once the work they have queued so far is done.
@@ -155,7 +154,7 @@ class CudaCachingAllocator final : public Allocator {
 
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.reset_peak();
   }
 
   void empty_cache() override {
@@ -189,9 +188,8 @@ class CudaCachingAllocator final : public Allocator {
                 " bytes) on cuda:", device_, " with caching off (", stats_, "): ", cudaGetErrorString(status));
     }
     ++stats_.system_allocations;
-    stats_.allocated_bytes += static_cast<int64_t>(nbytes);
+    stats_.allocated(nbytes);
     stats_.reserved_bytes += static_cast<int64_t>(nbytes);
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     return ptr;
   }
 
@@ -204,7 +202,7 @@ class CudaCachingAllocator final : public Allocator {
     if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
     if (previous >= 0 && previous != device_) cudaSetDevice(previous);
     ++stats_.system_frees;
-    stats_.allocated_bytes -= static_cast<int64_t>(nbytes);
+    stats_.freed(nbytes);
     stats_.reserved_bytes -= static_cast<int64_t>(nbytes);
   }
 

@@ -21,14 +21,13 @@
 namespace loom::cuda {
 namespace {
 
-size_t nbytes(const Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 bool dense_as(const Tensor& t, DType dtype) { return t.is_contiguous() && t.dtype() == dtype; }
 
 void copy_on_device(const Tensor& src, const Tensor& dst) {
   LaunchContext ctx(dst);
   if (dense_as(src, dst.dtype()) && dst.is_contiguous()) {
-    CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), nbytes(dst), cudaMemcpyDeviceToDevice, ctx.stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream));
     return;
   }
   convert_on_device(src, dst);
@@ -51,7 +50,7 @@ void copy_between_devices(const Tensor& src, const Tensor& dst) {
   {
     DeviceGuard guard(dst.device().index());
     CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data(), dst.device().index(), staged.raw_data(),
-                                   src.device().index(), nbytes(dst), to.handle()));
+                                   src.device().index(), dst.nbytes(), to.handle()));
   }
   Event done;
   done.record(to);
@@ -68,7 +67,7 @@ void copy_host_to_device(const Tensor& src, const Tensor& dst) {
   LaunchContext ctx(dst);
   Tensor landing =
       dense_as(dst, src.dtype()) ? dst : empty(src.shape(), {.dtype = src.dtype(), .device = dst.device()});
-  CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), nbytes(host), cudaMemcpyHostToDevice, ctx.stream));
+  CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, ctx.stream));
   // From pageable memory the call returns once the driver has its own copy;
   // from pinned memory the copy is still reading: keep the block from reuse.
   if (host.storage()->allocator() == &pinned_allocator())
@@ -84,7 +83,7 @@ void copy_device_to_host(const Tensor& src, const Tensor& dst) {
     convert_on_device(src, dense);
   }
   Tensor landing = dst.is_contiguous() ? dst : empty(dst.shape(), {.dtype = dst.dtype()});
-  CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), dense.raw_data(), nbytes(landing), cudaMemcpyDeviceToHost,
+  CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), dense.raw_data(), landing.nbytes(), cudaMemcpyDeviceToHost,
                              ctx.stream));
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   check_index_errors(ctx.device);

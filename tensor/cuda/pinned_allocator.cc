@@ -19,15 +19,6 @@ namespace {
 
 constexpr size_t kMinBlock = 512;
 
-// Size classes at most 1/16 above the request, as the host allocator's.
-size_t size_class(size_t nbytes) {
-  size_t step = kMinBlock;
-  if (nbytes > 8192) {
-    size_t top = size_t{1} << (63 - __builtin_clzll(nbytes));
-    step = std::max(kMinBlock, top / 16);
-  }
-  return std::max(kMinBlock, (nbytes + step - 1) / step * step);
-}
 
 struct PinnedBlock {
   size_t size = 0;
@@ -45,7 +36,7 @@ struct PendingEvent {
 class PinnedHostAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
-    const size_t size = size_class(nbytes);
+    const size_t size = size_class(nbytes, kMinBlock);
     std::lock_guard<std::mutex> lock(mutex_);
     process_events();
     void* ptr = nullptr;
@@ -71,8 +62,7 @@ class PinnedHostAllocator final : public Allocator {
     }
     PinnedBlock& block = blocks_[ptr];
     block.allocated = true;
-    stats_.allocated_bytes += static_cast<int64_t>(size);
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    stats_.allocated(size);
     return ptr;
   }
 
@@ -83,7 +73,7 @@ class PinnedHostAllocator final : public Allocator {
     if (it == blocks_.end() || !it->second.allocated) return;
     PinnedBlock& block = it->second;
     block.allocated = false;
-    stats_.allocated_bytes -= static_cast<int64_t>(block.size);
+    stats_.freed(block.size);
     int previous = -1;
     cudaGetDevice(&previous);
     for (const auto& [stream, device] : block.used_on) {
@@ -113,7 +103,7 @@ class PinnedHostAllocator final : public Allocator {
 
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.reset_peak();
   }
 
   void empty_cache() override {

@@ -145,7 +145,7 @@ __global__ void adaptive_avg_pool_backward_kernel(const T* dy, T* dx, Planes s) 
 }
 
 void zero(const Tensor& t, cudaStream_t stream) {
-  CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.numel() * t.element_size(), stream));
+  CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream));
 }
 
 }  // namespace

@@ -6,6 +6,21 @@
 namespace loom {
 namespace {
 
+// The size classes both host caching allocators use (hand-computed).
+TEST(SizeClass, AtMostASixteenthAboveTheRequestInBlocks) {
+  EXPECT_EQ(size_class(0, 64), 64u);
+  EXPECT_EQ(size_class(1, 64), 64u);
+  EXPECT_EQ(size_class(65, 64), 128u);
+  EXPECT_EQ(size_class(1024, 64), 1024u);  // 1024 / 16 = 64: steps of the block
+  EXPECT_EQ(size_class(1025, 64), 1088u);
+  EXPECT_EQ(size_class(5000, 64), 5120u);  // top 4096: steps of 256
+  EXPECT_EQ(size_class(5000, 512), 5120u);
+  EXPECT_EQ(size_class(100, 512), 512u);
+  EXPECT_EQ(size_class((1 << 20) + 1, 64), (1u << 20) + (1u << 16));
+  for (size_t n : {size_t{1} << 10, size_t{3000}, size_t{123457}, size_t{1} << 30})
+    EXPECT_LE(size_class(n, 64), n + n / 16 + 64) << n;  // never more than a sixteenth (plus a block) above
+}
+
 TEST(CpuAllocator, ReusesFreedBlocksOfTheSameSize) {
   empty_cache(Device::cpu());
   { Tensor warm = empty({1 << 20}); }
