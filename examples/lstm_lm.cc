@@ -52,17 +52,19 @@ int train(int argc, char** argv) {
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = seq,
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
                                               .metrics = metrics, .device = device};
-  const examples::TextTrainingResult result =
-      examples::train_language_model(*model, train, validation, training, [&](const Tensor& loss) {
-        opt.zero_grad();
-        loss.backward();
-        optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
-        opt.step();
-      });
-  examples::report_language_model(
-      "lstm_lm", corpus.vocab,
-      [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
-      sample_chars, training, result);
+  examples::TextRun run(training, *model, train, validation);
+  for (int64_t step = 1; step <= steps; ++step) {
+    auto [x, y] = run.next_batch();
+    Tensor loss = examples::next_token_loss(model->forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
+    opt.step();
+    run.step_done(step, loss);
+  }
+  run.finish("lstm_lm", corpus.vocab,
+             [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
+             sample_chars);
   return 0;
 }
 

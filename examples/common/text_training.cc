@@ -1,6 +1,5 @@
 #include "examples/common/text_training.h"
 
-#include <chrono>
 #include <cstdio>
 
 #include "examples/common/progress.h"
@@ -36,47 +35,47 @@ double estimate_loss(nn::Module& model, const LanguageModel& forward, const data
   return total / batches;
 }
 
-TextTrainingResult train_language_model(nn::Module& model, const data::CharDataset& train,
-                                        const data::CharDataset& validation, const TextTrainingConfig& c,
-                                        const std::function<void(const Tensor& loss)>& update) {
-  if (!c.metrics.empty()) AtomicFile::check_writable(c.metrics, "--metrics");  // before hours of training
-  auto forward = [&](const Tensor& idx) { return model.forward(idx); };
-  MetricsCsv csv(c.metrics, {"step", "train_loss", "val_loss", "tokens_per_s"});
-  Progress progress(c.steps, 50);
-  Generator batches(c.seed + 1);
-  TextTrainingResult result;
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds_so_far = [&] { return seconds_since(start); };
-  for (int64_t step = 1; step <= c.steps; ++step) {
-    data::Batch b = random_windows(train, c.batch, batches, c.device);
-    Tensor loss = next_token_loss(model.forward(b.input), b.target);
-    update(loss);
-    result.tokens_per_second = step * c.batch * c.block_size / seconds_so_far();
-    // Reading the loss synchronises a GPU: only when a line is printed.
-    if (step % 50 == 0) progress.update(step, loss.item(), result.tokens_per_second / c.block_size);
-    if (step % c.eval_every == 0 || step == c.steps) {
-      result.val_loss = estimate_loss(model, forward, validation, c.batch, c.eval_batches, c.device);
-      const double train_loss = estimate_loss(model, forward, train, c.batch, c.eval_batches, c.device);
-      progress.finish_line();
-      std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
-                  train_loss, result.val_loss, result.tokens_per_second);
-      csv.append({static_cast<double>(step), train_loss, result.val_loss, result.tokens_per_second});
-    }
-  }
-  result.seconds = seconds_so_far();
-  return result;
+TextRun::TextRun(TextTrainingConfig config, nn::Module& model, const data::CharDataset& train,
+                 const data::CharDataset& validation)
+    : config_(std::move(config)),
+      model_(model),
+      train_(train),
+      validation_(validation),
+      csv_(config_.metrics, {"step", "train_loss", "val_loss", "tokens_per_s"}),
+      progress_(config_.steps, 50),
+      batches_(config_.seed + 1) {
+  if (!config_.metrics.empty()) AtomicFile::check_writable(config_.metrics, "--metrics");  // before hours of training
 }
 
-void report_language_model(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars,
-                           const TextTrainingConfig& c, const TextTrainingResult& result) {
+data::Batch TextRun::next_batch() { return random_windows(train_, config_.batch, batches_, config_.device); }
+
+void TextRun::step_done(int64_t step, const Tensor& loss) {
+  const TextTrainingConfig& c = config_;
+  tokens_per_second_ = step * c.batch * c.block_size / watch_.seconds();
+  // Reading the loss waits for a GPU: only when a line is printed.
+  if (step % 50 == 0) progress_.update(step, loss.item(), tokens_per_second_ / c.block_size);
+  if (step % c.eval_every != 0 && step != c.steps) return;
+  auto forward = [&](const Tensor& idx) { return model_.forward(idx); };
+  val_loss_ = estimate_loss(model_, forward, validation_, c.batch, c.eval_batches, c.device);
+  const double train_loss = estimate_loss(model_, forward, train_, c.batch, c.eval_batches, c.device);
+  progress_.finish_line();
+  std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step), train_loss,
+              val_loss_, tokens_per_second_);
+  csv_.append({static_cast<double>(step), train_loss, val_loss_, tokens_per_second_});
+}
+
+void TextRun::finish(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars) {
+  const TextTrainingConfig& c = config_;
+  const double seconds = watch_.seconds();
+  model_.eval();
   Tensor prompt = full({1, 1}, static_cast<double>(vocab.encode("\n")[0]), {.dtype = kInt64, .device = c.device});
   Generator sampler(c.seed + 2);
   std::printf("---- sample ----%s\n----------------\n", vocab.decode(sample(prompt, chars, 0.8, &sampler)).c_str());
   print_result({{"example", name},
                 {"steps", c.steps},
-                {"val_loss", result.val_loss},
-                {"tokens_per_s", result.tokens_per_second},
-                {"seconds", result.seconds},
+                {"val_loss", val_loss_},
+                {"tokens_per_s", tokens_per_second_},
+                {"seconds", seconds},
                 {"device", c.device.str()}});
 }
 

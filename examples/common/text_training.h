@@ -1,6 +1,7 @@
 // Shared by the character-level examples (char_gpt, lstm_lm): random
 // (context, next tokens) windows of a corpus, as nanoGPT samples them, the
-// loss of next-token prediction, and the training loop itself.
+// loss of next-token prediction, and the nouns of a run (TextRun). Each
+// example writes its own training loop.
 #pragma once
 
 #include <functional>
@@ -8,7 +9,9 @@
 
 #include "data/char_dataset.h"
 #include "data/char_vocab.h"
+#include "examples/common/progress.h"
 #include "nn/module.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::examples {
 
@@ -34,25 +37,46 @@ struct TextTrainingConfig {
   Device device;
 };
 
-struct TextTrainingResult {
-  double val_loss = 0, tokens_per_second = 0, seconds = 0;
-};
-
-// Trains `model` (logits (B, T, V) from ids (B, T)) for config.steps steps of
-// random windows of `train`. `update(loss)` is the example's optimisation
-// step: zero the gradients, backward, clip, step its optimizers and
-// schedules. Every eval_every steps (and at the end) prints and records the
-// estimated train and validation losses.
-TextTrainingResult train_language_model(nn::Module& model, const data::CharDataset& train,
-                                        const data::CharDataset& validation, const TextTrainingConfig& config,
-                                        const std::function<void(const Tensor& loss)>& update);
-
 // Extends token ids (1, T) by `count` tokens at `temperature`, drawing from `generator`.
 using Sampler = std::function<Tensor(const Tensor& idx, int64_t count, double temperature, Generator* generator)>;
 
-// The end of a run: `chars` characters sampled after a newline (temperature
-// 0.8, seed + 2), then the RESULT line of example `name`.
-void report_language_model(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars,
-                           const TextTrainingConfig& config, const TextTrainingResult& result);
+// The nouns of a character model's training run, so that each example
+// writes its own loop:
+//
+//   TextRun run(config, *model, train, validation);   // checks --metrics before any work
+//   for (int64_t step = 1; step <= config.steps; ++step) {
+//     auto [x, y] = run.next_batch();                  // random windows, as nanoGPT draws them
+//     Tensor loss = next_token_loss(model->forward(x), y);
+//     opt.zero_grad();
+//     loss.backward();
+//     opt.step();
+//     run.step_done(step, loss);                       // progress; every eval_every steps the estimates
+//   }
+//   run.finish("char_gpt", vocab, sample, 400);         // a generated sample, then RESULT
+class TextRun {
+ public:
+  TextRun(TextTrainingConfig config, nn::Module& model, const data::CharDataset& train,
+          const data::CharDataset& validation);
+
+  data::Batch next_batch();
+  // After step `step` (1-based): the progress line, and every eval_every
+  // steps (and at the last) the estimated train and validation losses,
+  // printed and added to the metrics CSV.
+  void step_done(int64_t step, const Tensor& loss);
+  // `chars` characters sampled after a newline (temperature 0.8, seed + 2),
+  // then the RESULT line of example `name`.
+  void finish(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars);
+
+ private:
+  TextTrainingConfig config_;
+  nn::Module& model_;
+  const data::CharDataset& train_;
+  const data::CharDataset& validation_;
+  MetricsCsv csv_;
+  Progress progress_;
+  Generator batches_;
+  Stopwatch watch_;
+  double val_loss_ = 0, tokens_per_second_ = 0;
+};
 
 }  // namespace loom::examples
