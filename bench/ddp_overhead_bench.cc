@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
       parallel::DistributedDataParallel ddp_view(view_copy, group, {.gradient_as_bucket_view = true});
       std::vector<Trainer> variants;  // the bare model, DDP, DDP with gradients as bucket views
       variants.push_back({w.model, adamw(w.model)});
-      variants.push_back({ddp.ptr(), adamw(copy)});
-      variants.push_back({ddp_view.ptr(), adamw(view_copy), /*set_to_none=*/false});
+      variants.push_back({ddp, adamw(copy)});
+      variants.push_back({ddp_view, adamw(view_copy), /*set_to_none=*/false});
       for (Trainer& t : variants) t.time(w, 2, device);  // warm up: allocator caches, buckets
 
       // Each round runs every variant, starting with a different one.

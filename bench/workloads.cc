@@ -18,13 +18,13 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
   w.name = name;
   w.loss = classification_loss;
   if (name == "cnn") {
-    w.model = models::fashion_cnn().ptr();
+    w.model = models::fashion_cnn();
     w.input = randn({256, 1, 28, 28}, {.device = device});
     w.target = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
   } else if (name == "gpt") {
     const models::GPTConfig c = gpu ? models::GPTConfig{65, 256, 6, 6, 384} : models::GPTConfig{65, 64, 2, 4, 128};
     const int64_t batch = gpu ? 64 : 8;
-    w.model = models::GPT(c).ptr();
+    w.model = models::GPT(c);
     w.input = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
     w.target = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
     w.loss = [vocab = c.vocab_size](const Tensor& logits, const Tensor& targets) {
@@ -33,7 +33,7 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
     w.tokens_per_step = batch * c.block_size;
   } else if (name == "lstm") {
     const int64_t hidden = gpu ? 512 : 128;
-    w.model = models::LSTMClassifier({.input_size = 64, .hidden_size = hidden, .num_layers = 2, .classes = 10}).ptr();
+    w.model = models::LSTMClassifier({.input_size = 64, .hidden_size = hidden, .num_layers = 2, .classes = 10});
     w.input = randn({64, 64, 64}, {.device = device});
     w.target = randint(0, 10, {64}, {.dtype = kInt64, .device = device});
   } else if (name == "mlp") {
@@ -45,7 +45,7 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
       net->push_back(nn::ReLU());
     }
     net->push_back(nn::Linear(mlp.hidden, 10));
-    w.model = net.ptr();
+    w.model = net;
     w.input = randn({mlp.batch, 512}, {.device = device});
     w.target = randint(0, 10, {mlp.batch}, {.dtype = kInt64, .device = device});
   } else {

@@ -215,7 +215,7 @@ TEST(LSTM, StepMatchesTheGateEquations) {
 TEST(LSTM, BatchFirstAndInitialState) {
   manual_seed(13);
   nn::LSTM seq_first({.input_size = 4, .hidden_size = 3, .num_layers = 2});
-  auto batch_first = std::static_pointer_cast<nn::LSTMImpl>(seq_first->clone());
+  nn::LSTM batch_first(seq_first->clone());
   batch_first->options.batch_first = true;
   Tensor x = randn({5, 2, 4});  // (T, B, F)
   nn::LSTMState state{randn({2, 2, 3}), randn({2, 2, 3})};

@@ -132,6 +132,18 @@ TEST(StateDict, RoundTripAndStrictErrors) {
   EXPECT_EQ(b->state_dict()[0].second.item(), 2.5);
 }
 
+// What users hold passes where a ModulePtr is asked for, and a ModulePtr of
+// the right kind becomes a holder again; the wrong kind is a clear error.
+TEST(ModuleHolder, ConvertsToAndFromModulePtr) {
+  nn::Linear fc(2, 3);
+  nn::ModulePtr p = fc;
+  EXPECT_EQ(p.get(), fc.ptr().get());
+  nn::Linear back(p);
+  EXPECT_EQ(back.ptr(), fc.ptr());
+  EXPECT_THROW_MSG(nn::Sequential{p}, "a Linear module cannot be held by this holder");
+  EXPECT_THROW_MSG(nn::Linear{nn::ModulePtr()}, "a module holder was given a null module");
+}
+
 TEST(Clone, IsADeepCopyWithTheSameOutputs) {
   manual_seed(3);
   TinyGpt model;

@@ -92,7 +92,7 @@ TEST(DataParallel, InputGradientMatchesSingleDevice) {
 
 TEST(DataParallel, SmallBatchUsesFewerReplicasAndErrorsPropagate) {
   nn::Linear fc(3, 2);
-  parallel::DataParallel dp(fc.ptr(), {Device::cpu(), Device::cpu(), Device::cpu()});
+  parallel::DataParallel dp(fc, {Device::cpu(), Device::cpu(), Device::cpu()});
   EXPECT_EQ(dp->forward(randn({2, 3})).shape(), (Shape{2, 2}));
   EXPECT_THROW_MSG(dp->forward(randn({6, 4})), "linear: input of shape [2, 4] does not end in the weight's in_features 3");
   EXPECT_EQ(dp->named_parameters()[0].first, "module.weight");

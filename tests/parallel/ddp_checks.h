@@ -42,7 +42,7 @@ inline std::pair<nn::ModulePtr, nn::ModulePtr> ddp_models(int rank, const DdpCas
     for (const Tensor& t : local->buffers())
       if (t.dtype() == c.dtype) t.fill_(3.0 * rank);
   }
-  return {net.ptr(), local};
+  return {net, local};
 }
 
 // Four Adam steps on a global batch of 12 (each rank takes its contiguous

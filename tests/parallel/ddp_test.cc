@@ -103,7 +103,7 @@ TwoHeadsModels two_heads(int rank) {
 
 TEST(DistributedDataParallel, UnusedParametersAreNamed) {
   testing::run_prepared_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
-    DistributedDataParallel ddp(std::static_pointer_cast<nn::Module>(m.local), group);
+    DistributedDataParallel ddp(m.local, group);
     const char* unused = group->rank() == 0 ? "'b.weight', 'b.bias'" : "'a.weight', 'a.bias'";
     EXPECT_THROW_MSG(ddp->forward(randn({4, 3})).sum().backward(), unused);
   });
@@ -113,7 +113,7 @@ TEST(DistributedDataParallel, UnusedParametersAreNamed) {
 // gradient over the world size (the other rank contributes zero).
 TEST(DistributedDataParallel, FindUnusedParametersAveragesWithZeros) {
   testing::run_prepared_ranks<TwoHeadsModels>(2, two_heads, [](const std::shared_ptr<ProcessGroup>& group, TwoHeadsModels& m) {
-    DistributedDataParallel ddp(std::static_pointer_cast<nn::Module>(m.local), group,
+    DistributedDataParallel ddp(m.local, group,
                                 {.find_unused_parameters = true});
     Generator gen(3);
     Tensor x0 = randn({4, 3}, {}, &gen), x1 = randn({4, 3}, {}, &gen);

@@ -122,7 +122,7 @@ TEST(DistributedPipeline, AFailingStageEndsItsNeighbourWithATimeout) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
-      nn::ModulePtr stage = r == 0 ? nn::Linear(4, 3).ptr() : nn::Linear(5, 2).ptr();  // 3 != 5
+      nn::ModulePtr stage = r == 0 ? nn::Linear(4, 3) : nn::Linear(5, 2);  // 3 != 5
       DistributedPipeline pipe(stage, groups[r], {.micro_batches = 2});
       try {
         pipe.train_step(ones({4, 4}), zeros({4}), testing::sum_loss);
@@ -138,10 +138,10 @@ TEST(DistributedPipeline, AFailingStageEndsItsNeighbourWithATimeout) {
 
 TEST(DistributedPipeline, RejectsBadArguments) {
   auto group = ThreadGroup::create(1, testing::test_options())[0];
-  EXPECT_THROW_MSG(DistributedPipeline(nn::Linear(2, 2).ptr(), group, {.micro_batches = 0}),
+  EXPECT_THROW_MSG(DistributedPipeline(nn::Linear(2, 2), group, {.micro_batches = 0}),
                    "micro_batches must be in [1, 16384], got 0");
   EXPECT_THROW_MSG(DistributedPipeline(nullptr, group), "needs a stage and a process group");
-  DistributedPipeline pipe(nn::Linear(2, 2).ptr(), group, {.micro_batches = 3});
+  DistributedPipeline pipe(nn::Linear(2, 2), group, {.micro_batches = 3});
   EXPECT_THROW_MSG(pipe.train_step(Tensor(), zeros({4}), testing::sum_loss),
                    "DistributedPipeline (rank 0's inputs): a batch of 0 cannot make 3 micro-batches");
   EXPECT_THROW_MSG(pipe.train_step(ones({4, 2}), zeros({2}), testing::sum_loss),

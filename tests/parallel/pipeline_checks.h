@@ -40,7 +40,7 @@ inline std::pair<nn::Sequential, nn::Sequential> pipeline_models(Device device =
   nn::Sequential reference = make_pipeline_net();
   reference->to(kFloat64);
   reference->to(device);
-  return {reference, nn::Sequential(std::static_pointer_cast<nn::SequentialImpl>(reference->clone()))};
+  return {reference, nn::Sequential(reference->clone())};
 }
 
 // Three SGD-with-momentum steps of the reference on whole batches, side by

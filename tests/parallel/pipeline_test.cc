@@ -109,7 +109,7 @@ TEST(PipelineBubble, MeasuredIdleFractionMatchesTheory) {
 }
 
 TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
-  parallel::Pipeline pipe({nn::Linear(4, 3).ptr(), nn::Linear(5, 2).ptr()}, {Device::cpu(), Device::cpu()},
+  parallel::Pipeline pipe({nn::Linear(4, 3), nn::Linear(5, 2)}, {Device::cpu(), Device::cpu()},
                           {.micro_batches = 2});
   EXPECT_THROW_MSG(pipe.train_step(ones({4, 4}), zeros({4}), sum_loss), "does not end in the weight's in_features 5");
   EXPECT_THROW_MSG(pipe.train_step(ones({1, 4}), zeros({1}), sum_loss), "a batch of 1 cannot make 2 micro-batches");
@@ -142,8 +142,8 @@ TEST(LayerSplitCuda, AcrossCpuAndGpuEqualsSingleDevice) {
 TEST(LayerSplit, EqualsSingleDevice) {
   manual_seed(8);
   nn::Sequential single = parallel::testing::make_pipeline_net();
-  auto copy = std::static_pointer_cast<nn::SequentialImpl>(single->clone());
-  parallel::LayerSplit split(parallel::split_sequential(nn::Sequential(copy), {3, 6}),
+  nn::Sequential copy(single->clone());
+  parallel::LayerSplit split(parallel::split_sequential(copy, {3, 6}),
                              {Device::cpu(), Device::cpu(), Device::cpu()});
   Tensor x = randn({5, 6});
   single->forward(x).square().sum().backward();
