@@ -23,6 +23,9 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return backward_(grad_outputs);
 }
 
+// The highest sequence number: the engine runs the newest node first, so a
+// leaf's gradient is accumulated (and its hooks fire, which DDP's buckets wait
+// for) as soon as every gradient flowing into it is in, ahead of older nodes.
 AccumulateGrad::AccumulateGrad(Tensor leaf)
     : Node({}, UINT64_MAX), leaf_(std::move(leaf)) {
   add_output(leaf_);

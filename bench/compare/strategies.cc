@@ -17,6 +17,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/pipeline/distributed_pipeline.h"
+#include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/trace.h"
 #include "tensor/allocator.h"

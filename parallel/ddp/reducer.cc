@@ -100,15 +100,36 @@ void Reducer::on_gradient_ready(size_t k) {
   if (--pending_[slots_[k].bucket] == 0) launch_ready_buckets();
 }
 
+// Buckets are averaged in order, each as soon as it and those before it are full.
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
     const size_t b = next_bucket_++;
-    launch_us_[b] = trace::now_us();
-    pending_at_launch_[b] = gradients_pending_;
     works_[b] = group_->all_reduce(flat_[b], ReduceOp::Avg);
-    stats_.allreduces += 1;
-    stats_.bytes += static_cast<int64_t>(flat_[b].nbytes());
+    note_launch(b);
   }
+}
+
+void Reducer::note_launch(size_t b) {
+  launch_us_[b] = trace::now_us();
+  pending_at_launch_[b] = gradients_pending_;
+  stats_.allreduces += 1;
+  stats_.bytes += static_cast<int64_t>(flat_[b].nbytes());
+}
+
+// The wait is the communication backward could not hide; each bucket's
+// all-reduce is a span on the rank's communication lane.
+void Reducer::wait_for_buckets() {
+  const bool tracing = trace::enabled();
+  const int lane = tracing ? trace::lane("rank" + std::to_string(group_->rank()) + "/comm") : 0;
+  const Stopwatch waited;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    works_[b]->wait();
+    if (tracing)
+      trace::record("allreduce bucket " + std::to_string(b), "communication", lane, launch_us_[b],
+                    trace::to_us(works_[b]->completed_at()));
+  }
+  stats_.exposed_wait_s += waited.seconds();
+  stats_.synced_backwards += 1;
 }
 
 std::string Reducer::missing_gradients() const {
@@ -139,17 +160,7 @@ void Reducer::finish_backward() {
   }
   LOOM_INTERNAL_ASSERT(next_bucket_ == buckets_.size(), "Reducer: not every bucket was issued");
 
-  const bool tracing = trace::enabled();
-  const int lane = tracing ? trace::lane("rank" + std::to_string(group_->rank()) + "/comm") : 0;
-  const auto wait_begin = std::chrono::steady_clock::now();
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    works_[b]->wait();
-    if (tracing)
-      trace::record("allreduce bucket " + std::to_string(b), "communication", lane, launch_us_[b],
-                    trace::to_us(works_[b]->completed_at()));
-  }
-  stats_.exposed_wait_s += seconds_since(wait_begin);
-  stats_.synced_backwards += 1;
+  wait_for_buckets();
 
   NoGradGuard no_grad;
   for (size_t k = 0; k < params_.size(); ++k) {

@@ -70,6 +70,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void install_hooks();
   void on_gradient_ready(size_t param);
   void launch_ready_buckets();
+  void note_launch(size_t bucket);  // statistics and the trace's start of its span
+  void wait_for_buckets();
   void finish_backward();
   void reset_step();
   std::string missing_gradients() const;

@@ -1,12 +1,10 @@
 #include "parallel/pipeline/distributed_pipeline.h"
 
-#include "tensor/stopwatch.h"
-
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "parallel/trace.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::parallel {
 namespace {
@@ -26,10 +24,22 @@ constexpr int kMaxMicroBatches = (ProcessGroup::kMaxTag + 1) / 2;
 // tracing, each appears on the rank's communication lane from issue to completion.
 class GroupLinks : public StageLinks {
  public:
-  GroupLinks(ProcessGroup& group, Device device, int sends_lane)
-      : group_(group), device_(device), sends_lane_(sends_lane) {}
+  GroupLinks(ProcessGroup& group, Device device, int lane, int sends_lane)
+      : StageLinks(lane), group_(group), device_(device), sends_lane_(sends_lane) {}
 
-  Tensor receive_activation(int mb) override {
+  void wait_for_sends() {
+    const bool tracing = trace::enabled();
+    for (const Send& send : sends_) {
+      send.work->wait();
+      if (tracing)
+        trace::record(send.what + std::to_string(send.micro_batch), "communication", sends_lane_, send.issued_us,
+                      trace::to_us(send.work->completed_at()));
+    }
+    sends_.clear();
+  }
+
+ protected:
+  Tensor take_activation(int mb) override {
     Tensor header = empty({kHeaderLength}, {.dtype = kInt64});
     group_.recv(header, previous(), activation_tag(mb))->wait();
     const int64_t* h = header.data_ptr<int64_t>();
@@ -42,7 +52,7 @@ class GroupLinks : public StageLinks {
     return activation;
   }
 
-  void send_activation(int mb, const Tensor& activation) override {
+  void put_activation(int mb, const Tensor& activation) override {
     LOOM_CHECK(activation.dim() <= kMaxDims, "DistributedPipeline: rank ", group_.rank(), " sends a ",
                activation.dim(), "-d activation; at most ", kMaxDims, " dims travel between stages");
     std::vector<int64_t> header(kHeaderLength, 0);
@@ -54,25 +64,14 @@ class GroupLinks : public StageLinks {
     sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), next(), activation_tag(mb))});
   }
 
-  Tensor receive_gradient(int mb, const Tensor& output) override {
+  Tensor take_gradient(int mb, const Tensor& output) override {
     Tensor gradient = empty(output.shape(), {.dtype = output.dtype(), .device = output.device()});
     group_.recv(gradient, next(), gradient_tag(mb))->wait();
     return gradient;
   }
 
-  void send_gradient(int mb, const Tensor& gradient) override {
+  void put_gradient(int mb, const Tensor& gradient) override {
     sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), previous(), gradient_tag(mb))});
-  }
-
-  void wait_for_sends() {
-    const bool tracing = trace::enabled();
-    for (const Send& send : sends_) {
-      send.work->wait();
-      if (tracing)
-        trace::record(send.what + std::to_string(send.micro_batch), "communication", sends_lane_, send.issued_us,
-                      trace::to_us(send.work->completed_at()));
-    }
-    sends_.clear();
   }
 
  private:
@@ -115,14 +114,14 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
   if (last) targets = split_micro_batches(y, m, "DistributedPipeline (the last rank's targets)");
   std::vector<Tensor> losses(last ? m : 0);
 
-  StageTask task{.module = stage_.get(), .device = device_, .first = first, .last = last, .inputs = &inputs,
-                 .targets = &targets, .loss = &loss, .batch = last ? y.size(0) : 0, .losses = &losses,
-                 .lane = lane_};
-  GroupLinks links(*group_, device_, sends_lane_);
-  const auto start = std::chrono::steady_clock::now();
+  StageTask task{.module = *stage_, .device = device_, .lane = lane_};
+  if (first) task.first.emplace(FirstStage{inputs});
+  if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
+  GroupLinks links(*group_, device_, lane_, sends_lane_);
+  const Stopwatch watch;
   stats_ = run_stage(actions(), task, links);
   links.wait_for_sends();
-  step_seconds_ = seconds_since(start);
+  step_seconds_ = watch.seconds();
   stats_.idle_fraction = std::max(0.0, 1 - stats_.busy_seconds / step_seconds_);
   return last ? sum_losses(losses) : Tensor();
 }
@@ -132,7 +131,7 @@ Tensor DistributedPipeline::forward(const Tensor& x) {
   const bool first = rank_ == 0, last = rank_ == stages_ - 1;
   TensorList inputs;
   if (first) inputs = split_micro_batches(x, options_.micro_batches, "DistributedPipeline::forward (rank 0's inputs)");
-  GroupLinks links(*group_, device_, sends_lane_);
+  GroupLinks links(*group_, device_, lane_, sends_lane_);
   TensorList outputs;
   for (int mb = 0; mb < options_.micro_batches; ++mb) {
     Tensor out = stage_->forward(first ? inputs[mb].to(device_) : links.receive_activation(mb));

@@ -53,12 +53,14 @@ namespace {
 class MailboxLinks : public StageLinks {
  public:
   MailboxLinks(std::vector<Mailbox>& activations, std::vector<Mailbox>& gradients, const std::vector<Device>& devices,
-               int stage)
-      : activations_(activations), gradients_(gradients), devices_(devices), s_(stage) {}
-  Tensor receive_activation(int mb) override { return activations_[s_ - 1].take(mb); }
-  void send_activation(int mb, const Tensor& a) override { activations_[s_].put(mb, a.to(devices_[s_ + 1])); }
-  Tensor receive_gradient(int mb, const Tensor&) override { return gradients_[s_].take(mb); }
-  void send_gradient(int mb, const Tensor& g) override { gradients_[s_ - 1].put(mb, g.to(devices_[s_ - 1])); }
+               int stage, int lane)
+      : StageLinks(lane), activations_(activations), gradients_(gradients), devices_(devices), s_(stage) {}
+
+ protected:
+  Tensor take_activation(int mb) override { return activations_[s_ - 1].take(mb); }
+  void put_activation(int mb, const Tensor& a) override { activations_[s_].put(mb, a.to(devices_[s_ + 1])); }
+  Tensor take_gradient(int mb, const Tensor&) override { return gradients_[s_].take(mb); }
+  void put_gradient(int mb, const Tensor& g) override { gradients_[s_ - 1].put(mb, g.to(devices_[s_ - 1])); }
 
  private:
   std::vector<Mailbox>& activations_;  // [s]: from stage s to s + 1
@@ -90,10 +92,10 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
     inputs_ready[s].wait_here();
     used_here(x);
     used_here(y);
-    StageTask task{.module = stages_[s].get(), .device = devices_[s], .first = s == 0, .last = s == last,
-                   .inputs = &inputs, .targets = &targets, .loss = &loss, .batch = x.size(0), .losses = &losses,
-                   .lane = lanes_[s]};
-    MailboxLinks links(activations_, gradients_, devices_, s);
+    StageTask task{.module = *stages_[s], .device = devices_[s], .lane = lanes_[s]};
+    if (s == 0) task.first.emplace(FirstStage{inputs});
+    if (s == last) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
+    MailboxLinks links(activations_, gradients_, devices_, s, lanes_[s]);
     try {
       stats_.stages[s] = run_stage(schedule_[s], task, links);
       stage_done[s] = DeviceMark::here(devices_[s]);
@@ -118,32 +120,14 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
 Tensor Pipeline::forward(const Tensor& x) {
   NoGradGuard no_grad;
   TensorList outputs;
-  for (const Tensor& part : chunk(x, std::min<int64_t>(options_.micro_batches, x.size(0)), 0)) {
+  // The same micro-batches as train_step's (fewer when the batch is smaller).
+  const int m = static_cast<int>(std::min<int64_t>(options_.micro_batches, x.size(0)));
+  for (const Tensor& part : split_micro_batches(x, m, "Pipeline::forward")) {
     Tensor h = part;
     for (size_t s = 0; s < stages_.size(); ++s) h = stages_[s]->forward(h.to(devices_[s]));
     outputs.push_back(h);
   }
   return cat(outputs, 0);
-}
-
-LayerSplitImpl::LayerSplitImpl(std::vector<nn::ModulePtr> stages, std::vector<Device> devices)
-    : Module("LayerSplit"), stages_(std::move(stages)), devices_(std::move(devices)) {
-  LOOM_CHECK(!stages_.empty() && stages_.size() == devices_.size(), "LayerSplit: got ", stages_.size(),
-             " stages for ", devices_.size(), " devices");
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    stages_[s]->to(devices_[s]);
-    register_module(std::to_string(s), stages_[s]);
-    lanes_.push_back(trace::lane("layer split " + devices_[s].str()));
-  }
-}
-
-Tensor LayerSplitImpl::forward(const Tensor& x) {
-  Tensor h = x;
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    trace::Span span("forward", "compute", lanes_[s]);
-    h = stages_[s]->forward(h.to(devices_[s]));  // the copy is recorded: gradients go back the same way
-  }
-  return h;
 }
 
 }  // namespace loom::parallel

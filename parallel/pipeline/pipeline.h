@@ -73,27 +73,4 @@ class Pipeline {
   PipelineStats stats_;
 };
 
-// Layer-split model parallelism: the stages run one after another on the
-// calling thread, each on its device; activations move forward and
-// gradients backward across devices through Tensor::to (autograd records
-// the copies). No micro-batches: one device works at a time.
-class LayerSplitImpl : public nn::Module {
- public:
-  LayerSplitImpl(std::vector<nn::ModulePtr> stages, std::vector<Device> devices);
-  Tensor forward(const Tensor& x) override;
-  const std::vector<Device>& devices() const { return devices_; }
-
- private:
-  std::vector<nn::ModulePtr> stages_;
-  std::vector<Device> devices_;
-  std::vector<int> lanes_;  // each stage's trace lane
-};
-
-class LayerSplit : public nn::ModuleHolder<LayerSplitImpl> {
- public:
-  using ModuleHolder::ModuleHolder;
-  LayerSplit(std::vector<nn::ModulePtr> stages, std::vector<Device> devices)
-      : ModuleHolder(std::make_shared<LayerSplitImpl>(std::move(stages), std::move(devices))) {}
-};
-
 }  // namespace loom::parallel

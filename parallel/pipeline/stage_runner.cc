@@ -1,7 +1,6 @@
 #include "parallel/pipeline/stage_runner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 
 #include "autograd/engine.h"
@@ -9,10 +8,6 @@
 #include "tensor/stopwatch.h"
 
 namespace loom::parallel {
-namespace {
-
-
-}  // namespace
 
 TensorList split_micro_batches(const Tensor& batch, int micro_batches, const char* who) {
   LOOM_CHECK(batch.defined() && batch.dim() >= 1 && batch.size(0) >= micro_batches, who, ": a batch of ",
@@ -29,74 +24,97 @@ Tensor sum_losses(const std::vector<Tensor>& losses) {
   return total;
 }
 
+Tensor StageLinks::receive_activation(int micro_batch) {
+  trace::Span wait("wait activation", "idle", lane_);
+  return take_activation(micro_batch);
+}
+
+void StageLinks::send_activation(int micro_batch, const Tensor& activation) {
+  bytes_sent_ += static_cast<int64_t>(activation.nbytes());
+  put_activation(micro_batch, activation);
+}
+
+Tensor StageLinks::receive_gradient(int micro_batch, const Tensor& output) {
+  trace::Span wait("wait gradient", "idle", lane_);
+  return take_gradient(micro_batch, output);
+}
+
+void StageLinks::send_gradient(int micro_batch, const Tensor& gradient) {
+  bytes_sent_ += static_cast<int64_t>(gradient.nbytes());
+  put_gradient(micro_batch, gradient);
+}
+
+namespace {
+
+// A forward or backward pass of one micro-batch, for its scope: a span in the
+// trace (on a GPU, the GPU's time), and the stage's busy time.
+class TimedPass {
+ public:
+  TimedPass(const char* name, const StageTask& task, StageStats& stats)
+      : span_(name, "compute", task.lane, task.device), stats_(stats) {}
+  ~TimedPass() { stats_.busy_seconds += watch_.seconds(); }
+
+ private:
+  trace::Span span_;
+  StageStats& stats_;
+  Stopwatch watch_;
+};
+
+// The last stage's loss of micro-batch `mb`, weighted by its share of the
+// batch so that the micro-batches' losses add up to the batch's.
+Tensor weighted_loss(const LastStage& last, const Tensor& output, int mb, Device device) {
+  const Tensor& target = last.targets[mb];
+  LOOM_CHECK(output.size(0) == target.size(0), "pipeline: micro-batch ", mb, " has ", output.size(0),
+             " samples but its targets have ", target.size(0));
+  const double share = static_cast<double>(target.size(0)) / last.batch;
+  Tensor loss = last.loss(output, target.to(device)) * share;
+  last.losses[mb] = loss.detach();
+  return loss;
+}
+
+}  // namespace
+
 StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, StageLinks& links) {
   StageStats stats;
-  const int lane = task.lane;
-  std::map<int, Tensor> stage_inputs, stage_outputs;  // activations held for backward
-  // Busy time counts the passes themselves; waiting for a neighbour is idle.
-  auto timed = [&](const char* name, auto&& pass) {
-    const auto start = std::chrono::steady_clock::now();
-    trace::Span span(name, "compute", lane, task.device);  // on a GPU: the GPU's time of the pass
-    pass();
-    stats.busy_seconds += seconds_since(start);
-  };
+  // Each micro-batch's input and output, held from its forward to its backward.
+  std::map<int, Tensor> inputs, outputs;
   for (const Action& a : actions) {
     const int mb = a.micro_batch;
     if (a.pass == Pass::Forward) {
-      Tensor in;
-      if (task.first) {
-        in = (*task.inputs)[mb].to(task.device);
-      } else {
-        trace::Span wait("wait activation", "idle", lane);
-        in = links.receive_activation(mb).detach().requires_grad_();  // this stage's graph starts here
-      }
+      Tensor in = task.first ? task.first->micro_batches[mb].to(task.device)
+                             : links.receive_activation(mb).detach().requires_grad_();  // the stage's graph starts here
       Tensor out;
-      timed("forward", [&] {
-        out = task.module->forward(in);
-        if (task.last) {
-          const Tensor& target = (*task.targets)[mb];
-          LOOM_CHECK(out.size(0) == target.size(0), "pipeline: micro-batch ", mb, " has ", out.size(0),
-                     " samples but its targets have ", target.size(0));
-          // Weighted by the micro-batch's share, the losses add up to the batch's.
-          const double share = static_cast<double>(target.size(0)) / task.batch;
-          out = (*task.loss)(out, target.to(task.device)) * share;
-          (*task.losses)[mb] = out.detach();
-        }
-      });
-      if (!task.last) {
-        Tensor sent = out.detach();
-        stats.bytes_sent += static_cast<int64_t>(sent.nbytes());
-        links.send_activation(mb, sent);
+      {
+        TimedPass pass("forward", task, stats);
+        out = task.module.forward(in);
+        if (task.last) out = weighted_loss(*task.last, out, mb, task.device);
       }
-      stage_inputs[mb] = in;
-      stage_outputs[mb] = out;
-      stats.peak_in_flight = std::max(stats.peak_in_flight, static_cast<int>(stage_outputs.size()));
+      if (!task.last) links.send_activation(mb, out.detach());
+      inputs[mb] = in;
+      outputs[mb] = out;
+      stats.peak_in_flight = std::max(stats.peak_in_flight, static_cast<int>(outputs.size()));
     } else {
-      auto output = stage_outputs.find(mb);
-      LOOM_CHECK(output != stage_outputs.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
+      auto output = outputs.find(mb);
+      LOOM_CHECK(output != outputs.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
                  " before its forward");
-      Tensor grad;
-      if (!task.last) {
-        trace::Span wait("wait gradient", "idle", lane);
-        grad = links.receive_gradient(mb, output->second);
-      }
-      timed("backward", [&] {
+      const Tensor grad = task.last ? Tensor() : links.receive_gradient(mb, output->second);
+      {
+        TimedPass pass("backward", task, stats);
         if (task.last)
           autograd::backward({output->second});
         else
           autograd::backward({output->second}, {grad});
-      });
-      if (!task.first) {
-        const Tensor& input = stage_inputs.at(mb);
-        // An input the stage's output does not depend on gets no gradient: send zeros.
-        Tensor sent = input.grad().defined() ? input.grad() : zeros_like(input);
-        stats.bytes_sent += static_cast<int64_t>(sent.nbytes());
-        links.send_gradient(mb, sent);
       }
-      stage_inputs.erase(mb);
-      stage_outputs.erase(output);  // its activations are freed
+      if (!task.first) {
+        const Tensor& input = inputs.at(mb);
+        // An input the stage's output does not depend on gets no gradient: send zeros.
+        links.send_gradient(mb, input.grad().defined() ? input.grad() : zeros_like(input));
+      }
+      inputs.erase(mb);
+      outputs.erase(output);  // its activations are freed
     }
   }
+  stats.bytes_sent = links.bytes_sent();
   return stats;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,30 +29,54 @@ struct StageStats {
 };
 
 // How a stage exchanges tensors with the stages before and after it. The
-// receives block until the tensor is there (or throw if it never will be);
-// the sends do not wait for the receiver.
+// receives block until the tensor is there (or throw if it never will be) and
+// show in a trace as the stage's idle time; the sends do not wait for the
+// receiver and count their bytes. A transport (mailboxes in one process,
+// send/recv between ranks) implements the four moves.
 class StageLinks {
  public:
+  explicit StageLinks(int lane) : lane_(lane) {}
   virtual ~StageLinks() = default;
   // The previous stage's output for this micro-batch.
-  virtual Tensor receive_activation(int micro_batch) = 0;
-  virtual void send_activation(int micro_batch, const Tensor& activation) = 0;
+  Tensor receive_activation(int micro_batch);
+  void send_activation(int micro_batch, const Tensor& activation);
   // The gradient of the loss with respect to this stage's `output`.
-  virtual Tensor receive_gradient(int micro_batch, const Tensor& output) = 0;
-  virtual void send_gradient(int micro_batch, const Tensor& gradient) = 0;
+  Tensor receive_gradient(int micro_batch, const Tensor& output);
+  void send_gradient(int micro_batch, const Tensor& gradient);
+  int64_t bytes_sent() const { return bytes_sent_; }
+
+ protected:
+  virtual Tensor take_activation(int micro_batch) = 0;
+  virtual void put_activation(int micro_batch, const Tensor& activation) = 0;
+  virtual Tensor take_gradient(int micro_batch, const Tensor& output) = 0;
+  virtual void put_gradient(int micro_batch, const Tensor& gradient) = 0;
+
+ private:
+  int lane_;
+  int64_t bytes_sent_ = 0;
+};
+
+// What only the first stage has: the micro-batches of the inputs.
+struct FirstStage {
+  const TensorList& micro_batches;
+};
+
+// What only the last stage has: the targets, the loss, and where each
+// micro-batch's loss (weighted by its share of the batch) goes.
+struct LastStage {
+  const TensorList& targets;
+  const LossFn& loss;
+  int64_t batch;  // samples in the whole batch
+  std::vector<Tensor>& losses;
 };
 
 // What one stage needs to run its actions.
 struct StageTask {
-  nn::Module* module = nullptr;
+  nn::Module& module;
   Device device;
-  bool first = false, last = false;
-  const TensorList* inputs = nullptr;   // first stage: the micro-batches
-  const TensorList* targets = nullptr;  // last stage: their targets
-  const LossFn* loss = nullptr;         // last stage
-  int64_t batch = 0;                    // last stage: samples in the whole batch
-  std::vector<Tensor>* losses = nullptr;  // last stage: each micro-batch's weighted loss
-  int lane = 0;                          // trace::lane() of its spans, looked up once by the owner
+  std::optional<FirstStage> first;  // set on the first stage only
+  std::optional<LastStage> last;    // set on the last stage only
+  int lane = 0;                     // trace::lane() of its spans, looked up once by the owner
 };
 
 // Splits a batch into m micro-batches along dim 0 whose sizes differ by at

@@ -1,6 +1,7 @@
 // Pipeline schedules and the single-process pipeline: schedule orders,
 // equivalence with single-device training, measured activation memory and
 // bubble, failure handling; and layer-split model parallelism.
+#include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
 
 #include <gtest/gtest.h>
