@@ -10,6 +10,7 @@ PyTorch installed on the GPU machine.
 import argparse
 import json
 import math
+import os
 import time
 
 import torch
@@ -102,6 +103,18 @@ def workload(name, device):
     raise SystemExit(f"unknown model {name}")
 
 
+def blas():
+    """The BLAS this PyTorch runs its CPU products on: the libblas.so.3 a
+    Debian build links, or what a wheel bundles (from its build config)."""
+    if torch.__file__.startswith("/usr/lib/python3"):
+        return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    config = torch.__config__.show()
+    for name in ("mkl", "openblas"):
+        if f"BLAS_INFO={name}" in config or f"USE_{name.upper()}=ON" in config:
+            return f"{name} (bundled)"
+    return "bundled"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cnn", choices=["cnn", "gpt", "lstm"])
@@ -134,7 +147,7 @@ def main():
         loss = step()
     sync()
     seconds = time.perf_counter() - start
-    print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "model": args.model,
+    print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "blas": blas(), "model": args.model,
                       "device": str(device), "steps": args.steps, "threads": torch.get_num_threads(),
                       "ms_per_step": round(1000 * seconds / args.steps, 3),
                       "samples_per_s": round(samples * args.steps / seconds, 1),
