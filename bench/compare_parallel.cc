@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
         flags.add("--mlp-layers", mlp.layers, "mlp: Linear layers", Scope::Job, integer_in(2, 1024));
         flags.add("--mlp-batch", mlp.batch, "mlp: samples per step", Scope::Job, integer_in<int64_t>(1, 1 << 20));
         flags.add("--device", device_name, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU); in one process the N 'devices' all are this one",
-                  Scope::Job);
+                  Scope::Job, examples::device_name());
         std::string devices_text = "2";
         CLI::Option* devices_flag = flags.add(
             "--devices", devices_text,

@@ -66,17 +66,12 @@ int main(int argc, char** argv) {
     int rounds = 7, steps = 5, threads = 0;
     flags.add("--models", models, "comma-separated: cnn, gpt, lstm, mlp", Scope::Run,
               list_of({"cnn", "gpt", "lstm", "mlp"}));
-    flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run);
+    flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run, examples::device_name());
     flags.add("--rounds", rounds, "alternating timed rounds per variant", Scope::Run, integer_in(1, 100000));
     flags.add("--steps", steps, "training steps per round", Scope::Run, integer_in(1, 1000000));
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default)", Scope::Run, integer_in(0, 1024));
     flags.parse(argc, argv);
-    Device device = Device::cpu();
-    try {
-      device = Device::parse(device_name);
-    } catch (const Error& e) {
-      throw UsageError(std::string("--device: ") + e.what() + " (see --help)");
-    }
+    const Device device = Device::parse(device_name);
     if (threads > 0) omp_set_num_threads(threads);
 
     auto group = parallel::ThreadGroup::create(1)[0];

@@ -27,18 +27,13 @@ int main(int argc, char** argv) {
     std::string model = "cnn", device_name = "cpu";
     int steps = 20, warmup = 3, threads = 0;
     flags.add("--model", model, "cnn, gpt, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "lstm", "mlp"}));
-    flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run);
+    flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run, examples::device_name());
     flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
     flags.add("--warmup", warmup, "untimed steps first", Scope::Run, integer_in(0, 1000000));
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
               integer_in(0, 1024));
     flags.parse(argc, argv);
-    Device device = Device::cpu();
-    try {
-      device = Device::parse(device_name);
-    } catch (const Error& e) {
-      throw UsageError(std::string("--device: ") + e.what() + " (see --help)");
-    }
+    const Device device = Device::parse(device_name);
     if (threads > 0) omp_set_num_threads(threads);
 
     manual_seed(0);

@@ -1,9 +1,7 @@
 // device_copy.h with CUDA: one copy stream per GPU (from loom's stream pool),
 // an event per batch to order the consumer's stream after its copy.
-#include <map>
-#include <mutex>
-
 #include "data/device_copy.h"
+
 #include "tensor/backend.h"
 #include "tensor/creation.h"
 #include "tensor/cuda/caching_allocator.h"
@@ -20,14 +18,7 @@ struct InFlight {
 
 namespace {
 
-cuda::Stream copy_stream(int device) {
-  static std::mutex mutex;
-  static std::map<int, cuda::Stream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find(device);
-  if (it == streams.end()) it = streams.emplace(device, cuda::Stream::from_pool(device)).first;
-  return it->second;
-}
+cuda::Stream copy_stream(int device) { return cuda::Stream::for_purpose(device, "batch copies"); }
 
 Tensor pinned(const Tensor& t) {
   if (!t.defined() || !t.device().is_cpu() || is_pinned(t)) return t;

@@ -37,7 +37,7 @@ int train(int argc, char** argv) {
   flags.add("--dropout", config.dropout, "dropout", Scope::Run, number_in(0, 0.99));
   flags.add("--lr", lr, "peak learning rate (warm-up, then cosine)", Scope::Run, number_in(0, 1e6));
   flags.add("--weight-decay", weight_decay, "AdamW weight decay on matrices", Scope::Run, number_in(0, 1e6));
-  flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Rank);
+  flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Rank, examples::device_name());
   flags.add("--eval-every", eval_every, "steps between validation estimates", Scope::Run,
             integer_in<int64_t>(1, 1e9));
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));

@@ -30,7 +30,7 @@ int train(int argc, char** argv) {
   flags.add("--hidden", options.hidden_size, "LSTM hidden size", Scope::Run, integer_in<int64_t>(1, 1 << 16));
   flags.add("--layers", options.num_layers, "LSTM layers", Scope::Run, integer_in<int64_t>(1, 1024));
   flags.add("--lr", lr, "Adam learning rate", Scope::Run, number_in(0, 1e6));
-  flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Rank);
+  flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Rank, examples::device_name());
   flags.add("--eval-every", eval_every, "steps between validation estimates", Scope::Run,
             integer_in<int64_t>(1, 1e9));
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));

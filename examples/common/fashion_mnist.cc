@@ -28,7 +28,8 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& c) {
   flags.add("--stop-after-epoch", c.stop_after_epoch, "exit after this epoch, as if interrupted (0: never)",
             Scope::Job, integer_in<int64_t>(0, INT64_MAX));
   flags.add_switch("--resume", c.resume, "continue from --checkpoint", Scope::Job);
-  flags.add("--device", c.device, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU)", Scope::Rank);
+  flags.add("--device", c.device, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU)", Scope::Rank,
+            device_name());
   flags.add("--data", c.data_root, "folder with the Fashion-MNIST IDX files", Scope::Rank);
   flags.add("--workers", c.workers, "threads that prepare batches ahead", Scope::Rank, integer_in(0, 256));
   flags.add("--metrics", c.metrics, "metrics CSV, one row per epoch (default: <example>.csv)", Scope::Rank);

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "tensor/device.h"
+#include "tensor/error.h"
+
 namespace loom::examples {
 
 CLI::Validator number_in(double lo, double hi) {
@@ -33,6 +36,19 @@ CLI::Validator list_of(const std::vector<std::string>& allowed) {
         return ok ? "" : "expected " + expected + ", got '" + text + "'";
       },
       expected);
+}
+
+CLI::Validator device_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          Device::parse(text);
+          return "";
+        } catch (const Error& e) {
+          return e.what();
+        }
+      },
+      "cpu, cuda or cuda:N");
 }
 
 Flags::Flags(const std::string& description) : app_(description) {}

@@ -58,6 +58,8 @@ CLI::Validator integer_in(T lo, T hi) {
 CLI::Validator number_in(double lo, double hi);
 // A comma-separated, non-empty list of names from `allowed` ("single,ddp").
 CLI::Validator list_of(const std::vector<std::string>& allowed);
+// A device: cpu, cuda or cuda:N (whether that GPU exists is checked later).
+CLI::Validator device_name();
 
 class Flags {
  public:

@@ -1,10 +1,8 @@
 // host_staging.h with CUDA: one staging stream per GPU (from loom's stream
 // pool), events to order it against the streams that produce and consume the
 // tensors, pinned host memory so that the copies back run asynchronously.
-#include <map>
-#include <mutex>
-
 #include "parallel/comm/host_staging.h"
+
 #include "tensor/backend.h"
 #include "tensor/creation.h"
 #include "tensor/cuda/caching_allocator.h"
@@ -20,14 +18,7 @@ struct ReadyMark {
 
 namespace {
 
-cuda::Stream staging_stream(int device) {
-  static std::mutex mutex;
-  static std::map<int, cuda::Stream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find(device);
-  if (it == streams.end()) it = streams.emplace(device, cuda::Stream::from_pool(device)).first;
-  return it->second;
-}
+cuda::Stream staging_stream(int device) { return cuda::Stream::for_purpose(device, "host staging"); }
 
 }  // namespace
 

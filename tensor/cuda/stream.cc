@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -56,6 +57,15 @@ Stream Stream::from_pool(int device) {
     for (cudaStream_t& s : d.pool) s = create_stream(device);
   });
   return Stream(device, d.pool[d.next.fetch_add(1, std::memory_order_relaxed) % kPoolSize]);
+}
+
+Stream Stream::for_purpose(int device, const std::string& purpose) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, Stream>* kept = new std::map<std::pair<int, std::string>, Stream>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = kept->find({device, purpose});
+  if (it == kept->end()) it = kept->emplace(std::make_pair(device, purpose), from_pool(device)).first;
+  return it->second;
 }
 
 void Stream::synchronize() const {

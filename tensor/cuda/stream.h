@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*; this header needs no CUDA headers
 
@@ -44,6 +45,10 @@ class Stream {
   // pool's streams are never destroyed, so memory cached for one of them can
   // never be handed to an unrelated stream that reused its handle.
   static Stream from_pool(int device);
+  // The pool stream kept for one purpose on `device` ("staging", "batch
+  // copies"): the same stream on every call, so that the work of that
+  // purpose is ordered on it.
+  static Stream for_purpose(int device, const std::string& purpose);
 
   int device() const { return device_; }
   CUstream_st* handle() const { return handle_; }

@@ -17,7 +17,7 @@ expect_failure seed 2 "--seed: expected an integer from 0 to 1844674407370955161
 expect_failure lr 2 "--lr: expected a finite number" -- "$cnn" --lr nan
 expect_failure batch 2 "--batch-size: expected an integer from 1 to 60000" -- "$cnn" --batch-size 99999999999999999999
 expect_failure unknown 2 "--bogus" -- "$cnn" --bogus
-expect_failure device 1 "invalid device 'gpu'" -- "$cnn" --device gpu
+expect_failure device 2 "--device: invalid device 'gpu'" -- "$cnn" --device gpu
 expect_failure stop_after 1 "--stop-after-epoch 3 is after the last epoch" -- "$cnn" --epochs 2 --stop-after-epoch 3
 expect_failure replicas 2 "--replicas: expected an integer from 1" -- "$dp" --replicas -1
 expect_failure devices 1 "--devices: invalid device ''" -- "$dp" --devices ,
