@@ -182,6 +182,8 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
   bar_ = std::make_unique<Progress>(c.epochs * steps_per_epoch_, c.log_every, progress_.step);
   tracer_ = std::make_unique<StepTracer>(c.trace, world > 1 ? rank_of(ranks_) : -1, progress_.step);
   loss_sum_ = zeros({}, {.device = device});
+  trace_lane_ = trace::lane(world > 1 ? "rank " + std::to_string(rank_of(ranks_)) : "main");
+  step_begin_us_ = trace::now_us();
   start_ = epoch_start_ = Clock::now();
 }
 
@@ -190,6 +192,9 @@ FashionMnist::~FashionMnist() = default;
 bool FashionMnist::reporting() const { return rank_of(ranks_) == ranks_.reporting_rank; }
 
 void FashionMnist::step_done(const Tensor& loss) {
+  const int64_t now = trace::now_us();  // each step is a span of the trace (the library adds its own inside)
+  if (trace::enabled()) trace::record("step", "compute", trace_lane_, step_begin_us_, now);
+  step_begin_us_ = now;
   schedule_->step();
   if (loss.defined()) loss_sum_ = loss_sum_ + loss.detach();
   ++progress_.step;

@@ -106,6 +106,8 @@ class FashionMnist {
   class StepTracer;
   std::unique_ptr<StepTracer> tracer_;
   Tensor loss_sum_;
+  int trace_lane_ = 0;
+  int64_t step_begin_us_ = 0;
   std::chrono::steady_clock::time_point start_, epoch_start_;
   std::optional<Evaluation> result_;
   double samples_per_second_ = 0;
