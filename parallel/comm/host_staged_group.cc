@@ -78,6 +78,13 @@ HostStagedGroup::~HostStagedGroup() {
   completer_.join();
 }
 
+// The inner group's subgroup, staged the same way.
+std::shared_ptr<ProcessGroup> HostStagedGroup::make_subgroup(int color, const std::vector<int>&, int new_rank,
+                                                             int64_t) {
+  std::shared_ptr<ProcessGroup> inner = inner_->split(color, new_rank);
+  return inner ? wrap(std::move(inner)) : nullptr;
+}
+
 void HostStagedGroup::enqueue(OpPtr op) {
   auto s = std::make_shared<Staged>();
   s->op = std::move(op);

@@ -40,6 +40,8 @@ class HostStagedGroup : public ProcessGroup {
  protected:
   bool supports(Device device) const override { return device.is_cpu() || device.is_cuda(); }
   void enqueue(OpPtr op) override;
+  std::shared_ptr<ProcessGroup> make_subgroup(int color, const std::vector<int>& members, int new_rank,
+                                              int64_t id) override;
 
  private:
   explicit HostStagedGroup(std::shared_ptr<ProcessGroup> inner);

@@ -259,10 +259,21 @@ void MpiGroup::abandon(const std::string& why) {
   MpiRuntime::get(nullptr, nullptr).note_failure("this rank gave up: " + why);
 }
 
+struct MpiGroup::Communicator {
+  MPI_Comm comm;
+};
+
 std::shared_ptr<ProcessGroup> MpiGroup::world(ProcessGroupOptions options, int* argc, char*** argv) {
-  MpiRuntime& runtime = MpiRuntime::get(argc, argv);
+  MpiRuntime::get(argc, argv);
   MPI_Comm comm;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  return on(Communicator{comm}, options);
+}
+
+// A group on `c.comm`, which it then owns; its communication thread starts here.
+std::shared_ptr<ProcessGroup> MpiGroup::on(const Communicator& c, ProcessGroupOptions options) {
+  MpiRuntime& runtime = MpiRuntime::get(nullptr, nullptr);
+  MPI_Comm comm = c.comm;
   int rank = 0, size = 1, local_rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -290,6 +301,15 @@ MpiGroup::~MpiGroup() {
 }
 
 void MpiGroup::enqueue(OpPtr op) { state_->queue.push(std::move(op)); }
+
+// MPI's own split, on the calling thread: everything issued before has
+// finished (ProcessGroup::split waited for it), so the communicator is idle.
+std::shared_ptr<ProcessGroup> MpiGroup::make_subgroup(int color, const std::vector<int>&, int new_rank, int64_t) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, new_rank, &sub));
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return on(Communicator{sub}, options());
+}
 
 namespace {
 

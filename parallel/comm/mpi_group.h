@@ -53,9 +53,13 @@ class MpiGroup : public ProcessGroup {
  protected:
   bool supports(Device device) const override { return device.is_cpu(); }
   void enqueue(OpPtr op) override;
+  std::shared_ptr<ProcessGroup> make_subgroup(int color, const std::vector<int>& members, int new_rank,
+                                              int64_t id) override;
 
  private:
   MpiGroup(int rank, int size, int local_rank, ProcessGroupOptions options);
+  struct Communicator;  // an MPI_Comm, kept out of this header (mpi_group.cc)
+  static std::shared_ptr<ProcessGroup> on(const Communicator& comm, ProcessGroupOptions options);
   void run();  // the communication thread
 
   const int local_rank_;

@@ -737,4 +737,9 @@ int NcclGroup::local_rank() const { return state_->bootstrap->local_rank(); }
 
 void NcclGroup::enqueue(OpPtr op) { state_->issue(std::move(op)); }
 
+std::shared_ptr<ProcessGroup> NcclGroup::make_subgroup(int color, const std::vector<int>&, int new_rank, int64_t) {
+  std::shared_ptr<ProcessGroup> bootstrap = state_->bootstrap->split(color, new_rank);
+  return bootstrap ? create(std::move(bootstrap), device_) : nullptr;
+}
+
 }  // namespace loom::parallel

@@ -59,6 +59,9 @@ class NcclGroup : public ProcessGroup {
  protected:
   bool supports(Device device) const override { return device.is_cpu() || device == device_; }
   void enqueue(OpPtr op) override;
+  // A communicator of its own over the bootstrap group's subgroup.
+  std::shared_ptr<ProcessGroup> make_subgroup(int color, const std::vector<int>& members, int new_rank,
+                                              int64_t id) override;
 
  private:
   NcclGroup(std::shared_ptr<ProcessGroup> bootstrap, Device device, const std::string& id);

@@ -15,5 +15,6 @@ std::shared_ptr<ProcessGroup> NcclGroup::create(std::shared_ptr<ProcessGroup>, D
 NcclGroup::~NcclGroup() = default;
 int NcclGroup::local_rank() const { return 0; }
 void NcclGroup::enqueue(OpPtr) {}
+std::shared_ptr<ProcessGroup> NcclGroup::make_subgroup(int, const std::vector<int>&, int, int64_t) { return nullptr; }
 
 }  // namespace loom::parallel

@@ -1,5 +1,6 @@
 #include "parallel/comm/process_group.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -185,6 +186,39 @@ void ProcessGroup::finish(Op& op, std::exception_ptr error) {
     stats_.bus_bytes += op.bus_bytes();
   }
   op.work->mark_completed(error);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
+  // Every rank learns every rank's (color, key): they all compute the same groups.
+  Tensor mine = from_vector<int64_t>({color, key});
+  Tensor all = empty({2 * static_cast<int64_t>(size_)}, {.dtype = kInt64});
+  all_gather(all, mine)->wait();  // also: everything issued before has finished
+  const int64_t id = splits_++;
+  std::vector<int> members;  // the ranks with this color, by (key, rank)
+  int new_rank = -1;
+  if (color >= 0) {
+    const int64_t* v = all.data_ptr<int64_t>();
+    std::vector<std::pair<int64_t, int>> order;
+    for (int r = 0; r < size_; ++r)
+      if (v[2 * r] == color) order.emplace_back(v[2 * r + 1], r);
+    std::sort(order.begin(), order.end());
+    for (const auto& [k, r] : order) members.push_back(r);
+    new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  }
+  // Every rank takes part (MPI's split is a collective of the whole group).
+  return make_subgroup(color, members, new_rank, id * (int64_t{1} << 20) + std::max(color, 0));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
+  std::vector<bool> seen(size_, false);
+  for (int r : ranks) {
+    LOOM_CHECK(r >= 0 && r < size_ && !seen[r], "new_group: rank ", r, " is out of range for a group of ", size_,
+               " ranks, or listed twice");
+    seen[r] = true;
+  }
+  const auto at = std::find(ranks.begin(), ranks.end(), rank_);
+  if (at == ranks.end()) return split(-1);
+  return split(0, static_cast<int>(at - ranks.begin()));
 }
 
 CommStats ProcessGroup::stats() const {

@@ -102,6 +102,16 @@ class ProcessGroup {
 
   CommStats stats() const;
 
+  // Subgroups (MPI_Comm_split; PyTorch's new_group). Every rank of this
+  // group calls it, as a collective: the ranks that pass the same `color`
+  // form a new group, ranked by (key, their rank here); a negative color
+  // joins none and gets nullptr. The new group has this group's options and
+  // backend, and is independent of it (its own numbering and thread).
+  std::shared_ptr<ProcessGroup> split(int color, int key = 0);
+  // The group of `ranks` (ranks of this group, in their new order); every
+  // rank of this group calls it, and those not listed get nullptr.
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+
   // Tags run from 0 to kMaxTag (the least upper bound MPI guarantees).
   static constexpr int kMaxTag = 32767;
 
@@ -116,6 +126,13 @@ class ProcessGroup {
   // Completes op.work: on success counts the op in stats() and copies an
   // all_gather's result into its output list; error is the failure, if any.
   void finish(Op& op, std::exception_ptr error);
+  // The backend's part of split(), called on every rank: this rank's group
+  // of `members` (ranks of this group, in new-rank order; this rank is
+  // members[new_rank]), or nullptr for a negative color (then `members` is
+  // empty). `id` is the same on every member and different for every
+  // subgroup this group makes. All earlier operations have finished.
+  virtual std::shared_ptr<ProcessGroup> make_subgroup(int color, const std::vector<int>& members, int new_rank,
+                                                      int64_t id) = 0;
 
  private:
   WorkPtr issue(OpPtr op);
@@ -128,6 +145,7 @@ class ProcessGroup {
   std::mutex issue_mutex_;  // numbers and queues each operation atomically
   int64_t collectives_issued_ = 0;
   int64_t p2p_issued_ = 0;
+  int64_t splits_ = 0;  // subgroups asked for so far (the same count on every rank)
   mutable std::mutex stats_mutex_;
   CommStats stats_;
 };

@@ -110,7 +110,24 @@ struct ThreadGroup::Shared {
   std::vector<Slot> slots;
   std::string failure;  // why the group is unusable; empty while it is fine
   std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // (src, dst, tag)
+  // Subgroups being handed out: the first member to arrive makes them all.
+  struct Subgroups {
+    std::vector<std::shared_ptr<ProcessGroup>> ranks;
+    size_t taken = 0;
+  };
+  std::map<int64_t, Subgroups> subgroups;  // by split id
 };
+
+std::shared_ptr<ProcessGroup> ThreadGroup::make_subgroup(int color, const std::vector<int>& members, int new_rank,
+                                                         int64_t id) {
+  if (color < 0) return nullptr;
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  Shared::Subgroups& made = shared_->subgroups[id];
+  if (made.ranks.empty()) made.ranks = create(static_cast<int>(members.size()), options());
+  std::shared_ptr<ProcessGroup> mine = std::move(made.ranks[new_rank]);
+  if (++made.taken == members.size()) shared_->subgroups.erase(id);
+  return mine;
+}
 
 std::vector<std::shared_ptr<ProcessGroup>> ThreadGroup::create(int size,
                                                                ProcessGroupOptions options) {

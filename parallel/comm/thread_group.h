@@ -40,6 +40,8 @@ class ThreadGroup : public ProcessGroup {
  protected:
   bool supports(Device device) const override { return device.is_cpu(); }
   void enqueue(OpPtr op) override { queue_.push(std::move(op)); }
+  std::shared_ptr<ProcessGroup> make_subgroup(int color, const std::vector<int>& members, int new_rank,
+                                              int64_t id) override;
 
  private:
   struct Shared;  // what the ranks of one job share: slots, mailboxes, the barrier

@@ -10,6 +10,7 @@
 #include "tests/parallel/ddp_checks.h"
 #include "tests/parallel/pipeline_checks.h"
 #include "tests/parallel/staging_checks.h"
+#include "tests/parallel/subgroup_checks.h"
 #include "tests/parallel/thread_ranks.h"
 #include "tests/test_util.h"
 
@@ -34,6 +35,7 @@ TEST_P(HostStagedCpu, InOrderCompletion) { run_staged(GetParam(), check_in_order
 TEST_P(HostStagedCpu, OverlappingOps) { run_staged(GetParam(), check_overlapping_ops); }
 TEST_P(HostStagedCpu, Stats) { run_staged(GetParam(), check_stats); }
 TEST_P(HostStagedCpu, Mismatches) { run_staged(GetParam(), check_mismatches); }
+TEST_P(HostStagedCpu, Split) { run_staged(GetParam(), check_split); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, HostStagedCpu, ::testing::Values(1, 2, 3));
 

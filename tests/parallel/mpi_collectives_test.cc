@@ -8,6 +8,7 @@
 #include "parallel/comm/init.h"
 #include "parallel/comm/mpi_group.h"
 #include "tests/parallel/collective_checks.h"
+#include "tests/parallel/subgroup_checks.h"
 #include "tests/parallel/mpi_world.h"
 
 namespace loom::parallel::testing {
@@ -38,6 +39,8 @@ TEST(Mpi, ReduceScatter) { check_reduce_scatter(world()); }
 TEST(Mpi, SendRecv) { check_send_recv(world()); }
 TEST(Mpi, InOrderCompletion) { check_in_order_completion(world()); }
 TEST(Mpi, OverlappingOps) { check_overlapping_ops(world()); }
+TEST(Mpi, Split) { check_split(world()); }
+TEST(Mpi, Mesh) { check_mesh(world()); }
 TEST(Mpi, Stats) { check_stats(world()); }
 TEST(Mpi, Mismatches) { check_mismatches(world()); }
 

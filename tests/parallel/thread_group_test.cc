@@ -5,6 +5,7 @@
 
 #include "parallel/comm/thread_group.h"
 #include "tests/parallel/collective_checks.h"
+#include "tests/parallel/subgroup_checks.h"
 #include "tests/parallel/thread_ranks.h"
 
 namespace loom::parallel::testing {
@@ -22,6 +23,8 @@ TEST_P(ThreadGroupTest, SendRecv) { run_ranks(GetParam(), check_send_recv); }
 TEST_P(ThreadGroupTest, InOrderCompletion) { run_ranks(GetParam(), check_in_order_completion); }
 TEST_P(ThreadGroupTest, OverlappingOps) { run_ranks(GetParam(), check_overlapping_ops); }
 TEST_P(ThreadGroupTest, Stats) { run_ranks(GetParam(), check_stats); }
+TEST_P(ThreadGroupTest, Split) { run_ranks(GetParam(), check_split); }
+TEST_P(ThreadGroupTest, Mesh) { run_ranks(GetParam(), check_mesh); }
 TEST_P(ThreadGroupTest, Mismatches) { run_ranks(GetParam(), check_mismatches); }
 
 TEST_P(ThreadGroupTest, BarrierWaitsForEveryRank) {
