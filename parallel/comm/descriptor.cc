@@ -10,6 +10,18 @@
 
 namespace loom::parallel {
 
+namespace {
+
+// Elements from the start of `whole` to the start of `piece`, or -1 when the
+// two do not share memory.
+int64_t offset_inside(const Tensor& piece, const Tensor& whole) {
+  if (piece.storage() != whole.storage() || piece.numel() == 0 || whole.numel() == 0) return -1;
+  const auto bytes = static_cast<const char*>(piece.raw_data()) - static_cast<const char*>(whole.raw_data());
+  return bytes / static_cast<int64_t>(whole.element_size());
+}
+
+}  // namespace
+
 Descriptor make_descriptor(const Op& op) {
   Descriptor d;
   d.kind = static_cast<int64_t>(op.kind);
@@ -26,11 +38,14 @@ Descriptor make_descriptor(const Op& op) {
         std::vector<int64_t> sizes;
         for (const Tensor& t : op.outputs) sizes.push_back(t.numel());
         d.split_hash = hash_sizes(sizes);
+      } else {
+        d.in_place_at = offset_inside(op.input, op.output);
       }
       break;
     case OpKind::ReduceScatter:
       d.out_numel = op.output.numel();
       d.arg = static_cast<int64_t>(op.reduce);
+      d.in_place_at = offset_inside(op.output, op.input);
       break;
     default: break;
   }
@@ -87,6 +102,18 @@ std::string sizes_text(const std::vector<int64_t>& sizes) {
   return out.str();
 }
 
+// In place, rank r's piece must start where the lower ranks' pieces end.
+void check_in_place(const std::string& where, const char* piece, const char* whole,
+                    const std::vector<Descriptor>& all, const std::vector<int64_t>& counts) {
+  int64_t at = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    LOOM_CHECK(all[r].in_place_at < 0 || all[r].in_place_at == at, where, "in place on rank ", r, ", its ",
+               piece, " starts at element ", all[r].in_place_at, " of its ", whole, ", but its piece is elements [",
+               at, ", ", at + counts[r], ")");
+    at += counts[r];
+  }
+}
+
 }  // namespace
 
 void check_descriptors(const Op& op, const std::vector<Descriptor>& all) {
@@ -135,6 +162,7 @@ void check_descriptors(const Op& op, const std::vector<Descriptor>& all) {
                      all[r].out_numel, " elements, but the ranks' inputs ", sizes_text(inputs),
                      " total ", total);
       }
+      check_in_place(where, "input", "output", all, inputs);
       break;
     }
     case OpKind::ReduceScatter: {
@@ -148,6 +176,7 @@ void check_descriptors(const Op& op, const std::vector<Descriptor>& all) {
       LOOM_CHECK(total == all[0].numel, where, "the ranks' outputs ", sizes_text(outputs),
                  " total ", total, " elements, but the input has ", all[0].numel,
                  " (rank i receives the i-th piece of the input, as large as its output)");
+      check_in_place(where, "output", "input", all, outputs);
       break;
     }
     default: LOOM_INTERNAL_ASSERT(false, "not a collective: ", op_kind_name(op.kind));

@@ -26,9 +26,12 @@ struct Descriptor {
   int64_t out_numel = 0;   // all_gather, reduce_scatter: elements of the output
   int64_t arg = -1;        // all_reduce, reduce_scatter: the ReduceOp; broadcast: the root
   int64_t split_hash = 0;  // all_gather into a list: hash_sizes() of the outputs' sizes
+  // all_gather, reduce_scatter in place: where the rank's piece (the input,
+  // the output) starts in the whole, in elements; -1 when not in place.
+  int64_t in_place_at = -1;
 };
 inline constexpr int kDescriptorWords = sizeof(Descriptor) / sizeof(int64_t);
-static_assert(sizeof(Descriptor) == 7 * sizeof(int64_t), "Descriptor travels as 7 int64s");
+static_assert(sizeof(Descriptor) == 8 * sizeof(int64_t), "Descriptor travels as 8 int64s");
 
 Descriptor make_descriptor(const Op& op);
 

@@ -136,6 +136,9 @@ struct InFlight {
   int64_t next = 0;                 // all_reduce, broadcast: first element of the next chunk
   P2pHeader header;
   std::vector<char> scratch;  // recv: a message whose size does not match lands here
+  // reduce_scatter in place: MPI's in-place layout differs from NCCL's (the
+  // result would land at the start of the input), so it lands here first.
+  std::vector<char> in_place_result;
   std::exception_ptr error;   // this op failed, but the group is fine (the ranks disagreed)
 };
 
@@ -420,13 +423,16 @@ class Driver {
         p.counts.assign(counts.begin(), counts.end());
         p.displs.assign(n, 0);
         for (int r = 1; r < n; ++r) p.displs[r] = p.displs[r - 1] + p.counts[r - 1];
-        if (op.kind == OpKind::AllGather)
-          MPI_CHECK(MPI_Iallgatherv(op.input.raw_data(), static_cast<int>(op.input.numel()), type,
-                                    op.output.raw_data(), p.counts.data(), p.displs.data(), type, comm_,
+        const bool in_place = p.mine.in_place_at >= 0;
+        if (op.kind == OpKind::AllGather) {
+          MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : op.input.raw_data(), static_cast<int>(op.input.numel()),
+                                    type, op.output.raw_data(), p.counts.data(), p.displs.data(), type, comm_,
                                     &p.request));
-        else
-          MPI_CHECK(MPI_Ireduce_scatter(op.input.raw_data(), op.output.raw_data(), p.counts.data(),
-                                        type, mpi_op(op.reduce), comm_, &p.request));
+        } else {
+          if (in_place) p.in_place_result.resize(op.output.nbytes());
+          MPI_CHECK(MPI_Ireduce_scatter(op.input.raw_data(), in_place ? p.in_place_result.data() : op.output.raw_data(),
+                                        p.counts.data(), type, mpi_op(op.reduce), comm_, &p.request));
+        }
         break;
       }
       case OpKind::Barrier: MPI_CHECK(MPI_Ibarrier(comm_, &p.request)); break;
@@ -458,6 +464,10 @@ class Driver {
   void on_payload_done(InFlight& p) {
     const Op& op = *p.op;
     p.stage = InFlight::Stage::Done;
+    if (!p.in_place_result.empty()) {
+      std::memcpy(op.output.raw_data(), p.in_place_result.data(), p.in_place_result.size());
+      std::vector<char>().swap(p.in_place_result);
+    }
     if (op.reduce == ReduceOp::Avg &&
         (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter))
       divide(op.output, op.group_size);

@@ -55,6 +55,15 @@ bool overlap(const Tensor& a, const Tensor& b) {
   return begin(a) < end(b) && begin(b) < end(a);
 }
 
+// Whether `piece` lies wholly inside `whole` (an in-place all_gather's input,
+// an in-place reduce_scatter's output); that it is the rank's own piece is
+// checked once every rank's sizes are known (check_descriptors).
+bool inside(const Tensor& piece, const Tensor& whole) {
+  auto begin = [](const Tensor& t) { return static_cast<const char*>(t.raw_data()); };
+  return piece.storage() == whole.storage() && begin(whole) <= begin(piece) &&
+         begin(piece) + piece.nbytes() <= begin(whole) + whole.nbytes();
+}
+
 // Collectives write through raw pointers, not through ops: bump the version
 // counter so that autograd notices a saved tensor that was overwritten.
 void mark_written(const Tensor& t) { t.storage()->bump_version(); }
@@ -114,7 +123,9 @@ WorkPtr ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tenso
 WorkPtr ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   check_tensor("all_gather: the input", input);
   check_tensor("all_gather: the output", output, input);
-  LOOM_CHECK(!overlap(output, input), "all_gather: the output shares memory with the input");
+  LOOM_CHECK(!overlap(output, input) || inside(input, output),
+             "all_gather: the input overlaps the output without lying inside it (in place, the input is this "
+             "rank's piece of the output)");
   auto o = std::make_shared<Op>(OpKind::AllGather);
   o->input = input;
   o->output = output;
@@ -125,7 +136,9 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, 
   check_tensor("reduce_scatter: the input", input);
   check_tensor("reduce_scatter: the output", output, input);
   check_reducible(OpKind::ReduceScatter, input, op);
-  LOOM_CHECK(!overlap(output, input), "reduce_scatter: the output shares memory with the input");
+  LOOM_CHECK(!overlap(output, input) || inside(output, input),
+             "reduce_scatter: the output overlaps the input without lying inside it (in place, the output is "
+             "this rank's piece of the input)");
   auto o = std::make_shared<Op>(OpKind::ReduceScatter);
   o->input = input;
   o->output = output;

@@ -87,11 +87,15 @@ class ProcessGroup {
   // (outputs[i] has as many elements as rank i's input, any shape).
   WorkPtr all_gather(const std::vector<Tensor>& outputs, const Tensor& input);
   // `output` receives all ranks' inputs concatenated in rank order (PyTorch's
-  // all_gather_into_tensor); its size is the sum of the inputs' sizes.
+  // all_gather_into_tensor); its size is the sum of the inputs' sizes. In
+  // place: the input may be this rank's own piece of the output (a view of
+  // it at the sum of the lower ranks' sizes), as NCCL allows.
   WorkPtr all_gather(const Tensor& output, const Tensor& input);
   // The elementwise reduction of all ranks' inputs is split in rank order:
   // rank i receives the next output_i.numel() elements (PyTorch's
-  // reduce_scatter_tensor, with uneven pieces allowed).
+  // reduce_scatter_tensor, with uneven pieces allowed). In place: the output
+  // may be this rank's own piece of the input. Sharded training uses both in
+  // place, so that a rank's piece needs no memory of its own.
   WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   // Point to point: rank dst's matching recv(tensor, src = this rank, tag)
   // receives `tensor`. Messages between a pair with one tag arrive in order.

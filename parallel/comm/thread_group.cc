@@ -38,9 +38,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 const char* data_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
 char* mutable_data_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
-// memcpy, which must not see the null data of an empty tensor.
+// memcpy, which must not see the null data of an empty tensor, nor a piece
+// onto itself (an in-place all_gather's own piece).
 void copy_bytes(void* dst, const void* src, size_t count) {
-  if (count > 0) std::memcpy(dst, src, count);
+  if (count > 0 && dst != src) std::memcpy(dst, src, count);
 }
 
 // out[i] = in[0][first + i] (op) in[1][first + i] (op) ... for i in [0, count),

@@ -182,6 +182,39 @@ inline void check_reduce_scatter(ProcessGroup& pg) {
     }
 }
 
+// all_gather and reduce_scatter in place: a rank's piece is a view of the
+// whole (sharded training's buckets), with uneven pieces (rank q has q + 1
+// elements). A piece elsewhere in the whole is an error on every rank.
+inline void check_in_place(ProcessGroup& pg, Device device = Device::cpu()) {
+  const int n = pg.size(), r = pg.rank();
+  const int64_t total = n * (n + 1) / 2, at = r * (r + 1) / 2;
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r << ", " << dtype << " on " << device);
+    Tensor whole = full({total}, -1, {.dtype = dtype}).to(device);
+    whole.narrow(0, at, r + 1).copy_(gather_input(r, 0, dtype).to(device));
+    pg.all_gather(whole, whole.narrow(0, at, r + 1))->wait();
+    expect_values(whole.to(Device::cpu()), gathered(n, 0));
+
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      Tensor input = rank_tensor(r, {total}, dtype).to(device);
+      pg.reduce_scatter(input.narrow(0, at, r + 1), input, op)->wait();
+      std::vector<double> expected = loom::testing::values(rank_tensor(r, {total}, dtype));
+      const std::vector<double> mine = reduced(op, n, r + 1, at);
+      std::copy(mine.begin(), mine.end(), expected.begin() + at);
+      expect_values(input.to(Device::cpu()), expected, 1e-6);  // the rest untouched
+    }
+  }
+  if (n < 2) return;
+  Tensor whole = zeros({total}).to(device);
+  const int64_t wrong = r == n - 1 ? 0 : at;  // the last rank passes the first piece's place
+  EXPECT_THROW_MSG(pg.all_gather(whole, whole.narrow(0, wrong, r + 1))->wait(),
+                   "in place on rank " + std::to_string(n - 1));
+  EXPECT_THROW_MSG(pg.reduce_scatter(whole.narrow(0, wrong, r + 1), whole)->wait(),
+                   "in place on rank " + std::to_string(n - 1));
+  EXPECT_THROW_MSG(pg.all_gather(whole.narrow(0, 0, 2), whole.narrow(0, 1, 2))->wait(),
+                   "overlaps the output without lying inside it");
+}
+
 inline void check_send_recv(ProcessGroup& pg) {
   const int n = pg.size(), r = pg.rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;

@@ -30,6 +30,7 @@ TEST_P(HostStagedCpu, AllReduce) { run_staged(GetParam(), check_all_reduce); }
 TEST_P(HostStagedCpu, Broadcast) { run_staged(GetParam(), check_broadcast); }
 TEST_P(HostStagedCpu, AllGather) { run_staged(GetParam(), check_all_gather); }
 TEST_P(HostStagedCpu, ReduceScatter) { run_staged(GetParam(), check_reduce_scatter); }
+TEST_P(HostStagedCpu, InPlace) { run_staged(GetParam(), [](ProcessGroup& pg) { check_in_place(pg); }); }
 TEST_P(HostStagedCpu, SendRecv) { run_staged(GetParam(), check_send_recv); }
 TEST_P(HostStagedCpu, InOrderCompletion) { run_staged(GetParam(), check_in_order_completion); }
 TEST_P(HostStagedCpu, OverlappingOps) { run_staged(GetParam(), check_overlapping_ops); }

@@ -36,6 +36,7 @@ TEST(Mpi, AllReduceInt64IsExact) { check_all_reduce_int64_exact(world()); }
 TEST(Mpi, Broadcast) { check_broadcast(world()); }
 TEST(Mpi, AllGather) { check_all_gather(world()); }
 TEST(Mpi, ReduceScatter) { check_reduce_scatter(world()); }
+TEST(Mpi, InPlace) { check_in_place(world()); }
 TEST(Mpi, SendRecv) { check_send_recv(world()); }
 TEST(Mpi, InOrderCompletion) { check_in_order_completion(world()); }
 TEST(Mpi, OverlappingOps) { check_overlapping_ops(world()); }

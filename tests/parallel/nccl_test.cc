@@ -40,12 +40,17 @@ TEST(Nccl, OneRankOnOneGpuGivesTheCpuResults) {
   run_nccl(1, [](ProcessGroup& pg, Device d) {
     EXPECT_EQ(pg.backend(), "nccl");
     check_cuda_matches_cpu(pg, d);
+    check_in_place(pg, d);
   });
 }
 
 TEST(Nccl, EveryRankCountTheGpusAllowGivesTheCpuResults) {
   REQUIRE_GPUS(2);
-  for (int n = 2; n <= cuda_device_count(); ++n) run_nccl(n, check_cuda_matches_cpu);
+  for (int n = 2; n <= cuda_device_count(); ++n)
+    run_nccl(n, [](ProcessGroup& pg, Device d) {
+      check_cuda_matches_cpu(pg, d);
+      check_in_place(pg, d);
+    });
 }
 
 // CPU tensors go through the bootstrap group: the threads backend's own checks pass.

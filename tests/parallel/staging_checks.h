@@ -100,6 +100,9 @@ inline void check_cuda_matches_cpu(ProcessGroup& pg, Device device) {
   for (int k = 0; k < 5; ++k) expect_same(sums[k], full({100}, n * (n - 1) / 2.0 + n * k), "unwaited all_reduce");
 }
 
-inline void check_staged_cuda_matches_cpu(ProcessGroup& pg) { check_cuda_matches_cpu(pg, Device::cuda(0)); }
+inline void check_staged_cuda_matches_cpu(ProcessGroup& pg) {
+  check_cuda_matches_cpu(pg, Device::cuda(0));
+  check_in_place(pg, Device::cuda(0));
+}
 
 }  // namespace loom::parallel::testing

@@ -19,6 +19,7 @@ TEST_P(ThreadGroupTest, AllReduceInt64IsExact) { run_ranks(GetParam(), check_all
 TEST_P(ThreadGroupTest, Broadcast) { run_ranks(GetParam(), check_broadcast); }
 TEST_P(ThreadGroupTest, AllGather) { run_ranks(GetParam(), check_all_gather); }
 TEST_P(ThreadGroupTest, ReduceScatter) { run_ranks(GetParam(), check_reduce_scatter); }
+TEST_P(ThreadGroupTest, InPlace) { run_ranks(GetParam(), [](ProcessGroup& pg) { check_in_place(pg); }); }
 TEST_P(ThreadGroupTest, SendRecv) { run_ranks(GetParam(), check_send_recv); }
 TEST_P(ThreadGroupTest, InOrderCompletion) { run_ranks(GetParam(), check_in_order_completion); }
 TEST_P(ThreadGroupTest, OverlappingOps) { run_ranks(GetParam(), check_overlapping_ops); }
@@ -84,8 +85,11 @@ TEST(ThreadGroup, RejectsBadArguments) {
     EXPECT_THROW_MSG(pg.all_gather(std::vector<Tensor>{zeros({2})}, zeros({2})),
                      "all_gather: expected one output per rank (2), got 1");
     Tensor buffer = zeros({4});
-    EXPECT_THROW_MSG(pg.all_gather(buffer, buffer.narrow(0, 0, 2)), "shares memory with the input");
-    EXPECT_THROW_MSG(pg.reduce_scatter(buffer.narrow(0, 1, 2), buffer), "shares memory with the input");
+    // In place is a piece inside the whole; a partial overlap is refused before anything is queued.
+    EXPECT_THROW_MSG(pg.all_gather(buffer.narrow(0, 1, 2), buffer.narrow(0, 0, 2)),
+                     "all_gather: the input overlaps the output without lying inside it");
+    EXPECT_THROW_MSG(pg.reduce_scatter(buffer, buffer.narrow(0, 1, 2)),
+                     "reduce_scatter: the output overlaps the input without lying inside it");
     // Nothing was queued: the group still works.
     Tensor t = ones({2});
     pg.all_reduce(t)->wait();
