@@ -55,7 +55,14 @@ struct Op {
   std::vector<Tensor> outputs;
   WorkPtr work;
 
-  DType dtype() const { return input.defined() ? input.dtype() : kFloat32; }
+  // A finished op lets go of its tensors (release_tensors(), before its Work
+  // completes), so that a waiter's memory is its own again at once; its
+  // messages still give the sizes.
+  void release_tensors();
+
+  DType dtype() const { return input.defined() ? input.dtype() : released_.dtype; }
+  int64_t input_numel() const { return input.defined() ? input.numel() : released_.input_numel; }
+  int64_t output_numel() const { return output.defined() ? output.numel() : released_.output_numel; }
   // Bytes the operation is about, for statistics (nccl-tests' "size"): the
   // tensor for all_reduce, broadcast, send and recv; the concatenated output
   // of all_gather; the input of reduce_scatter; nothing for a barrier.
@@ -69,6 +76,12 @@ struct Op {
   std::string describe() const;
   // "rank 1: " + describe(): how every error about this op begins.
   std::string where() const;
+
+ private:
+  struct Released {
+    DType dtype = kFloat32;
+    int64_t input_numel = 0, output_numel = 0;
+  } released_;
 };
 
 using OpPtr = std::shared_ptr<Op>;

@@ -198,6 +198,10 @@ void ProcessGroup::finish(Op& op, std::exception_ptr error) {
     stats_.bytes += op.payload_bytes();
     stats_.bus_bytes += op.bus_bytes();
   }
+  // A completed operation lets go of its tensors before anyone can see it
+  // complete, so the memory a waiter measures is its own (a failed one keeps
+  // them: MPI may still be writing into an abandoned request's buffers).
+  if (!error) op.release_tensors();
   op.work->mark_completed(error);
 }
 
