@@ -54,6 +54,13 @@ ModulePtr Module::register_module(const std::string& name, ModulePtr module) {
   return module;
 }
 
+void Module::replace_module(const std::string& name, ModulePtr module) {
+  LOOM_CHECK(module != nullptr, type_name_, ": the replacement for submodule '", name, "' is null");
+  auto it = find_named(children_, name);
+  LOOM_CHECK(it != children_.end(), type_name_, ": has no submodule '", name, "' to replace");
+  it->second = std::move(module);
+}
+
 void Module::collect_named(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const {
   for (const auto& [name, t] : buffers ? buffers_ : parameters_) out.emplace_back(prefix + name, t);
   if (!recurse) return;

@@ -110,6 +110,12 @@ class Module : public std::enable_shared_from_this<Module> {
     return module;
   }
 
+  // Puts `module` where the child `name` was, keeping its place in the
+  // children (FSDP wraps its units this way). Sequential and ModuleList call
+  // their children through that list; a module that keeps its own handle to
+  // the child (a member) goes on calling the old one.
+  void replace_module(const std::string& name, ModulePtr module);
+
   // ---- traversal; names are dotted paths from this module ----
   NamedTensors named_parameters(bool recurse = true) const;
   TensorList parameters(bool recurse = true) const;

@@ -33,6 +33,15 @@ class Storage {
   // The allocator that owns the memory; null when it is not owned.
   Allocator* allocator() const { return allocator_; }
 
+  // Frees the memory while the storage (and every view of it) lives on, and
+  // brings new memory back, contents undefined: FSDP frees a unit's gathered
+  // parameters between uses and gathers them again into the same storage, so
+  // that the parameters and what autograd saved of them see them again.
+  // Reading a released storage is an error (Tensor::raw_data checks).
+  void release();
+  void reallocate();
+  bool released() const { return released_; }
+
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -41,6 +50,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;  // null: not owned
+  bool released_ = false;
   std::atomic<uint32_t> version_{0};
 };
 

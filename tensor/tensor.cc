@@ -37,6 +37,9 @@ int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this-
 
 void* Tensor::raw_data() const {
   const TensorImpl& impl = checked(impl_, "raw_data");
+  LOOM_CHECK(!impl.storage->released(), "a tensor ", impl.shape,
+             " whose memory is released (FSDP frees a unit's parameters outside its forward and backward; "
+             "read them through FullyShardedDataParallel::full_state_dict())");
   return static_cast<char*>(impl.storage->data()) + impl.offset * loom::element_size(impl.dtype);
 }
 

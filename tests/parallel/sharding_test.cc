@@ -1,6 +1,11 @@
 // Sharded data parallelism over the threads backend: every strategy equals
 // single-device training step after step, for 1, 2 and 3 ranks.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
 
 #include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/thread_ranks.h"
@@ -54,6 +59,194 @@ TEST(ZeroMemory, OneRankMatchesTheModel) {
     testing::run_rank_threads(1, [stage](int, const std::shared_ptr<ProcessGroup>& group) {
       testing::check_zero_memory(group, stage);
     });
+}
+
+// ---- FSDP ----
+
+using testing::FsdpCase;
+using testing::Units;
+
+void expect_fsdp_matches_single_device(int world, FsdpCase c) {
+  testing::run_prepared_ranks<Models>(
+      world,
+      [&](int rank) {
+        auto [reference, local] = testing::fsdp_models(rank, c.units);
+        return Models{reference, local};
+      },
+      [&](const std::shared_ptr<ProcessGroup>& group, Models& m) {
+        testing::check_fsdp_matches_single_device(group, m.reference, m.local, c);
+      });
+}
+
+class FsdpTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(FsdpTest, OneUnitMatchesSingleDevice) { expect_fsdp_matches_single_device(GetParam(), {.units = Units::Whole}); }
+TEST_P(FsdpTest, UnitPerLayerMatchesSingleDevice) {
+  expect_fsdp_matches_single_device(GetParam(), {.units = Units::Layers});
+}
+TEST_P(FsdpTest, NestedUnitsMatchSingleDevice) {
+  expect_fsdp_matches_single_device(GetParam(), {.units = Units::Nested});
+}
+TEST_P(FsdpTest, WithoutPrefetchMatchesSingleDevice) {
+  expect_fsdp_matches_single_device(GetParam(), {.units = Units::Layers, .prefetch = false});
+}
+TEST_P(FsdpTest, AccumulatesGradients) {
+  expect_fsdp_matches_single_device(GetParam(), {.units = Units::Nested, .micro_batches = 3, .steps = 3});
+}
+
+TEST_P(FsdpTest, MovesOneAndAHalfTimesDdpsBytes) {
+  testing::run_prepared_ranks<Models>(
+      GetParam(), [](int rank) { return Models{nullptr, testing::fsdp_models(rank, Units::Layers).second}; },
+      [](const std::shared_ptr<ProcessGroup>& group, Models& m) { testing::check_fsdp_traffic(group, m.local); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, FsdpTest, ::testing::Values(1, 2, 3));
+
+// ---- FSDP checkpoints ----
+
+std::string temp_dir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+Models layered_models(int rank) {
+  auto [reference, local] = testing::fsdp_models(rank, Units::Layers);
+  return Models{reference, local};
+}
+
+TEST(FsdpCheckpoint, FullStateLoadsOnOneDevice) {
+  const std::string path = temp_dir("full") + "/model.safetensors";
+  testing::run_prepared_ranks<Models>(2, layered_models, [&](const std::shared_ptr<ProcessGroup>& group, Models& m) {
+    testing::check_fsdp_full_state_loads_on_one_device(group, m.reference, m.local, path);
+  });
+}
+
+struct ResumeModels {
+  nn::ModulePtr reference, local, fresh;
+};
+
+ResumeModels resume_models(int rank) {
+  auto [reference, local] = testing::fsdp_models(rank, Units::Layers);
+  auto [unused, fresh] = testing::fsdp_models(rank + 1, Units::Layers);  // scrambled on every rank
+  return {reference, local, fresh};
+}
+
+TEST(FsdpCheckpoint, ShardedSaveAtTwoLoadsAtTwo) {
+  const std::string dir = temp_dir("sharded");
+  testing::run_prepared_ranks<ResumeModels>(2, resume_models,
+                                            [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+                                              testing::check_fsdp_sharded_resume(group, m.reference, m.local, m.fresh, dir);
+                                            });
+}
+
+TEST(FsdpCheckpoint, FullSaveAtTwoResumesAtThree) {
+  const std::string path = temp_dir("resize") + "/full.safetensors";
+  // The reference trains its first two steps here, on one device.
+  auto [reference, unused] = testing::fsdp_models(0, Units::Layers);
+  auto opt_reference = testing::make_adamw(reference->parameters());
+  testing::train_reference_steps(*reference, *opt_reference, 0, 2, {});
+  testing::run_prepared_ranks<Models>(2, layered_models, [&](const std::shared_ptr<ProcessGroup>& group, Models& m) {
+    testing::fsdp_train_and_save_full(group, m.local, path);
+  });
+  // Three ranks; only rank 0 compares against the reference (they share it, so the others train without one).
+  testing::run_prepared_ranks<ResumeModels>(3, resume_models,
+                                            [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+                                              if (group->rank() == 0)
+                                                testing::fsdp_resume_full(group, reference, std::move(opt_reference),
+                                                                          m.fresh, path);
+                                              else
+                                                testing::fsdp_resume_full(group, nullptr, nullptr, m.fresh, path);
+                                            });
+}
+
+TEST(FsdpCheckpoint, ShardedLoadRefusesWhatDoesNotMatch) {
+  const std::string dir = temp_dir("refuse");
+  testing::run_prepared_ranks<ResumeModels>(2, resume_models,
+                                            [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+                                              testing::check_fsdp_sharded_resume(group, m.reference, m.local, m.fresh, dir);
+                                            });
+  // Three ranks cannot take two ranks' shards.
+  testing::run_prepared_ranks<ResumeModels>(3, resume_models,
+                                            [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+                                              testing::FsdpTraining t = testing::fsdp_training(group, nullptr, m.fresh, {});
+                                              EXPECT_THROW_MSG(load_sharded(dir, *t.fsdp, *t.opt),
+                                                               "the sharded checkpoint was saved by 2 ranks, but this "
+                                                               "job has 3");
+                                            });
+  // A shard in another rank's place: its pieces have other sizes (the last
+  // Linear's 51 elements are 26 + 25).
+  std::filesystem::copy_file(dir + "/shard-0-of-2.safetensors", dir + "/shard-1-of-2.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  testing::run_prepared_ranks<ResumeModels>(2, resume_models,
+                                            [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+                                              testing::FsdpTraining t = testing::fsdp_training(group, nullptr, m.fresh, {});
+                                              if (group->rank() == 1)
+                                                EXPECT_THROW_MSG(load_sharded(dir, *t.fsdp, *t.opt), "a mismatched shard");
+                                            });
+  // A missing shard names itself.
+  std::filesystem::remove(dir + "/shard-1-of-2.safetensors");
+  testing::run_prepared_ranks<ResumeModels>(2, resume_models,
+                                            [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+                                              testing::FsdpTraining t = testing::fsdp_training(group, nullptr, m.fresh, {});
+                                              if (group->rank() == 1)
+                                                EXPECT_THROW_MSG(load_sharded(dir, *t.fsdp, *t.opt),
+                                                                 "the shard of rank 1 is missing");
+                                            });
+}
+
+// A rank that leaves mid-step: the others' next collective fails, naming it.
+TEST(Fsdp, ARankLeavingMidStepIsAnErrorOnTheOthers) {
+  auto groups = ThreadGroup::create(2, testing::test_options());
+  auto [ref0, local0] = testing::fsdp_models(0, Units::Layers);
+  auto [ref1, local1] = testing::fsdp_models(1, Units::Layers);
+  std::string error;
+  std::thread leaver([&] {
+    FullyShardedDataParallel fsdp(local1, groups[1], testing::fsdp_options({}));
+    // Gone before its first forward: the model (whose units hold the group) and the group with it.
+    fsdp = nullptr;
+    local1.reset();
+    groups[1].reset();
+  });
+  {
+    FullyShardedDataParallel fsdp(local0, groups[0], testing::fsdp_options({}));
+    leaver.join();
+    try {
+      fsdp->forward(randn({6, 2, 6, 6}, {.dtype = kFloat64}));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("rank 1 has left the group"), std::string::npos) << error;
+}
+
+
+
+TEST(FsdpMemory, OneRankMatchesTheModel) {
+  testing::run_rank_threads(1, [](int, const std::shared_ptr<ProcessGroup>& group) { testing::check_fsdp_memory(group); });
+}
+
+// A module that calls its child through a member handle, as a transformer block calls its attention.
+class Residual : public nn::Module {
+ public:
+  Residual() : Module("Residual") { inner = register_module("inner", nn::Linear(4, 4)); }
+  Tensor forward(const Tensor& x) override { return x + inner->forward(x); }
+  nn::Linear inner{nullptr};
+};
+
+TEST(Fsdp, RejectsUnitsItCannotWrap) {
+  testing::run_rank_threads(1, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    auto pick = [](std::string wanted) {
+      return [wanted](const std::string& name, const nn::Module&) { return name == wanted; };
+    };
+    nn::Sequential with_residual(std::make_shared<Residual>(), nn::ReLU());
+    EXPECT_THROW_MSG(FullyShardedDataParallel(with_residual, group, {.wrap = pick("0.inner")}),
+                     "the wrap policy picked '0.inner', a child of a Residual; units must be children of a "
+                     "Sequential or a ModuleList");
+    nn::Sequential net(nn::Linear(4, 4), nn::Sequential(nn::Linear(4, 4), nn::ReLU()));
+    EXPECT_THROW_MSG(FullyShardedDataParallel(net, group, {.wrap = pick("1.1")}),
+                     "unit '1.1' has no parameters of its own");
+  });
 }
 
 TEST(Zero, RejectsBadOptions) {
