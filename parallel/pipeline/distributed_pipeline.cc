@@ -106,6 +106,26 @@ DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<Pr
   schedule_ = make_schedule(options.schedule, stages_, options.micro_batches);
 }
 
+DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
+                                         std::shared_ptr<ProcessGroup> data_group, PipelineOptions options,
+                                         Device device)
+    : DistributedPipeline(std::move(stage), std::move(group), options, device) {
+  LOOM_CHECK(data_group, "DistributedPipeline: no data group");
+  NoGradGuard no_grad;
+  WorkPtr last;
+  TensorList params;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : stage_->named_parameters()) {
+    last = data_group->broadcast(p, 0);
+    if (!p.requires_grad()) continue;
+    params.push_back(p);
+    names.push_back(name);
+  }
+  for (const Tensor& b : stage_->buffers()) last = data_group->broadcast(b, 0);
+  if (last) last->wait();
+  data_reducer_ = Reducer::create(params, names, std::move(data_group), {});
+}
+
 Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
   const int m = options_.micro_batches;
   const bool first = rank_ == 0, last = rank_ == stages_ - 1;
@@ -115,6 +135,8 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
   std::vector<Tensor> losses(last ? m : 0);
 
   StageTask task{.module = *stage_, .device = device_, .lane = lane_};
+  if (data_reducer_)  // the last backward averages the gradients accumulated over the micro-batches
+    task.before_backward = [this](bool last_backward) { data_reducer_->prepare_for_backward(last_backward); };
   if (first) task.first.emplace(FirstStage{inputs});
   if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
   GroupLinks links(*group_, device_, lane_, sends_lane_);

@@ -13,6 +13,16 @@
 //   Tensor loss = pipe.train_step(x, y, loss_fn);  // x read on rank 0, y on the last rank
 //   opt.step();                                    // loss defined on the last rank only
 //
+// Hybrid data x pipeline: with a data group as well, several pipelines train
+// side by side, each on its own share of the batch, and each stage's
+// gradients are averaged over the ranks that run the same stage, as DDP's
+// are (reducer.h): in buckets, while the stage's last micro-batch runs its
+// backward; the earlier ones accumulate locally. A DeviceMesh hands out both:
+//
+//   DeviceMesh mesh(world, {{"data", 2}, {"pipeline", 2}});   // mpirun -np 4
+//   DistributedPipeline pipe(stages[mesh.coordinate("pipeline")], mesh.group("pipeline"),
+//                            mesh.group("data"), {.micro_batches = 4});
+//
 // Each activation travels as two messages: a small header (dtype and shape,
 // which the receiver cannot know in advance) and the tensor. Gradients need
 // no header: they have the shape of the activation their receiver sent.
@@ -25,6 +35,7 @@
 
 #include "nn/module.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/ddp/reducer.h"
 #include "parallel/pipeline/pipeline.h"
 
 namespace loom::parallel {
@@ -34,6 +45,11 @@ class DistributedPipeline {
   // This rank's `stage` (its part of the model, as split_sequential cuts it)
   // moves to `device`; the group's size is the number of stages.
   DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group, PipelineOptions options = {},
+                      Device device = Device::cpu());
+  // Hybrid: `group` is this rank's pipeline, `data_group` the ranks that run
+  // the same stage; they start from the data group's rank 0's parameters.
+  DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
+                      std::shared_ptr<ProcessGroup> data_group, PipelineOptions options = {},
                       Device device = Device::cpu());
 
   // Forward and backward of the batch (x, y) in micro-batches. Rank 0 reads
@@ -56,6 +72,7 @@ class DistributedPipeline {
  private:
   nn::ModulePtr stage_;
   std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<Reducer> data_reducer_;  // hybrid: averages the stage's gradients over the data group
   PipelineOptions options_;
   Device device_;
   int rank_ = 0, stages_ = 1;

@@ -78,6 +78,8 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
   StageStats stats;
   // Each micro-batch's input and output, held from its forward to its backward.
   std::map<int, Tensor> inputs, outputs;
+  size_t backwards_left = 0;
+  for (const Action& a : actions) backwards_left += a.pass == Pass::Backward ? 1 : 0;
   for (const Action& a : actions) {
     const int mb = a.micro_batch;
     if (a.pass == Pass::Forward) {
@@ -98,6 +100,7 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
       LOOM_CHECK(output != outputs.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
                  " before its forward");
       const Tensor grad = task.last ? Tensor() : links.receive_gradient(mb, output->second);
+      if (task.before_backward) task.before_backward(--backwards_left == 0);
       {
         TimedPass pass("backward", task, stats);
         if (task.last)

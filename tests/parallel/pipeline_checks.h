@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "optim/optimizer.h"
+#include "parallel/comm/device_mesh.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "tests/parallel/equivalence.h"
 
@@ -114,6 +115,51 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
     ASSERT_EQ(out.shape(), Shape({c.batch, 3}));
     EXPECT_LT(loom::testing::max_rel_error(out, reference->forward(x)), 1e-12);
   }
+}
+
+// Hybrid data x pipeline on a DeviceMesh {data, pipeline} of `world`: each
+// pipeline trains on its data share of every batch (contiguous, equal), and
+// each stage's gradients are averaged over the data group. The reference
+// trains on whole batches; the pipelines' losses, averaged over the data
+// group, are the batch's. Ranks other than data rank 0 start scrambled.
+inline void check_hybrid_matches_single_device(const std::shared_ptr<ProcessGroup>& world, int data,
+                                               std::vector<int> boundaries, ScheduleKind kind, int micro_batches) {
+  DeviceMesh mesh(world, {{"data", data}, {"pipeline", static_cast<int>(boundaries.size()) + 1}});
+  const int d = mesh.coordinate("data"), p = mesh.coordinate("pipeline");
+  auto [reference, model] = pipeline_models();
+  nn::ModulePtr stage = split_sequential(model, boundaries)[p];
+  nn::ModulePtr reference_stage = split_sequential(reference, boundaries)[p];
+  if (d > 0) {
+    NoGradGuard no_grad;
+    for (const Tensor& t : stage->parameters()) t.fill_(0.1 * d);
+  }
+  DistributedPipeline pipe(stage, mesh.group("pipeline"), mesh.group("data"),
+                           {.micro_batches = micro_batches, .schedule = kind});
+  optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  const bool first = p == 0, last = p == mesh.size("pipeline") - 1;
+  const int64_t batch = 12, share = batch / data;
+
+  train_side_by_side(
+      reference, batch,
+      [&](const Tensor& x, const Tensor& y) {
+        opt_pipe.zero_grad();
+        Tensor loss = pipe.train_step(first ? x.narrow(0, d * share, share) : Tensor(),
+                                      last ? y.narrow(0, d * share, share) : Tensor(), cross_entropy_loss);
+        opt_pipe.step();
+        if (!last) return Tensor();
+        Tensor mean = loss.clone();
+        mesh.group("data")->all_reduce(mean, ReduceOp::Avg)->wait();  // only the pipelines' last stages
+        return mean;
+      },
+      [&](int step) {
+        EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10)
+            << "data " << d << ", stage " << p << ", step " << step;
+      });
+  // Data parallelism moved each stage's gradients once per step, not once per micro-batch.
+  int64_t stage_bytes = 0;
+  for (const Tensor& t : stage->parameters()) stage_bytes += t.nbytes();
+  EXPECT_EQ(mesh.group("data")->stats().bytes, 3 * stage_bytes + (last ? 3 * 8 : 0) + stage_bytes)
+      << "three steps' all-reduces, the losses' averages, and the start's broadcast";
 }
 
 }  // namespace loom::parallel::testing

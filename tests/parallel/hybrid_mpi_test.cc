@@ -1,0 +1,19 @@
+// Hybrid data x pipeline over MPI: 2 x 2 under mpirun -np 4 (--oversubscribe
+// on a two-core machine), one process per rank.
+#include <gtest/gtest.h>
+
+#include "tests/parallel/mpi_world.h"
+#include "tests/parallel/pipeline_checks.h"
+
+namespace loom::parallel {
+namespace {
+
+TEST(HybridMpi, TwoByTwoOneFOneBMatchesSingleDevice) {
+  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::OneFOneB, 3);
+}
+TEST(HybridMpi, TwoByTwoGPipeMatchesSingleDevice) {
+  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::GPipe, 2);
+}
+
+}  // namespace
+}  // namespace loom::parallel

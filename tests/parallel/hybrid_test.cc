@@ -1,0 +1,25 @@
+// Hybrid data x pipeline over the threads backend: meshes of 2 x 2, 3 x 2
+// and 2 x 3 ranks equal single-device training step after step.
+#include <gtest/gtest.h>
+
+#include "tests/parallel/pipeline_checks.h"
+#include "tests/parallel/thread_ranks.h"
+
+namespace loom::parallel {
+namespace {
+
+void expect_hybrid(int data, std::vector<int> boundaries, ScheduleKind kind, int micro_batches) {
+  const int world = data * (static_cast<int>(boundaries.size()) + 1);
+  testing::run_rank_threads(world, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    testing::check_hybrid_matches_single_device(group, data, boundaries, kind, micro_batches);
+  });
+}
+
+TEST(Hybrid, TwoByTwoOneFOneB) { expect_hybrid(2, {4}, ScheduleKind::OneFOneB, 3); }
+TEST(Hybrid, TwoByTwoGPipe) { expect_hybrid(2, {4}, ScheduleKind::GPipe, 2); }
+TEST(Hybrid, ThreeByTwo) { expect_hybrid(3, {3}, ScheduleKind::OneFOneB, 2); }
+TEST(Hybrid, TwoByThree) { expect_hybrid(2, {2, 5}, ScheduleKind::OneFOneB, 3); }
+TEST(Hybrid, OneMicroBatch) { expect_hybrid(2, {4}, ScheduleKind::GPipe, 1); }
+
+}  // namespace
+}  // namespace loom::parallel
