@@ -1,17 +1,20 @@
 // compare_parallel: one model, one batch, every way loom can train it on N
-// devices: single device, DataParallel, DistributedDataParallel (N ranks as
-// threads, or the processes under mpirun), layer split, and the GPipe and
-// 1F1B pipelines (stages as threads, or one per process under mpirun). For each it
-// prints throughput, speed-up and scaling efficiency against the single
-// device, the step split into compute / exposed communication / idle, peak
-// memory, bytes moved per step, and what an alpha-beta model predicts for N
+// devices: single device, DataParallel, DistributedDataParallel, ZeRO-1,
+// ZeRO-2 and FSDP (N ranks as threads, or the processes under mpirun), layer
+// split, the GPipe and 1F1B pipelines (stages as threads, or one per process
+// under mpirun), and with --mesh DxP the hybrid of D data-parallel P-stage
+// pipelines. For each it prints throughput, speed-up and scaling efficiency
+// against the single device, the step split into compute / exposed
+// communication / idle, peak memory, the per-rank state the ZeRO accounting
+// predicts, bytes moved per step, and what an alpha-beta model predicts for N
 // independent devices (bench/compare/projection.h). It writes a Chrome trace
 // per strategy, a CSV and a PNG chart.
 //
 //   bazel run //bench:compare_parallel -- --model cnn --devices 2
 //   bazel run //bench:compare_parallel -- --model mlp --mlp-hidden 2048 --mlp-layers 8 --devices 4 --link nvlink
 //   bazel run //bench:compare_parallel -- --device cuda:0 --devices 2     # one GPU, repeated
-//   mpirun -np 2 bazel-bin/bench/compare_parallel --model mlp          # ddp, gpipe, 1f1b over ranks
+//   mpirun -np 2 bazel-bin/bench/compare_parallel --model mlp          # ddp, zero, fsdp, pipelines over ranks
+//   bazel run //bench:compare_parallel -- --model mlp --devices 4 --mesh 2x2   # adds the hybrid row
 //
 // The README's "Comparing strategies" section walks through a run.
 #include <omp.h>
@@ -24,6 +27,8 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "bench/compare/strategies.h"
 #include "examples/common/flags.h"
@@ -98,6 +103,29 @@ bool plot(const std::string& csv, const std::string& png, const std::string& tit
   return std::system(("gnuplot '" + script + "'").c_str()) == 0;
 }
 
+// --mesh DxP: D data-parallel pipelines of P >= 2 stages.
+std::pair<int, int> parse_mesh(const std::string& text) {
+  const size_t x = text.find('x');
+  if (x == std::string::npos || x == 0 || x + 1 == text.size() ||
+      text.find_first_not_of("0123456789x") != std::string::npos || text.find('x', x + 1) != std::string::npos)
+    return {0, 0};
+  const int data = std::stoi(text.substr(0, x)), stages = std::stoi(text.substr(x + 1));
+  return data >= 1 && data <= 64 && stages >= 2 && stages <= 64 ? std::pair{data, stages} : std::pair{0, 0};
+}
+
+CLI::Validator mesh_shape() {
+  const std::string what = "DxP: D data-parallel pipelines (1-64) of P stages (2-64), such as 2x2";
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        try {
+          if (text.size() <= 5 && parse_mesh(text).first > 0) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected " + what + ", got '" + text + "'";
+      },
+      what);
+}
+
 // Rank 0 plans the stages (it alone times the layers); every rank needs the cuts.
 void share_boundaries(parallel::ProcessGroup& group, std::vector<int>& boundaries) {
   Tensor count = from_vector(std::vector<int64_t>{static_cast<int64_t>(boundaries.size())});
@@ -119,8 +147,10 @@ int main(int argc, char** argv) {
       [&] {
         std::shared_ptr<parallel::ProcessGroup> world = parallel::init(argc, argv);  // the MPI ranks, else one
         const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
-        Flags flags("Compare single-device, DataParallel, DDP, layer-split and pipeline training");
-        std::string model = "cnn", device_name = "cpu", strategies = "single,dp,ddp,layer_split,gpipe,1f1b";
+        Flags flags("Compare single-device, DataParallel, DDP, ZeRO, FSDP, layer-split, pipeline and hybrid training");
+        std::string model = "cnn", device_name = "cpu";
+        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b";
+        std::string mesh_text;
         std::string link_name = "pcie", out = "compare_parallel";
         CompareConfig config;
         MlpShape mlp;
@@ -142,8 +172,14 @@ int main(int argc, char** argv) {
                   integer_in(1, 1 << 16));
         flags.add("--steps", config.steps, "timed steps per strategy", Scope::Job, integer_in(1, 1000000));
         flags.add("--warmup", config.warmup, "untimed steps first", Scope::Job, integer_in(0, 1000000));
-        flags.add("--strategies", strategies, "comma-separated subset to run", Scope::Job,
-                  list_of({"single", "dp", "ddp", "layer_split", "gpipe", "1f1b"}));
+        CLI::Option* strategies_flag =
+            flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
+                      list_of({"single", "dp", "ddp", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
+                               "hybrid"}));
+        flags.add("--mesh", mesh_text,
+                  "hybrid: DxP, D data-parallel pipelines of P stages (D x P ranks: threads, or mpirun -np D*P); "
+                  "adds the hybrid row",
+                  Scope::Job, mesh_shape());
         flags.add("--link", link_name, "projection: pcie or nvlink", Scope::Job,
                   CLI::Validator(
                       [](std::string& text) -> std::string {
@@ -158,6 +194,10 @@ int main(int argc, char** argv) {
                   CLI::Validator([](std::string& text) { return text.empty() ? "expected a path prefix" : ""; },
                                  "a path prefix"));
         flags.parse(argc, argv);
+        if (!mesh_text.empty()) {
+          std::tie(config.mesh_data, config.mesh_pipeline) = parse_mesh(mesh_text);
+          if (strategies_flag->count() == 0) strategies += ",hybrid";
+        }
         config.device_list = device_list(devices_text);
         config.devices = config.device_list.empty() ? std::stoi(devices_text) : static_cast<int>(config.device_list.size());
         if (world->size() > 1) {
@@ -194,6 +234,12 @@ int main(int argc, char** argv) {
         StagePlan plan;
         if (writer) plan = plan_stages(w, config.devices);
         if (config.group) share_boundaries(*config.group, plan.boundaries);
+        StagePlan mesh_plan;  // hybrid: the P stages of the mesh's pipelines
+        if (config.mesh_pipeline > 0) {
+          if (writer) mesh_plan = plan_stages(w, config.mesh_pipeline);
+          if (config.group) share_boundaries(*config.group, mesh_plan.boundaries);
+          config.mesh_boundaries = mesh_plan.boundaries;
+        }
         const Profile& profile = plan.profile;
         const int64_t batch = w.samples_per_step;
 
@@ -238,15 +284,20 @@ int main(int argc, char** argv) {
           if (config.group) config.group->barrier()->wait();
           projection.ddp_buckets = std::max(1, m.ddp_buckets);
           results.push_back(m);
-          projected.push_back(writer && m.skipped.empty() ? project_step_seconds(name, profile, projection) : 0);
+          const bool hybrid = name == "hybrid";
+          ProjectionSettings settings = projection;
+          if (hybrid) settings.mesh_data = config.mesh_data;
+          projected.push_back(writer && m.skipped.empty()
+                                  ? project_step_seconds(name, hybrid ? mesh_plan.profile : profile, settings)
+                                  : 0);
         }
 
         if (!writer) return 0;
         const Measurement* single = nullptr;
         for (const Measurement& m : results)
           if (m.strategy == "single" && m.skipped.empty()) single = &m;
-        std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %10s %11s\n", "strategy", "samples/s", "speed-up", "eff.",
-                    "step ms", "compute", "comm", "idle", "peak MB", "MB/step", "projected");
+        std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %9s %10s %11s\n", "strategy", "samples/s", "speed-up",
+                    "eff.", "step ms", "compute", "comm", "idle", "peak MB", "model MB", "MB/step", "projected");
         for (size_t i = 0; i < results.size(); ++i) {
           const Measurement& m = results[i];
           if (!m.skipped.empty()) {
@@ -254,14 +305,27 @@ int main(int argc, char** argv) {
             continue;
           }
           const double speedup = single ? single->step_s / m.step_s : 0;
-          const int used = m.strategy == "single" ? 1 : config.devices;
-          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %9.2f %9.2f %9.1f %9.2f%s %8.2f ms\n",
+          const int used = m.strategy == "single" ? 1
+                           : m.strategy == "hybrid" ? config.mesh_data * config.mesh_pipeline
+                                                    : config.devices;
+          char comm[16], model_mb[16];
+          if (m.split_known)
+            std::snprintf(comm, sizeof comm, "%9.2f", 1e3 * m.comm_s);
+          else
+            std::snprintf(comm, sizeof comm, "%9s", "-");
+          if (m.modeled_state_bytes > 0)
+            std::snprintf(model_mb, sizeof model_mb, "%9.1f", m.modeled_state_bytes / 1e6);
+          else
+            std::snprintf(model_mb, sizeof model_mb, "%9s", "");
+          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %s %9.2f %9.1f %s %9.2f%s %8.2f ms\n",
                       m.strategy.c_str(), batch / m.step_s, speedup, 100 * speedup / used, 1e3 * m.step_s,
-                      1e3 * m.compute_s, 1e3 * m.comm_s, 1e3 * m.idle_s, m.peak_bytes / 1e6, m.comm_bytes / 1e6,
+                      1e3 * m.compute_s, comm, 1e3 * m.idle_s, m.peak_bytes / 1e6, model_mb, m.comm_bytes / 1e6,
                       m.comm_bytes_measured ? " " : "*", 1e3 * projected[i]);
         }
-        std::printf("(* computed from tensor sizes; other byte counts measured. Projection: %s link, %.0f GB/s, "
-                    "%.0f us; traces in %s/)\n",
+        std::printf("(* computed from tensor sizes; other byte counts measured. comm '-': not separated from "
+                    "compute. model MB: parameters + gradients + Adam state per rank by the ZeRO accounting; peak MB "
+                    "is the allocator's: per rank under mpirun, all ranks together when they are threads. "
+                    "Projection: %s link, %.0f GB/s, %.0f us; traces in %s/)\n",
                     link_name.c_str(), projection.link.bandwidth_bytes_per_s / 1e9, projection.link.latency_s * 1e6,
                     config.trace_dir.c_str());
         for (size_t i = 0; i < results.size(); ++i) {
@@ -269,11 +333,16 @@ int main(int argc, char** argv) {
           if (!m.skipped.empty()) continue;
           std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
                       "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
-                      "\"comm_ms\": %.3f, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"comm_bytes\": %.0f, "
-                      "\"projected_ms\": %.3f}\n",
-                      model.c_str(), m.strategy.c_str(), m.strategy == "single" ? 1 : config.devices,
-                      config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s, 1e3 * m.comm_s,
-                      1e3 * m.idle_s, static_cast<long long>(m.peak_bytes), m.comm_bytes, 1e3 * projected[i]);
+                      "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"modeled_state_bytes\": %lld, "
+                      "\"comm_bytes\": %.0f, \"projected_ms\": %.3f}\n",
+                      model.c_str(), m.strategy.c_str(),
+                      m.strategy == "single"   ? 1
+                      : m.strategy == "hybrid" ? config.mesh_data * config.mesh_pipeline
+                                               : config.devices,
+                      config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s,
+                      m.split_known ? std::to_string(1e3 * m.comm_s).c_str() : "null", 1e3 * m.idle_s,
+                      static_cast<long long>(m.peak_bytes), static_cast<long long>(m.modeled_state_bytes),
+                      m.comm_bytes, 1e3 * projected[i]);
         }
         write_csv(out + ".csv", results, projected, batch);
         const std::string title = model + " on " + std::to_string(config.devices) + " x " + config.device.str();

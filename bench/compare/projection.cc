@@ -17,10 +17,32 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   if (strategy == "dp")
     return fb / n + p.optimizer_s + 2 * (n - 1) * link.seconds(p.parameter_bytes) +
            2 * (n - 1) / n * (p.input_bytes + p.output_bytes) / link.bandwidth_bytes_per_s;
+  // A ring all-reduce of the parameters' bytes in k messages; reduce-scatter
+  // plus all-gather move the same.
+  auto ring = [&](double n, double bytes, double k) {
+    return n == 1 ? 0 : 2 * (n - 1) * (k * link.latency_s + bytes / (n * link.bandwidth_bytes_per_s));
+  };
   if (strategy == "ddp") {
     const double k = std::max(1, s.ddp_buckets);
-    const double c = n == 1 ? 0 : 2 * (n - 1) * (k * link.latency_s + p.parameter_bytes / (n * link.bandwidth_bytes_per_s));
+    const double c = ring(n, p.parameter_bytes, k);
     return fb / n + p.optimizer_s + std::max(c / k, c - p.backward_s() / n);
+  }
+  if (strategy == "zero1") return fb / n + p.optimizer_s / n + ring(n, p.parameter_bytes, 1);
+  if (strategy == "zero2") {
+    const double half = ring(n, p.parameter_bytes, 1) / 2;
+    return fb / n + p.optimizer_s / n + std::max(0.0, half - p.backward_s() / n) + half;
+  }
+  if (strategy == "fsdp") return std::max(fb / n, 1.5 * ring(n, p.parameter_bytes, 1)) + p.optimizer_s / n;
+  if (strategy == "hybrid") {
+    const double d = s.mesh_data, stages = static_cast<double>(p.stage_forward_s.size()), m = s.micro_batches;
+    double slowest = 0, largest_boundary = 0;
+    for (size_t k = 0; k < p.stage_forward_s.size(); ++k)
+      slowest = std::max(slowest, (p.stage_forward_s[k] + p.stage_backward_s[k]) / d);
+    for (double a : p.boundary_bytes) largest_boundary = std::max(largest_boundary, a / d);
+    const double hop = 2 * link.seconds(largest_boundary / m);
+    const double stage_reduce = ring(d, p.parameter_bytes / stages, 1);
+    return (m + stages - 1) * (slowest / m + hop) + std::max(0.0, stage_reduce - slowest / (2 * m)) +
+           p.optimizer_s / (d * stages);
   }
   double boundaries = 0, largest_boundary = 0;
   for (double a : p.boundary_bytes) {

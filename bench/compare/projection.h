@@ -13,6 +13,15 @@
 //   layer split   F + B + O/N + 2 sum_s (alpha + A_s/bw)         one device busy at a time
 //   GPipe, 1F1B   (m + N - 1)(max_s (F_s + B_s)/m                m micro-batches, N stages: the bubble is N - 1
 //                   + 2(alpha + A_max/(m bw))) + O/N             micro-batch slots (1F1B: same time, less memory)
+//   ZeRO-1        (F + B)/N + O/N + C1                           reduce-scatter + all-gather (C1 = C with k = 1)
+//                                                                in step(), nothing hidden; each rank steps 1/N
+//   ZeRO-2        (F + B)/N + O/N + max(0, C1/2 - B/N) + C1/2    the reduce-scatter hidden behind backward
+//   FSDP          max((F + B)/N, 1.5 C1) + O/N                   two all-gathers and a reduce-scatter, prefetched
+//                                                                behind compute
+//   hybrid D x P  (m + P - 1)(max_s (F_s + B_s)/(m D)            P-stage pipelines on 1/D of the batch each; a
+//                   + 2(alpha + A_max/(m D bw)))                 stage's all-reduce over its D ranks (P/P bytes)
+//                   + max(0, C_s - max_s(F_s + B_s)/(2 m D))     overlaps its last backward
+//                   + O/(D P)
 //
 // where F, B are summed over stages, O is the optimizer step, P the parameter
 // bytes, A_s the activation bytes leaving stage s. It ignores contention and
@@ -50,11 +59,13 @@ struct ProjectionSettings {
   int devices = 2;
   int micro_batches = 4;
   int ddp_buckets = 1;
+  int mesh_data = 1;  // hybrid: D (the profile's stages are its P)
   Link link = Link::pcie();
 };
 
-// Predicted seconds per step for "single", "dp", "ddp", "layer_split",
-// "gpipe" or "1f1b" (the stages in the profile are the N devices).
+// Predicted seconds per step for "single", "dp", "ddp", "zero1", "zero2",
+// "fsdp", "layer_split", "gpipe", "1f1b" (the stages in the profile are the N
+// devices) or "hybrid" (the profile's stages are the mesh's P).
 double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
 
 }  // namespace loom::bench

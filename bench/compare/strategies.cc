@@ -12,6 +12,8 @@
 #include "autograd/engine.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "examples/models/models.h"
+#include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/data_parallel.h"
@@ -19,6 +21,9 @@
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
+#include "parallel/sharding/fsdp.h"
+#include "parallel/sharding/memory_model.h"
+#include "parallel/sharding/zero.h"
 #include "parallel/trace.h"
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
@@ -248,25 +253,65 @@ std::vector<std::vector<double>> gather(parallel::ProcessGroup& group, const std
   return out;
 }
 
-// One DDP rank's run on its share of the batch: warm-up, then timed steps.
-struct DdpRank {
-  double step_s = 0, exposed_s = 0, bus_bytes = 0, peak_bytes = 0, buckets = 0;
+// One rank's run of a data-parallel strategy on its share of the batch:
+// warm-up, then timed steps.
+struct DataRank {
+  double step_s = 0, exposed_s = -1, bus_bytes = 0, peak_bytes = 0, buckets = 0;
   std::vector<double> values() const { return {step_s, exposed_s, bus_bytes, peak_bytes, buckets}; }
-  static DdpRank from(const std::vector<double>& v) { return {v[0], v[1], v[2], v[3], v[4]}; }
+  static DataRank from(const std::vector<double>& v) { return {v[0], v[1], v[2], v[3], v[4]}; }
 };
+
+// The FSDP units of compare_parallel's models: each child of a top-level
+// Sequential that holds parameters (cnn, mlp), each transformer block (gpt).
+bool fsdp_unit(const std::string& name, const nn::Module& m) {
+  if (dynamic_cast<const models::BlockImpl*>(&m)) return true;
+  return name.find('.') == std::string::npos && m.num_parameters() > 0;
+}
+
+// A model trained by one of the data-parallel strategies: the module to run
+// and the optimizer to step, and for ddp the reducer's view of the step.
+struct DataTrainer {
+  nn::ModulePtr module;
+  std::unique_ptr<optim::Optimizer> opt;
+  parallel::DistributedDataParallel ddp{nullptr};
+  int64_t largest_unit = 0;  // fsdp: elements of the largest unit
+};
+
+DataTrainer make_data_trainer(const std::string& strategy, nn::ModulePtr model,
+                              const std::shared_ptr<parallel::ProcessGroup>& group) {
+  DataTrainer t;
+  auto adamw = [](TensorList params) {
+    return std::make_unique<optim::AdamW>(params, optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.01});
+  };
+  if (strategy == "ddp") {
+    t.ddp = parallel::DistributedDataParallel(std::move(model), group);
+    t.module = t.ddp;
+    t.opt = adamw(t.ddp->parameters());
+  } else if (strategy == "zero1" || strategy == "zero2") {
+    t.module = model;
+    t.opt = std::make_unique<parallel::ZeroRedundancyOptimizer>(model->parameters(), group, adamw,
+                                                                 parallel::ZeroOptions{.stage = strategy == "zero1" ? 1 : 2});
+  } else {
+    LOOM_CHECK(strategy == "fsdp", "compare_parallel: not a data-parallel strategy: ", strategy);
+    parallel::FullyShardedDataParallel fsdp(std::move(model), group, {.wrap = fsdp_unit});
+    for (const auto& unit : fsdp->units()) t.largest_unit = std::max(t.largest_unit, unit->flat().numel());
+    t.module = fsdp;
+    t.opt = adamw(fsdp->parameters());
+  }
+  return t;
+}
 
 // `owns_trace`: this rank turns tracing on and writes the trace file (one
 // rank per process: ranks that are threads share the process's tracer).
-DdpRank run_ddp_rank(const Workload& w, const CompareConfig& c, nn::ModulePtr model,
-                     const std::shared_ptr<parallel::ProcessGroup>& group, Device device, bool owns_trace) {
+DataRank run_data_rank(const std::string& strategy, const Workload& w, const CompareConfig& c, nn::ModulePtr model,
+                       const std::shared_ptr<parallel::ProcessGroup>& group, Device device, bool owns_trace) {
   const int r = group->rank();
   const int64_t share = w.input.size(0) / group->size();
-  parallel::DistributedDataParallel ddp(std::move(model), group);
-  optim::AdamW opt(ddp->parameters(), {.lr = 1e-3});
+  DataTrainer trainer = make_data_trainer(strategy, std::move(model), group);
   Tensor x = w.input.narrow(0, r * share, share).to(device), y = w.target.narrow(0, r * share, share).to(device);
   const std::string rank_name = "rank" + std::to_string(r);
   const int lane = trace::lane(rank_name + "/compute");
-  auto step = [&] { traced_step(*ddp, opt, w, x, y, lane); };
+  auto step = [&] { traced_step(*trainer.module, *trainer.opt, w, x, y, lane); };
   for (int i = 0; i < c.warmup; ++i) step();
   synchronize(device);
   group->barrier()->wait();
@@ -276,41 +321,47 @@ DdpRank run_ddp_rank(const Workload& w, const CompareConfig& c, nn::ModulePtr mo
     trace::enable(true);
   }
   group->barrier()->wait();
-  const parallel::ReducerStats before = ddp->reducer().stats();
+  const parallel::ReducerStats before = trainer.ddp ? trainer.ddp->reducer().stats() : parallel::ReducerStats{};
   const int64_t bus_before = group->stats().bus_bytes;
   const auto start = Clock::now();
   for (int i = 0; i < c.steps; ++i) step();
   synchronize(device);
-  DdpRank result;
+  DataRank result;
   result.step_s = seconds_since(start) / c.steps;
-  // Exposed communication: the host's waits for the buckets, or on a GPU the
-  // time the communication stream's spans (NCCL) are not hidden behind compute.
-  result.exposed_s = (ddp->reducer().stats().exposed_wait_s - before.exposed_wait_s) / c.steps;
+  // Exposed communication, where it is known: DDP's host waits for its
+  // buckets, or on a GPU the time the communication stream's spans (NCCL)
+  // are not hidden behind compute.
+  if (trainer.ddp) {
+    result.exposed_s = (trainer.ddp->reducer().stats().exposed_wait_s - before.exposed_wait_s) / c.steps;
+    result.buckets = static_cast<double>(trainer.ddp->reducer().buckets().size());
+  }
   result.bus_bytes = static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps;
-  result.buckets = static_cast<double>(ddp->reducer().buckets().size());
   group->barrier()->wait();
   if (owns_trace) {
     trace::enable(false);
     result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
-    Measurement gpu{"ddp"};
+    Measurement gpu{strategy};
     gpu.step_s = result.step_s;
     if (device.is_cuda() && split_on_gpu(gpu, trace::events(), {lane}, rank_name + "/nccl", c.steps))
       result.exposed_s = gpu.comm_s;
-    if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("ddp", c) + ".json");
+    if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name(strategy, c) + ".json");
   }
   return result;
 }
 
 // The slowest rank's step; exposed communication averaged over ranks.
-Measurement combine_ddp(const std::vector<DdpRank>& ranks) {
-  Measurement m{"ddp"};
+Measurement combine_data_ranks(const std::string& strategy, const std::vector<DataRank>& ranks) {
+  Measurement m{strategy};
   double exposed = 0, peak = 0;
-  for (const DdpRank& r : ranks) {
+  for (const DataRank& r : ranks) {
     m.step_s = std::max(m.step_s, r.step_s);
     exposed += r.exposed_s / ranks.size();
     peak = std::max(peak, r.peak_bytes);
   }
-  split_step(m, exposed, 0);
+  if (ranks[0].exposed_s >= 0)
+    split_step(m, exposed, 0);
+  else
+    m.compute_s = m.step_s, m.split_known = false;
   m.peak_bytes = static_cast<int64_t>(peak);
   m.comm_bytes = ranks[0].bus_bytes;
   m.comm_bytes_measured = true;
@@ -318,43 +369,160 @@ Measurement combine_ddp(const std::vector<DdpRank>& ranks) {
   return m;
 }
 
-Measurement run_ddp(const Workload& w, const CompareConfig& c) {
-  const int64_t batch = w.input.size(0);
-  if (batch % c.devices != 0) {
-    Measurement m{"ddp"};
-    m.skipped = "batch " + std::to_string(batch) + " does not split over " + std::to_string(c.devices) + " ranks";
-    return m;
+// The state each rank holds by the ZeRO accounting (parameters, gradients,
+// Adam's state), for the model's float32 parameters.
+int64_t modeled_state_bytes(const std::string& strategy, const Workload& w, int ranks, int64_t largest_unit) {
+  return parallel::modeled_bytes(strategy, {.numel = w.model->num_parameters(),
+                                            .element_size = static_cast<int64_t>(element_size(w.model->parameters().at(0).dtype())),
+                                            .ranks = ranks,
+                                            .unit_numel = largest_unit})
+      .total();
+}
+
+// Runs `body(rank, group, device)` on the ranks: the processes under mpirun,
+// or `n` threads of this process, each with its share of the cores (as ranks
+// under mpirun get) and, for CUDA tensors, NCCL when their GPUs differ and
+// host staging when they share one.
+template <typename Result>
+std::vector<Result> on_ranks(const CompareConfig& c, int n,
+                             const std::function<Result(int, const std::shared_ptr<parallel::ProcessGroup>&, Device)>& body,
+                             const std::function<std::vector<double>(const Result&)>& values,
+                             const std::function<Result(const std::vector<double>&)>& from) {
+  std::vector<Result> ranks;
+  if (c.group) {
+    const Result mine = body(c.group->rank(), c.group, c.device);
+    for (const auto& v : gather(*c.group, values(mine))) ranks.push_back(from(v));
+    return ranks;
   }
-  if (c.group) {  // ranks are the processes under mpirun
-    std::vector<DdpRank> ranks;
-    const DdpRank mine = run_ddp_rank(w, c, w.model->clone(), c.group, c.device, /*owns_trace=*/true);
-    for (const auto& values : gather(*c.group, mine.values())) ranks.push_back(DdpRank::from(values));
-    return combine_ddp(ranks);
-  }
-  // Ranks as threads, each with its share of the cores, as ranks under mpirun get.
-  auto groups = parallel::ThreadGroup::create(c.devices);
-  const std::vector<Device> devices = devices_of(c);
-  std::vector<nn::ModulePtr> models;
-  for (int r = 0; r < c.devices; ++r) models.push_back(w.model->clone(devices[r]));
-  const int threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.devices);
-  std::vector<DdpRank> ranks(c.devices);
-  std::vector<std::string> errors(c.devices);
+  auto groups = parallel::ThreadGroup::create(n);
+  const std::vector<Device> devices = n == c.devices ? devices_of(c) : std::vector<Device>(n, c.device);
+  const int threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n);
+  ranks.resize(n);
+  std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
-  for (int r = 0; r < c.devices; ++r)
+  for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
         omp_set_num_threads(threads_per_rank);
-        // CUDA tensors: NCCL when the ranks' GPUs differ, host staging when they share one.
-        ranks[r] = run_ddp_rank(w, c, models[r], parallel::for_device(groups[r], devices[r]), devices[r],
-                                /*owns_trace=*/r == 0);
+        ranks[r] = body(r, parallel::for_device(groups[r], devices[r]), devices[r]);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
     });
   for (auto& t : threads) t.join();
-  for (int r = 0; r < c.devices; ++r)
-    LOOM_CHECK(errors[r].empty(), "ddp rank ", r, ": ", errors[r]);
-  return combine_ddp(ranks);
+  for (int r = 0; r < n; ++r) LOOM_CHECK(errors[r].empty(), "rank ", r, ": ", errors[r]);
+  return ranks;
+}
+
+Measurement run_data_parallel(const std::string& strategy, const Workload& w, const CompareConfig& c) {
+  const int64_t batch = w.input.size(0);
+  if (batch % c.devices != 0) {
+    Measurement m{strategy};
+    m.skipped = "batch " + std::to_string(batch) + " does not split over " + std::to_string(c.devices) + " ranks";
+    return m;
+  }
+  std::vector<nn::ModulePtr> models;  // cloned here: the ranks' threads must not race on the generator
+  const std::vector<Device> devices = devices_of(c);
+  for (int r = 0; r < (c.group ? 1 : c.devices); ++r) models.push_back(w.model->clone(c.group ? c.device : devices[r]));
+  int64_t largest_unit = 0;
+  if (strategy == "fsdp")
+    for (const auto& [name, m] : w.model->named_modules())
+      if (!name.empty() && fsdp_unit(name, *m)) largest_unit = std::max(largest_unit, m->num_parameters());
+  const std::vector<DataRank> ranks = on_ranks<DataRank>(
+      c, c.devices,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
+        return run_data_rank(strategy, w, c, models[c.group ? 0 : r], group, device, /*owns_trace=*/c.group || r == 0);
+      },
+      [](const DataRank& r) { return r.values(); }, DataRank::from);
+  Measurement m = combine_data_ranks(strategy, ranks);
+  m.modeled_state_bytes = modeled_state_bytes(strategy, w, c.devices, largest_unit);
+  return m;
+}
+
+// Hybrid data x pipeline on a D x P mesh: P-stage pipelines (1F1B), each on
+// its 1/D of the batch, each stage's gradients averaged over its data group.
+// The step is the slowest rank's; idle is each rank's time outside its
+// passes, averaged; bytes are each rank's bus bytes (pipeline and data
+// groups), averaged.
+Measurement run_hybrid(const Workload& w, const CompareConfig& c) {
+  Measurement m{"hybrid"};
+  const int data = c.mesh_data, stages = c.mesh_pipeline;
+  if (data < 1 || stages < 2) {
+    m.skipped = "needs --mesh DxP (data x pipeline, P >= 2)";
+    return m;
+  }
+  if (c.group && c.group->size() != data * stages) {
+    m.skipped = "--mesh " + std::to_string(data) + "x" + std::to_string(stages) + " needs mpirun -np " +
+                std::to_string(data * stages);
+    return m;
+  }
+  const int64_t batch = w.input.size(0);
+  if (batch % data != 0 || batch / data < c.micro_batches) {
+    m.skipped = "batch " + std::to_string(batch) + " does not split into " + std::to_string(data) + " shares of at least " +
+                std::to_string(c.micro_batches) + " micro-batches";
+    return m;
+  }
+  const std::vector<int>& boundaries = c.mesh_boundaries;
+  if (boundaries.empty()) {
+    m.skipped = "the model is not a Sequential of at least " + std::to_string(stages) + " children";
+    return m;
+  }
+  std::vector<nn::ModulePtr> models;
+  for (int r = 0; r < (c.group ? 1 : data * stages); ++r) models.push_back(w.model->clone(c.device));
+  struct HybridRank {
+    double step_s = 0, idle_s = 0, bus_bytes = 0, peak_bytes = 0;
+  };
+  const std::vector<HybridRank> ranks = on_ranks<HybridRank>(
+      c, data * stages,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
+        parallel::DeviceMesh mesh(world, {{"data", data}, {"pipeline", stages}});
+        const int d = mesh.coordinate("data"), p = mesh.coordinate("pipeline");
+        const bool first = p == 0, last = p == stages - 1;
+        auto model = nn::Sequential(as_sequential(models[c.group ? 0 : r]));
+        parallel::DistributedPipeline pipe(parallel::split_sequential(model, boundaries)[p], mesh.group("pipeline"),
+                                           mesh.group("data"), {.micro_batches = c.micro_batches}, device);
+        std::optional<optim::AdamW> opt;
+        if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});
+        const int64_t share = batch / data;
+        Tensor x = w.input.narrow(0, d * share, share).to(device), y = w.target.narrow(0, d * share, share).to(device);
+        auto step = [&] {
+          if (opt) opt->zero_grad();
+          pipe.train_step(first ? x : Tensor(), last ? y : Tensor(), w.loss);
+          if (opt) opt->step();
+        };
+        for (int i = 0; i < c.warmup; ++i) step();
+        world->barrier()->wait();
+        const bool owns = c.group || r == 0;
+        if (owns) reset_peak_memory_stats(device);
+        const int64_t bus_before = mesh.group("pipeline")->stats().bus_bytes + mesh.group("data")->stats().bus_bytes;
+        HybridRank result;
+        const auto start = Clock::now();
+        for (int i = 0; i < c.steps; ++i) {
+          step();
+          result.idle_s += (pipe.step_seconds() - pipe.stats().busy_seconds) / c.steps;
+        }
+        synchronize(device);
+        result.step_s = seconds_since(start) / c.steps;
+        result.bus_bytes = static_cast<double>(mesh.group("pipeline")->stats().bus_bytes +
+                                               mesh.group("data")->stats().bus_bytes - bus_before) /
+                           c.steps;
+        if (owns) result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+        world->barrier()->wait();
+        return result;
+      },
+      [](const HybridRank& h) { return std::vector<double>{h.step_s, h.idle_s, h.bus_bytes, h.peak_bytes}; },
+      [](const std::vector<double>& v) { return HybridRank{v[0], v[1], v[2], v[3]}; });
+  double idle = 0, peak = 0;
+  for (const HybridRank& h : ranks) {
+    m.step_s = std::max(m.step_s, h.step_s);
+    idle += h.idle_s / ranks.size();
+    m.comm_bytes += h.bus_bytes / ranks.size();
+    peak = std::max(peak, h.peak_bytes);
+  }
+  split_step(m, 0, idle);
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes_measured = true;
+  return m;
 }
 
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c) {
@@ -542,7 +710,9 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   }
   if (strategy == "single") return run_single(w, config);
   if (strategy == "dp") return run_dp(w, config);
-  if (strategy == "ddp") return run_ddp(w, config);
+  if (strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
+    return run_data_parallel(strategy, w, config);
+  if (strategy == "hybrid") return run_hybrid(w, config);
   if (boundaries.empty()) {
     skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
     return skipped;

@@ -26,6 +26,10 @@ struct CompareConfig {
   // and the pipelines then run over them; dp and layer_split, which drive
   // every device from one process, are skipped.
   std::shared_ptr<parallel::ProcessGroup> group;
+  // hybrid: the D x P mesh (--mesh DxP; 0 x 0 when not given) and where its
+  // P stages are cut (plan_stages for P).
+  int mesh_data = 0, mesh_pipeline = 0;
+  std::vector<int> mesh_boundaries;
 };
 
 // One strategy's step, averaged over the timed steps. On a GPU the split into
@@ -40,7 +44,9 @@ struct Measurement {
   int64_t peak_bytes = 0;                         // peak allocated on the device(s)
   double comm_bytes = 0;                          // moved between devices per step
   bool comm_bytes_measured = false;               // false: computed from tensor sizes
+  bool split_known = true;                        // false: compute_s is the whole step, comm unknown
   int ddp_buckets = 0;
+  int64_t modeled_state_bytes = 0;  // ddp, zero1, zero2, fsdp: parameters + gradients + Adam per rank (memory_model.h)
 };
 
 // Where the model is cut into pipeline stages, and the single-device profile
@@ -54,9 +60,9 @@ struct StagePlan {
 };
 StagePlan plan_stages(const Workload& w, int stages);
 
-// strategy: single, dp, ddp, layer_split, gpipe, 1f1b. Under mpirun every
-// rank calls it for ddp, gpipe and 1f1b (all ranks take part) and rank 0
-// alone for single.
+// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b,
+// hybrid. Under mpirun every rank calls it for the strategies that run over
+// ranks (all ranks take part) and rank 0 alone for single.
 Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config);
 

@@ -8,14 +8,33 @@ tool=$(realpath "$1")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
 "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 2 --micro-batches 4 --steps 2 --warmup 1 \
   --out cmp > out.log 2>&1 || { cat out.log; exit 1; }
-for s in single dp ddp layer_split gpipe 1f1b; do
+for s in single dp ddp zero1 zero2 fsdp layer_split gpipe 1f1b; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\"" out.log \
     || { echo "no JSON line for $s"; cat out.log; exit 1; }
   python3 -c "import json,sys; d=json.load(open('cmp_traces/$s.json')); sys.exit(0 if d['traceEvents'] else 1)" \
     || { echo "bad trace for $s"; exit 1; }
 done
 grep -q "NOTE: the 2 devices are one CPU" out.log || { echo "no shared-device note"; cat out.log; exit 1; }
-[ "$(wc -l < cmp.csv)" = 7 ] || { echo "cmp.csv should have a header and 6 rows"; cat cmp.csv; exit 1; }
+[ "$(wc -l < cmp.csv)" = 10 ] || { echo "cmp.csv should have a header and 9 rows"; cat cmp.csv; exit 1; }
+# ZeRO moves what DDP moves; FSDP 1.5 times that (its root, which stays gathered, moves 1x).
+python3 - out.log <<'PY' || { cat out.log; exit 1; }
+import json, sys
+rows = {d["strategy"]: d for d in (json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"bench"'))}
+ddp = rows["ddp"]["comm_bytes"]
+for s in ("zero1", "zero2"):
+    assert abs(rows[s]["comm_bytes"] / ddp - 1) < 0.01, (s, rows[s]["comm_bytes"], ddp)
+assert 1.3 < rows["fsdp"]["comm_bytes"] / ddp <= 1.5, rows["fsdp"]["comm_bytes"] / ddp
+assert rows["zero1"]["modeled_state_bytes"] < rows["ddp"]["modeled_state_bytes"]
+assert rows["zero2"]["modeled_state_bytes"] < rows["zero1"]["modeled_state_bytes"]
+assert rows["ddp"]["comm_ms"] is not None and rows["fsdp"]["comm_ms"] is None
+PY
+# --mesh adds the hybrid row: 2 data-parallel pipelines of 2 stages, as 4 threads.
+"$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 4 --mesh 2x2 --micro-batches 4 --steps 2 --warmup 1 \
+  --strategies single,hybrid --out mesh > mesh.log 2>&1 || { cat mesh.log; exit 1; }
+grep -q '^{"bench": "compare_parallel", "model": "mlp", "strategy": "hybrid", "devices": 4,' mesh.log \
+  || { echo "no hybrid row"; cat mesh.log; exit 1; }
+if "$tool" --mesh 2by2 > badmesh.log 2>&1; then echo "--mesh 2by2 accepted"; exit 1; fi
+grep -q "expected DxP" badmesh.log || { cat badmesh.log; exit 1; }
 if command -v gnuplot > /dev/null; then
   [ -s cmp.png ] || { echo "gnuplot is installed but no chart was written"; exit 1; }
 fi
@@ -26,11 +45,11 @@ export TMPDIR=/tmp  # Open MPI's session sockets need a short path
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 3 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --mlp-batch 96 --micro-batches 4 \
   --steps 2 --warmup 1 --out mpi > mpi.log 2>&1 || { cat mpi.log; exit 1; }
-for s in single ddp gpipe 1f1b; do
+for s in single ddp zero1 zero2 fsdp gpipe 1f1b; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\", \"devices\": [13]," mpi.log \
     || { echo "mpirun: no JSON line for $s"; cat mpi.log; exit 1; }
 done
-for s in ddp gpipe 1f1b; do
+for s in ddp zero1 zero2 fsdp gpipe 1f1b; do
   for r in 0 1 2; do
     python3 -c "import json,sys; d=json.load(open('mpi_traces/${s}_rank$r.json')); sys.exit(0 if d['traceEvents'] else 1)" \
       || { echo "mpirun: bad trace for $s on rank $r"; exit 1; }
@@ -41,6 +60,10 @@ if mpirun -np 2 --oversubscribe --bind-to none "$tool" --devices 3 --steps 1 > m
   echo "--devices 3 under mpirun -np 2 accepted"; exit 1
 fi
 grep -q "leave it out, the ranks are the devices" mismatch.log || { cat mismatch.log; exit 1; }
+# The hybrid over processes: mpirun -np 4 --mesh 2x2.
+mpirun -np 4 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --micro-batches 4 \
+  --steps 2 --warmup 1 --strategies hybrid --mesh 2x2 --out mpimesh > mpimesh.log 2>&1 || { cat mpimesh.log; exit 1; }
+grep -q '"strategy": "hybrid", "devices": 4,' mpimesh.log || { echo "mpirun: no hybrid row"; cat mpimesh.log; exit 1; }
 
 # A bad flag value is a clear error.
 if "$tool" --link carrier-pigeon > bad.log 2>&1; then echo "--link carrier-pigeon accepted"; exit 1; fi

@@ -50,6 +50,25 @@ TEST(Projection, LayerSplitAndPipelines) {
   EXPECT_NEAR(project_step_seconds("1f1b", two_stages(), settings()), 11.25, 1e-12);
 }
 
+TEST(Projection, ShardedDataParallel) {
+  // C1 = 2 * 1 * (0.1 + 100 / (2 * 10)) = 10.2; each rank steps half: 0.25.
+  // ZeRO-1: 4.5 + 0.25 + 10.2, nothing hidden.
+  EXPECT_NEAR(project_step_seconds("zero1", two_stages(), settings()), 14.95, 1e-12);
+  // ZeRO-2: the reduce-scatter (5.1) behind backward (3 s per rank) leaves 2.1; the all-gather 5.1 after.
+  EXPECT_NEAR(project_step_seconds("zero2", two_stages(), settings()), 4.5 + 0.25 + 2.1 + 5.1, 1e-12);
+  // FSDP: 1.5 C1 = 15.3 outlasts the 4.5 s of compute it hides behind.
+  EXPECT_NEAR(project_step_seconds("fsdp", two_stages(), settings()), 15.3 + 0.25, 1e-12);
+}
+
+TEST(Projection, HybridDataTimesPipeline) {
+  // D = 2, P = 2 stages, m = 4: the slowest stage on half the batch takes 6/2 = 3 s; a hop carries 10/2/4
+  // bytes: 2 * (0.1 + 0.125) = 0.45; (4 + 1) * (3/4 + 0.45) = 6. A stage's all-reduce of 50 bytes over 2
+  // ranks, 2 * (0.1 + 50/20) = 5.2, overlaps 3/8 s of its last backward: 4.825. Optimizer 0.5/4.
+  ProjectionSettings s = settings();
+  s.mesh_data = 2;
+  EXPECT_NEAR(project_step_seconds("hybrid", two_stages(), s), 6 + 4.825 + 0.125, 1e-12);
+}
+
 TEST(Projection, UnknownStrategy) {
   EXPECT_THROW_MSG(project_step_seconds("zero", two_stages(), settings()), "unknown strategy 'zero'");
 }
