@@ -492,8 +492,13 @@ Measurement run_hybrid(const Workload& w, const CompareConfig& c) {
         };
         for (int i = 0; i < c.warmup; ++i) step();
         world->barrier()->wait();
-        const bool owns = c.group || r == 0;
-        if (owns) reset_peak_memory_stats(device);
+        const bool owns = c.group || r == 0;  // one rank per process turns tracing on and writes the file
+        if (owns) {
+          reset_peak_memory_stats(device);
+          trace::clear();
+          trace::enable(true);
+        }
+        world->barrier()->wait();
         const int64_t bus_before = mesh.group("pipeline")->stats().bus_bytes + mesh.group("data")->stats().bus_bytes;
         HybridRank result;
         const auto start = Clock::now();
@@ -506,8 +511,12 @@ Measurement run_hybrid(const Workload& w, const CompareConfig& c) {
         result.bus_bytes = static_cast<double>(mesh.group("pipeline")->stats().bus_bytes +
                                                mesh.group("data")->stats().bus_bytes - bus_before) /
                            c.steps;
-        if (owns) result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
         world->barrier()->wait();
+        if (owns) {
+          trace::enable(false);
+          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("hybrid", c) + ".json");
+        }
         return result;
       },
       [](const HybridRank& h) { return std::vector<double>{h.step_s, h.idle_s, h.bus_bytes, h.peak_bytes}; },

@@ -33,6 +33,8 @@ PY
   --strategies single,hybrid --out mesh > mesh.log 2>&1 || { cat mesh.log; exit 1; }
 grep -q '^{"bench": "compare_parallel", "model": "mlp", "strategy": "hybrid", "devices": 4,' mesh.log \
   || { echo "no hybrid row"; cat mesh.log; exit 1; }
+python3 -c "import json,sys; d=json.load(open('mesh_traces/hybrid.json')); sys.exit(0 if d['traceEvents'] else 1)" \
+  || { echo "bad hybrid trace"; exit 1; }
 if "$tool" --mesh 2by2 > badmesh.log 2>&1; then echo "--mesh 2by2 accepted"; exit 1; fi
 grep -q "expected DxP" badmesh.log || { cat badmesh.log; exit 1; }
 if command -v gnuplot > /dev/null; then
@@ -64,6 +66,10 @@ grep -q "leave it out, the ranks are the devices" mismatch.log || { cat mismatch
 mpirun -np 4 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --micro-batches 4 \
   --steps 2 --warmup 1 --strategies hybrid --mesh 2x2 --out mpimesh > mpimesh.log 2>&1 || { cat mpimesh.log; exit 1; }
 grep -q '"strategy": "hybrid", "devices": 4,' mpimesh.log || { echo "mpirun: no hybrid row"; cat mpimesh.log; exit 1; }
+for r in 0 1 2 3; do
+  python3 -c "import json,sys; d=json.load(open('mpimesh_traces/hybrid_rank$r.json')); sys.exit(0 if d['traceEvents'] else 1)" \
+    || { echo "mpirun: bad hybrid trace on rank $r"; exit 1; }
+done
 
 # A bad flag value is a clear error.
 if "$tool" --link carrier-pigeon > bad.log 2>&1; then echo "--link carrier-pigeon accepted"; exit 1; fi
