@@ -34,12 +34,13 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   const TensorList& params() const { return params_; }
 
-  // Per-parameter state as "state.<index>.<name>" plus "lr"; scalars are 0-d tensors.
-  nn::NamedTensors state_dict() const;
+  // Per-parameter state as "state.<index>.<name>" plus "lr"; scalars are 0-d
+  // tensors. Virtual: an optimizer that wraps another (ZeRO) saves its own way.
+  virtual nn::NamedTensors state_dict() const;
   // Restores what state_dict() saved; the parameters must match in number and
   // shape, and the state must be complete: every parameter that has stepped
   // has each of state_names(), one that has not has none.
-  void load_state_dict(const nn::NamedTensors& state);
+  virtual void load_state_dict(const nn::NamedTensors& state);
   // The per-parameter state this optimizer keeps once a parameter has stepped.
   virtual std::vector<std::string> state_names() const = 0;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 
 #include "autograd/grad_mode.h"
 #include "parallel/sharding/comm_span.h"
@@ -193,6 +194,41 @@ void ZeroRedundancyOptimizer::step() {
     gathers[b]->wait();
     trace_collective("all_gather bucket " + std::to_string(b), *group_, issued, *gathers[b]);
   }
+}
+
+nn::NamedTensors ZeroRedundancyOptimizer::state_dict() const {
+  auto scalar = [](int64_t v) { return full({}, static_cast<double>(v), {.dtype = kInt64}); };
+  nn::NamedTensors out{{"zero.rank", scalar(group_->rank())},
+                       {"zero.ranks", scalar(group_->size())},
+                       {"zero.shard_numel", scalar(shard_numel())}};
+  for (auto& [key, t] : inner_->state_dict()) out.emplace_back("shard." + key, t);
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_state_dict(const nn::NamedTensors& state) {
+  std::map<std::string, int64_t> where;
+  nn::NamedTensors inner;
+  for (const auto& [key, t] : state) {
+    if (key.compare(0, 5, "zero.") == 0) {
+      LOOM_CHECK(t.numel() == 1 && !is_floating(t.dtype()), "ZeroRedundancyOptimizer state: '", key,
+                 "' must be an integer scalar");
+      where[key] = t.item<int64_t>();
+    } else {
+      LOOM_CHECK(key.compare(0, 6, "shard.") == 0, "ZeroRedundancyOptimizer state: unexpected entry '", key,
+                 "' (a plain optimizer's state? ZeRO saves each rank's shard)");
+      inner.emplace_back(key.substr(6), t);
+    }
+  }
+  for (const char* key : {"zero.rank", "zero.ranks", "zero.shard_numel"})
+    LOOM_CHECK(where.count(key), "ZeroRedundancyOptimizer state: '", key, "' is missing");
+  LOOM_CHECK(where["zero.ranks"] == group_->size() && where["zero.rank"] == group_->rank(),
+             "ZeroRedundancyOptimizer state: saved by rank ", where["zero.rank"], " of ", where["zero.ranks"],
+             ", loaded by rank ", group_->rank(), " of ", group_->size(),
+             "; each rank loads its own shard's state at the same world size");
+  LOOM_CHECK(where["zero.shard_numel"] == shard_numel(), "ZeroRedundancyOptimizer state: the saved shard has ",
+             where["zero.shard_numel"], " elements, this rank's has ", shard_numel(), " (another model?)");
+  inner_->load_state_dict(inner);
+  set_lr(inner_->lr());
 }
 
 int64_t ZeroRedundancyOptimizer::shard_numel() const {

@@ -61,6 +61,12 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
 
   void step() override;
   std::vector<std::string> state_names() const override { return inner_->state_names(); }
+  // This rank's part: the inner optimizer's state of its shard ("shard.<key>")
+  // and where it belongs ("zero.rank", "zero.ranks", "zero.shard_numel").
+  // Loading takes the same rank of the same world size and model; anything
+  // else is an error that says what was saved.
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
 
   // The optimizer of this rank's pieces, and the pieces (views of the flat parameters).
   optim::Optimizer& inner() { return *inner_; }

@@ -393,4 +393,40 @@ inline void check_fsdp_memory(const std::shared_ptr<ProcessGroup>& group) {
       << " bytes at rest, modeled " << model.total();
 }
 
+// ZeRO resumes from each rank's saved state: train 2 steps, save the model
+// (whole on every rank) and the optimizer's shard, build fresh ones, load,
+// train 2 more: the reference trains 4 without stopping.
+inline void check_zero_resume(const std::shared_ptr<ProcessGroup>& group, nn::ModulePtr reference, nn::ModulePtr local,
+                              nn::ModulePtr fresh, int stage, const std::string& dir) {
+  namespace F = nn::functional;
+  const int rank = group->rank(), share = 12 / group->size();
+  auto opt_reference = make_adamw(reference->parameters());
+  auto train = [&](nn::Module& model, optim::Optimizer& opt, int first, int steps) {
+    for (int step = first; step < first + steps; ++step) {
+      train_reference_steps(*reference, *opt_reference, step, 1, {});
+      opt.zero_grad();
+      auto [x, y] = stream_batch(step, 0);
+      F::cross_entropy(model.forward(x.narrow(0, rank * share, share)), y.narrow(0, rank * share, share)).backward();
+      opt.step();
+    }
+  };
+  const std::string path = dir + "/zero" + std::to_string(stage) + "-rank" + std::to_string(rank) + ".safetensors";
+  {
+    ZeroRedundancyOptimizer opt(local->parameters(), group, make_adamw, {.stage = stage, .bucket_cap_bytes = 2048});
+    train(*local, opt, 0, 2);
+    nn::StateDict all = local->state_dict();
+    for (auto& [key, t] : opt.state_dict()) all.emplace_back("optimizer." + key, t);
+    nn::save_safetensors(path, all);
+  }
+  nn::StateDict model_state, optimizer_state;
+  for (auto& [key, t] : nn::load_safetensors(path).tensors)
+    (key.compare(0, 10, "optimizer.") == 0 ? optimizer_state : model_state)
+        .emplace_back(key.compare(0, 10, "optimizer.") == 0 ? key.substr(10) : key, t);
+  fresh->load_state_dict(model_state);
+  ZeroRedundancyOptimizer opt(fresh->parameters(), group, make_adamw, {.stage = stage, .bucket_cap_bytes = 2048});
+  opt.load_state_dict(optimizer_state);
+  train(*fresh, opt, 2, 2);
+  EXPECT_LT(max_param_difference(*reference, *fresh), 1e-10) << "rank " << rank;
+}
+
 }  // namespace loom::parallel::testing

@@ -53,6 +53,37 @@ TEST_P(ZeroTest, Stage2RejectsASecondBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ZeroTest, ::testing::Values(1, 2, 3));
 
+std::string temp_dir(const std::string& name);
+
+struct ResumeModels {
+  nn::ModulePtr reference, local, fresh;
+};
+
+TEST(ZeroCheckpoint, EachRankResumesFromItsOwnState) {
+  const std::string dir = temp_dir("zero");
+  for (int stage : {1, 2})
+    testing::run_prepared_ranks<ResumeModels>(
+        2,
+        [](int rank) {
+          auto [reference, local] = testing::sharded_models(rank);
+          return ResumeModels{reference, local, testing::sharded_models(rank + 1).second};
+        },
+        [&](const std::shared_ptr<ProcessGroup>& group, ResumeModels& m) {
+          testing::check_zero_resume(group, m.reference, m.local, m.fresh, stage, dir);
+        });
+  // Three ranks cannot take two ranks' shards; a plain optimizer's state is not ZeRO's.
+  testing::run_rank_threads(3, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    nn::ModulePtr net = testing::make_net(false);
+    ZeroRedundancyOptimizer opt(net->parameters(), group, testing::make_adamw);
+    nn::StateDict state;
+    for (auto& [key, t] : nn::load_safetensors(dir + "/zero1-rank" + std::to_string(std::min(rank, 1)) + ".safetensors").tensors)
+      if (key.compare(0, 10, "optimizer.") == 0) state.emplace_back(key.substr(10), t);
+    EXPECT_THROW_MSG(opt.load_state_dict(state), "loaded by rank " + std::to_string(rank) + " of 3");
+    EXPECT_THROW_MSG(opt.load_state_dict(testing::make_adamw(net->parameters())->state_dict()),
+                     "unexpected entry 'lr' (a plain optimizer's state?");
+  });
+}
+
 // One rank: the allocator sees exactly what the rank holds.
 TEST(ZeroMemory, OneRankMatchesTheModel) {
   for (int stage : {1, 2})
@@ -121,10 +152,6 @@ TEST(FsdpCheckpoint, FullStateLoadsOnOneDevice) {
     testing::check_fsdp_full_state_loads_on_one_device(group, m.reference, m.local, path);
   });
 }
-
-struct ResumeModels {
-  nn::ModulePtr reference, local, fresh;
-};
 
 ResumeModels resume_models(int rank) {
   auto [reference, local] = testing::fsdp_models(rank, Units::Layers);
