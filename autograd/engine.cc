@@ -36,12 +36,20 @@ class GraphTask {
   void capture(const Edge& edge) { captures_.push_back(edge); }
   TensorList captured() const { return captured_; }
 
-  void queue(std::function<void()> callback) { callbacks_.push_back(std::move(callback)); }
+  // A nested task hands its callbacks to the task around it.
+  void queue(std::function<void()> callback) {
+    if (callbacks_to_outer_ && outer_)
+      outer_->queue(std::move(callback));
+    else
+      callbacks_.push_back(std::move(callback));
+  }
+  void send_callbacks_to_outer() { callbacks_to_outer_ = true; }
 
   void run() {
     // This task is the thread's current one while it runs (backwards may nest,
     // as DataParallel's replicas do inside the gather's backward).
     GraphTask* outer = current_;
+    outer_ = outer;
     current_ = this;
     struct Restore {
       GraphTask*& slot;
@@ -140,6 +148,8 @@ class GraphTask {
   std::vector<Edge> captures_;
   TensorList captured_;
   std::vector<std::function<void()>> callbacks_;
+  GraphTask* outer_ = nullptr;  // the task this one runs inside, while it runs
+  bool callbacks_to_outer_ = false;
 };
 
 thread_local GraphTask* GraphTask::current_ = nullptr;
@@ -176,6 +186,13 @@ void seed(GraphTask& task, const TensorList& roots, const TensorList& grad_roots
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   GraphTask task(retain_graph, /*accumulate=*/true);
+  seed(task, roots, grad_roots);
+  task.run();
+}
+
+void backward_nested(const TensorList& roots, const TensorList& grad_roots) {
+  GraphTask task(/*retain_graph=*/false, /*accumulate=*/true);
+  task.send_callbacks_to_outer();
   seed(task, roots, grad_roots);
   task.run();
 }

@@ -14,6 +14,13 @@ namespace loom::autograd {
 // the gradient of each root; it may be omitted for scalar roots (then 1).
 void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool retain_graph = false);
 
+// A backward run from inside another backward's node (activation
+// checkpointing recomputes a segment and backpropagates through it): the
+// callbacks queued while it runs (queue_callback) run when the outer backward
+// ends, so that DDP and FSDP, whose hooks fire inside it, finish once, at the
+// end of the whole backward. Outside a backward it is backward().
+void backward_nested(const TensorList& roots, const TensorList& grad_roots);
+
 // The gradients of `outputs` w.r.t. `inputs` (undefined where an input does
 // not affect the outputs). Leaves' .grad() are left alone.
 TensorList grad(const TensorList& outputs, const TensorList& inputs,

@@ -53,4 +53,9 @@ class ModuleListImpl : public Module {
 };
 LOOM_MODULE(ModuleList);
 
+// The Sequential's forward in `segments` runs of children, each but the last
+// under autograd::checkpoint (PyTorch's checkpoint_sequential): only the
+// runs' inputs are kept; each run's activations are recomputed in backward.
+Tensor checkpoint_sequential(const Sequential& seq, int segments, const Tensor& x);
+
 }  // namespace loom::nn
