@@ -1,0 +1,104 @@
+// Megatron-style tensor-parallel layers: each of the N ranks of `group`
+// holds a slice of the layer's matrices, and the conjugate operators
+// (conjugates.h) put the all-reduces where the paper puts them.
+//
+//   ColumnParallelLinear fc(d, 4 * d, group);   // W's rows split: each rank computes 4d/N outputs
+//   RowParallelLinear proj(4 * d, d, group);    // W's columns split: partial sums all-reduced
+//   Tensor y = proj->forward(gelu(fc->forward(x)));   // one f, one g: an MLP in tensor parallel
+//
+// ColumnParallelLinear    y_r = f(x) W_r^T + b_r        (gather_output: all ranks' y_r side by side)
+// RowParallelLinear       y = g(x_r W_r^T) + b          (x_r: this rank's slice of the input features)
+// ParallelSelfAttention   the heads split across ranks: qkv column-parallel, proj row-parallel
+// VocabParallelEmbedding  the vocabulary's rows split; each rank looks up its own ids, g sums
+// vocab_parallel_cross_entropy   the loss of column-parallel logits, never gathering them
+//
+// Every layer can take its slice of an unsharded layer (load_from), which is
+// how the tests compare with one device and how a model starts from the
+// same weights at any N. Sizes that do not divide by N are an error.
+#pragma once
+
+#include <memory>
+
+#include "nn/nn.h"
+#include "parallel/comm/process_group.h"
+
+namespace loom::parallel {
+
+class ColumnParallelLinearImpl : public nn::Module {
+ public:
+  ColumnParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
+                           bool bias = true, bool gather_output = false);
+  Tensor forward(const Tensor& x) override;
+  // Rows [r out/N, (r+1) out/N) of a full Linear(in, out).
+  void load_from(const nn::LinearImpl& full);
+  // Rows of several stacked matrices at once: the full weight is `parts`
+  // blocks of out/parts rows (attention's q, k, v), and this rank takes its
+  // slice of each block.
+  void load_from(const nn::LinearImpl& full, int parts);
+
+  Tensor weight, bias;  // (out/N, in), (out/N)
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  bool gather_output_;
+};
+LOOM_MODULE(ColumnParallelLinear);
+
+class RowParallelLinearImpl : public nn::Module {
+ public:
+  RowParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
+                        bool bias = true);
+  // x: this rank's in/N input features (a column-parallel layer's output).
+  Tensor forward(const Tensor& x) override;
+  void load_from(const nn::LinearImpl& full);  // columns [r in/N, (r+1) in/N), the whole bias
+
+  Tensor weight, bias;  // (out, in/N), (out)
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+LOOM_MODULE(RowParallelLinear);
+
+// Causal self-attention with num_heads/N heads per rank: (B, T, C) -> (B, T, C).
+class ParallelSelfAttentionImpl : public nn::Module {
+ public:
+  ParallelSelfAttentionImpl(int64_t embed_dim, int64_t num_heads, std::shared_ptr<ProcessGroup> group,
+                            double dropout = 0);
+  Tensor forward(const Tensor& x) override;
+  void load_from(const nn::CausalSelfAttentionImpl& full);
+
+  ColumnParallelLinear qkv{nullptr};  // (C) -> (3C/N): this rank's heads' q, k, v
+  RowParallelLinear proj{nullptr};    // (C/N) -> (C)
+  nn::Dropout dropout{nullptr};
+
+ private:
+  int64_t embed_dim_, local_heads_;
+};
+LOOM_MODULE(ParallelSelfAttention);
+
+class VocabParallelEmbeddingImpl : public nn::Module {
+ public:
+  VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, std::shared_ptr<ProcessGroup> group);
+  Tensor forward(const Tensor& indices) override;
+  void load_from(const nn::EmbeddingImpl& full);
+
+  Tensor weight;  // rows [first, first + num/N) of the vocabulary
+  int64_t first = 0;
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+LOOM_MODULE(VocabParallelEmbedding);
+
+// Mean cross-entropy of logits split along the vocabulary (this rank's
+// (..., V/N) slice, from a ColumnParallelLinear without gather) against
+// targets (...,) over the whole vocabulary. Only scalars per position cross
+// ranks: the row maximum, the sum of exponentials, the target's logit.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                    const std::shared_ptr<ProcessGroup>& group);
+
+// Of `total` things split over the group: this rank's count, or an error
+// naming `what` when the split is uneven.
+int64_t per_rank(int64_t total, const ProcessGroup& group, const char* what);
+
+}  // namespace loom::parallel

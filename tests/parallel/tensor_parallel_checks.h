@@ -1,0 +1,86 @@
+// The tensor-parallel checks every backend runs (tensor_parallel_test.cc over
+// threads, tensor_parallel_mpi_test.cc under mpirun): a GPT split over the
+// group's ranks against the same GPT on one device, in float64.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "examples/models/tensor_parallel_gpt.h"
+#include "optim/optimizer.h"
+#include "tests/test_util.h"
+
+namespace loom::parallel::testing {
+
+// 4 heads (so 1, 2 or 4 ranks), a vocabulary of 16, two blocks, dropout off.
+inline models::GPTConfig tp_config() {
+  return {.vocab_size = 16, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0};
+}
+
+// The full GPT, the same on every rank. Seeds the global generator: call it
+// before the ranks' threads start.
+inline models::GPT full_gpt() {
+  manual_seed(17);
+  models::GPT full(tp_config());
+  full->to(kFloat64);
+  return full;
+}
+
+// This rank's slices of `full`.
+inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shared_ptr<ProcessGroup>& group) {
+  models::TensorParallelGPT tp(tp_config(), group);
+  tp->to(kFloat64);
+  tp->load_from(*full);
+  return tp;
+}
+
+// Every parameter of `tp` against its slice of `full`'s, through a fresh
+// model that loads `full` (load_from is the slicing the test trusts, and it
+// is checked on its own by the forward comparison).
+inline double max_slice_difference(const models::GPT& full, const models::TensorParallelGPT& tp,
+                                   const std::shared_ptr<ProcessGroup>& group) {
+  models::TensorParallelGPT expected(tp_config(), group);
+  expected->to(kFloat64);
+  expected->load_from(*full);
+  double worst = 0;
+  const TensorList a = tp->parameters(), b = expected->parameters();
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
+  return worst;
+}
+
+// Forward (gathered logits and the loss from split logits), then three AdamW
+// steps with gradient clipping, each compared with the unsharded GPT.
+inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, models::GPT full) {
+  models::TensorParallelGPT tp = tp_gpt(full, group);
+  Generator gen(5);  // the same batch on every rank: tensor parallelism splits the model, not the data
+  Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen), targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  {
+    NoGradGuard no_grad;
+    EXPECT_LT(loom::testing::max_rel_error(tp->full_logits(idx), full->forward(idx)), 1e-12);
+    EXPECT_EQ(tp->forward(idx).size(2), 16 / group->size()) << "each rank holds its slice of the vocabulary";
+  }
+  optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    opt_full.zero_grad();
+    Tensor loss_full = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
+    loss_full.backward();
+    const Tensor norm_full = optim::clip_grad_norm_(full->parameters(), 0.5);
+    opt_full.step();
+    opt_tp.zero_grad();
+    Tensor loss_tp = tp->loss(idx, targets);
+    loss_tp.backward();
+    const Tensor norm_tp = tp->clip_grad_norm_(0.5);
+    opt_tp.step();
+    EXPECT_NEAR(loss_tp.item(), loss_full.item(), 1e-12) << "step " << step;
+    EXPECT_NEAR(norm_tp.item(), norm_full.item(), 1e-10 * norm_full.item()) << "step " << step;
+    EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
+  }
+  // Generation gathers the logits: every rank samples the same tokens as the full model.
+  Generator g1(3), g2(3);
+  Tensor start = zeros({1, 1}, {.dtype = kInt64});
+  EXPECT_EQ(tp->generate(start, 5, 1.0, &g1).to_vector<int64_t>(), full->generate(start, 5, 1.0, &g2).to_vector<int64_t>());
+}
+
+}  // namespace loom::parallel::testing

@@ -1,0 +1,74 @@
+// Tensor parallelism over the threads backend: the conjugate operators, each
+// layer against its unsharded self, and a GPT over 1, 2 and 4 ranks against
+// one device (float64).
+#include <gtest/gtest.h>
+
+#include "parallel/tensor_parallel/conjugates.h"
+#include "tests/parallel/tensor_parallel_checks.h"
+#include "tests/parallel/thread_ranks.h"
+
+namespace loom::parallel {
+namespace {
+
+using loom::testing::max_rel_error;
+
+// f is the identity forward and sums gradients backward; g the reverse.
+TEST(Conjugates, ForwardAndBackwardAsThePaperSays) {
+  testing::run_rank_threads(3, [](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    Tensor x = full({2}, rank + 1.0, {.dtype = kFloat64}).requires_grad_();
+    Tensor f = copy_to_tensor_parallel(x, group);
+    loom::testing::expect_values(f, {rank + 1.0, rank + 1.0});
+    (f * (rank + 1.0)).sum().backward();  // each rank's own use of x
+    loom::testing::expect_values(x.grad(), {6, 6});  // 1 + 2 + 3: every rank's gradient
+    Tensor z = full({2}, rank + 1.0, {.dtype = kFloat64}).requires_grad_();
+    Tensor g = reduce_from_tensor_parallel(z, group);
+    loom::testing::expect_values(g, {6, 6});
+    (g * 2).sum().backward();
+    loom::testing::expect_values(z.grad(), {2, 2});  // identity backward
+    Tensor w = full({1, 2}, rank, {.dtype = kFloat64}).requires_grad_();
+    Tensor gathered = gather_from_tensor_parallel(w, group);
+    loom::testing::expect_values(gathered, {0, 0, 1, 1, 2, 2});
+    (gathered * arange(6, {.dtype = kFloat64})).sum().backward();
+    loom::testing::expect_values(w.grad(), {2.0 * rank, 2.0 * rank + 1});
+  });
+}
+
+// The vocabulary-parallel loss equals cross_entropy on the whole logits, and so do its gradients.
+TEST(VocabParallelCrossEntropy, EqualsTheFullLoss) {
+  manual_seed(8);
+  const Tensor logits = randn({2, 3, 12}, {.dtype = kFloat64}) * 4, targets = randint(0, 12, {2, 3}, {.dtype = kInt64});
+  Tensor whole = logits.detach().requires_grad_();
+  Tensor expected = nn::functional::cross_entropy(whole.reshape({-1, 12}), targets.reshape({-1}));
+  expected.backward();
+  testing::run_rank_threads(4, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    Tensor mine = logits.narrow(2, rank * 3, 3).contiguous().requires_grad_();
+    Tensor loss = vocab_parallel_cross_entropy(mine, targets, group);
+    EXPECT_NEAR(loss.item(), expected.item(), 1e-14);
+    loss.backward();
+    EXPECT_LT(max_rel_error(mine.grad(), whole.grad().narrow(2, rank * 3, 3)), 1e-12);
+  });
+}
+
+class TensorParallelGpt : public ::testing::TestWithParam<int> {};
+
+TEST_P(TensorParallelGpt, MatchesSingleDevice) {
+  testing::run_prepared_ranks<models::GPT>(
+      GetParam(), [](int) { return testing::full_gpt(); },
+      [](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
+        testing::check_tp_gpt_matches_single_device(group, full);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGpt, ::testing::Values(1, 2, 4));
+
+TEST(TensorParallel, SizesThatDoNotDivideAreErrors) {
+  testing::run_rank_threads(3, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    EXPECT_THROW_MSG(ParallelSelfAttention(12, 4, group), "the number of attention heads (4) does not divide by the 3 ranks");
+    EXPECT_THROW_MSG(VocabParallelEmbedding(16, 4, group), "the vocabulary (16) does not divide by the 3 ranks");
+    EXPECT_THROW_MSG(ColumnParallelLinear(4, 8, group), "a column-parallel layer's output features (8)");
+    EXPECT_THROW_MSG(RowParallelLinear(8, 4, group), "a row-parallel layer's input features (8)");
+  });
+}
+
+}  // namespace
+}  // namespace loom::parallel
