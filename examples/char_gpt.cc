@@ -6,25 +6,33 @@
 //   bazel run //examples:char_gpt                               # small, for a CPU
 //   bazel run //examples:char_gpt -- --preset shakespeare --device cuda
 //     (nanoGPT's shakespeare-char shape: 6 layers, 6 heads, d=384, context 256, batch 64)
+//   mpirun -np 2 bazel-bin/examples/char_gpt --tp 2
+//     (tensor parallel, Megatron-style: each rank holds half of every block's heads and MLP,
+//      and of the vocabulary, padded to a multiple of the ranks; all ranks see the same batches)
 #include <cstdio>
 
 #include "data/char_corpus.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
 #include "examples/common/text_training.h"
+#include "examples/common/ranks.h"
 #include "examples/models/models.h"
+#include "examples/models/tensor_parallel_gpt.h"
 #include "optim/lr_scheduler.h"
+#include "parallel/comm/init.h"
 
 using namespace loom;
 
 int train(int argc, char** argv) {
   using examples::integer_in, examples::number_in, examples::Scope;
+  std::shared_ptr<parallel::ProcessGroup> world = parallel::init(argc, argv);  // the MPI ranks, else one
   examples::Flags flags("Train a character-level GPT on the fortunes text");
   std::string preset = "cpu", device_name = "cpu", metrics = "char_gpt.csv";
   models::GPTConfig config{.vocab_size = 0, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128, .dropout = 0};
   int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
   double lr = 2e-3, weight_decay = 0.1;
   uint64_t seed = 0;
+  int tp = 1;
   flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
             CLI::IsMember({"cpu", "shakespeare"}));
   auto* steps_flag = flags.add("--steps", steps, "optimizer steps", Scope::Run, integer_in<int64_t>(1, 1e9));
@@ -43,7 +51,11 @@ int train(int argc, char** argv) {
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
+  flags.add("--tp", tp, "tensor-parallel ranks: run under mpirun -np with the same number", Scope::Job,
+            integer_in(1, 64));
   flags.parse(argc, argv);
+  LOOM_CHECK(tp == world->size(), "--tp ", tp, " with ", world->size(),
+             " process(es): tensor parallelism takes one rank per slice (mpirun -np ", tp, " ... --tp ", tp, ")");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
     batch = 64;
@@ -52,17 +64,31 @@ int train(int argc, char** argv) {
   }
   LOOM_CHECK(config.n_embd % config.n_head == 0, "--embd ", config.n_embd, " does not split over --heads ",
              config.n_head);
+  LOOM_CHECK(config.n_head % tp == 0, "--heads ", config.n_head, " does not split over --tp ", tp, " ranks");
 
-  const Device device = Device::parse(device_name);
+  // The ranks agree on their settings and pick their devices; rank 0 prints and writes.
+  const examples::Rank me = examples::join_job(world, flags, device_name);
+  const Device device = me.device;
+  const bool writer = world->rank() == 0;
   manual_seed(seed);
   data::CharCorpus corpus = data::CharCorpus::fortunes();
   data::CharDataset train(corpus.train, config.block_size), validation(corpus.validation, config.block_size);
-  config.vocab_size = corpus.vocab.size();
-  models::GPT model(config);
-  model->to(device);
+  // Tensor parallel: the vocabulary padded to a multiple of the ranks (as Megatron does); the padding's
+  // tokens never occur, and sampling never draws them.
+  const int64_t vocab = corpus.vocab.size();
+  config.vocab_size = (vocab + tp - 1) / tp * tp;
+  models::GPT model(config);  // on every rank alike (same seed): the tensor-parallel model takes its slices
+  models::TensorParallelGPT tp_model{nullptr};
+  if (tp > 1) {
+    tp_model = models::TensorParallelGPT(config, me.group);
+    tp_model->load_from(*model);
+    model = models::GPT(nullptr);
+  }
+  nn::Module& trained = tp > 1 ? static_cast<nn::Module&>(*tp_model) : *model;
+  trained.to(device);
   // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
   TensorList decay, no_decay;
-  for (auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
   optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0});
   const int64_t warmup = std::max<int64_t>(1, steps / 20);
@@ -73,21 +99,28 @@ int train(int argc, char** argv) {
                                                  std::vector<int64_t>{warmup});
   };
   auto schedule_decay = schedule(opt_decay), schedule_plain = schedule(opt_plain);
-  std::printf("vocabulary %lld, %lld training tokens, %lld parameters, on %s\n",
-              static_cast<long long>(config.vocab_size), static_cast<long long>(corpus.train.numel()),
-              static_cast<long long>(model->num_parameters()), device.str().c_str());
+  if (writer)
+    std::printf("vocabulary %lld, %lld training tokens, %lld parameters%s, on %s\n", static_cast<long long>(vocab),
+                static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
+                tp > 1 ? (" per rank, tensor parallel over " + std::to_string(tp) + " ranks").c_str() : "",
+                device.str().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
-                                              .metrics = metrics, .device = device};
-  examples::TextRun run(training, *model, train, validation);
+                                              .metrics = metrics, .device = device, .writer = writer};
+  examples::LanguageModel logits = nullptr;  // the whole vocabulary's logits, for the loss estimates
+  if (tp > 1) logits = [&](const Tensor& idx) { return tp_model->full_logits(idx); };
+  examples::TextRun run(training, trained, train, validation, logits);
   for (int64_t step = 1; step <= steps; ++step) {
     auto [x, y] = run.next_batch();
-    Tensor loss = examples::next_token_loss(model->forward(x), y);
+    Tensor loss = tp > 1 ? tp_model->loss(x, y) : examples::next_token_loss(model->forward(x), y);
     opt_decay.zero_grad();
     opt_plain.zero_grad();
     loss.backward();
-    optim::clip_grad_norm_(model->parameters(), 1.0);
+    if (tp > 1)
+      tp_model->clip_grad_norm_(1.0);
+    else
+      optim::clip_grad_norm_(model->parameters(), 1.0);
     opt_decay.step();
     opt_plain.step();
     schedule_decay->step();
@@ -95,11 +128,14 @@ int train(int argc, char** argv) {
     run.step_done(step, loss);
   }
   run.finish("char_gpt", corpus.vocab,
-             [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },
+             [&](const Tensor& idx, int64_t n, double t, Generator* g) {
+               return tp > 1 ? tp_model->generate(idx, n, t, g, vocab) : model->generate(idx, n, t, g);
+             },
              sample_chars);
   return 0;
 }
 
 int main(int argc, char** argv) {
-  return examples::run_program("char_gpt", [&] { return train(argc, argv); });
+  // A rank that fails ends the whole job at once: the others may be waiting for it.
+  return examples::run_program("char_gpt", [&] { return train(argc, argv); }, parallel::abandon_job);
 }

@@ -36,15 +36,17 @@ double estimate_loss(nn::Module& model, const LanguageModel& forward, const data
 }
 
 TextRun::TextRun(TextTrainingConfig config, nn::Module& model, const data::CharDataset& train,
-                 const data::CharDataset& validation)
+                 const data::CharDataset& validation, LanguageModel logits)
     : config_(std::move(config)),
       model_(model),
+      logits_(logits ? std::move(logits) : LanguageModel([&model](const Tensor& idx) { return model.forward(idx); })),
       train_(train),
       validation_(validation),
-      csv_(config_.metrics, {"step", "train_loss", "val_loss", "tokens_per_s"}),
+      csv_(config_.writer ? config_.metrics : std::string(), {"step", "train_loss", "val_loss", "tokens_per_s"}),
       progress_(config_.steps, 50),
       batches_(config_.seed + 1) {
-  if (!config_.metrics.empty()) AtomicFile::check_writable(config_.metrics, "--metrics");  // before hours of training
+  if (config_.writer && !config_.metrics.empty())
+    AtomicFile::check_writable(config_.metrics, "--metrics");  // before hours of training
 }
 
 data::Batch TextRun::next_batch() { return random_windows(train_, config_.batch, batches_, config_.device); }
@@ -53,11 +55,11 @@ void TextRun::step_done(int64_t step, const Tensor& loss) {
   const TextTrainingConfig& c = config_;
   tokens_per_second_ = step * c.batch * c.block_size / watch_.seconds();
   // Reading the loss waits for a GPU: only when a line is printed.
-  if (step % 50 == 0) progress_.update(step, loss.item(), tokens_per_second_ / c.block_size);
+  if (step % 50 == 0 && c.writer) progress_.update(step, loss.item(), tokens_per_second_ / c.block_size);
   if (step % c.eval_every != 0 && step != c.steps) return;
-  auto forward = [&](const Tensor& idx) { return model_.forward(idx); };
-  val_loss_ = estimate_loss(model_, forward, validation_, c.batch, c.eval_batches, c.device);
-  const double train_loss = estimate_loss(model_, forward, train_, c.batch, c.eval_batches, c.device);
+  val_loss_ = estimate_loss(model_, logits_, validation_, c.batch, c.eval_batches, c.device);
+  const double train_loss = estimate_loss(model_, logits_, train_, c.batch, c.eval_batches, c.device);
+  if (!c.writer) return;
   progress_.finish_line();
   std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step), train_loss,
               val_loss_, tokens_per_second_);
@@ -70,7 +72,9 @@ void TextRun::finish(const std::string& name, const data::CharVocab& vocab, cons
   model_.eval();
   Tensor prompt = full({1, 1}, static_cast<double>(vocab.encode("\n")[0]), {.dtype = kInt64, .device = c.device});
   Generator sampler(c.seed + 2);
-  std::printf("---- sample ----%s\n----------------\n", vocab.decode(sample(prompt, chars, 0.8, &sampler)).c_str());
+  const Tensor text = sample(prompt, chars, 0.8, &sampler);  // every rank: a tensor-parallel sample is collective
+  if (!c.writer) return;
+  std::printf("---- sample ----%s\n----------------\n", vocab.decode(text).c_str());
   print_result({{"example", name},
                 {"steps", c.steps},
                 {"val_loss", val_loss_},

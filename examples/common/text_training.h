@@ -35,6 +35,7 @@ struct TextTrainingConfig {
   uint64_t seed = 0;                         // batches are drawn with seed + 1
   std::string metrics;                       // CSV path: step, train_loss, val_loss, tokens_per_s
   Device device;
+  bool writer = true;  // prints and writes the metrics (rank 0 of a tensor-parallel job; the others only compute)
 };
 
 // Extends token ids (1, T) by `count` tokens at `temperature`, drawing from `generator`.
@@ -55,8 +56,10 @@ using Sampler = std::function<Tensor(const Tensor& idx, int64_t count, double te
 //   run.finish("char_gpt", vocab, sample, 400);         // a generated sample, then RESULT
 class TextRun {
  public:
+  // `logits`: the whole vocabulary's logits for the loss estimates (default:
+  // model.forward; a tensor-parallel model gathers them).
   TextRun(TextTrainingConfig config, nn::Module& model, const data::CharDataset& train,
-          const data::CharDataset& validation);
+          const data::CharDataset& validation, LanguageModel logits = nullptr);
 
   data::Batch next_batch();
   // After step `step` (1-based): the progress line, and every eval_every
@@ -70,6 +73,7 @@ class TextRun {
  private:
   TextTrainingConfig config_;
   nn::Module& model_;
+  LanguageModel logits_;
   const data::CharDataset& train_;
   const data::CharDataset& validation_;
   MetricsCsv csv_;

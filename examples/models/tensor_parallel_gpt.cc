@@ -77,12 +77,14 @@ Tensor TensorParallelGPTImpl::loss(const Tensor& idx, const Tensor& targets) {
   return parallel::vocab_parallel_cross_entropy(forward(idx), targets, group_);
 }
 
-Tensor TensorParallelGPTImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator) {
+Tensor TensorParallelGPTImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator,
+                                       int64_t drawn) {
   NoGradGuard no_grad;
   Generator& gen = generator ? *generator : default_generator();
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - config.block_size);
     Tensor logits = full_logits(idx.narrow(1, start, t - start)).select(0, 0).select(0, -1);
+    if (drawn > 0) logits = logits.narrow(0, 0, drawn);
     const int64_t next = sample_token(logits, temperature, gen);  // every rank draws the same
     idx = cat({idx, full({1, 1}, static_cast<double>(next), {.dtype = kInt64, .device = idx.device()})}, 1);
   }

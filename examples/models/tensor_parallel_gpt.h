@@ -42,7 +42,11 @@ class TensorParallelGPTImpl : public nn::Module {
   Tensor full_logits(const Tensor& idx);
   // Mean next-token cross-entropy against targets (B, T), from the split logits.
   Tensor loss(const Tensor& idx, const Tensor& targets);
-  Tensor generate(Tensor idx, int64_t count, double temperature = 1.0, Generator* generator = nullptr);
+  // Every rank draws the same tokens. `drawn`: only the first `drawn` tokens
+  // of the vocabulary are drawn (0: all), for a vocabulary padded to a
+  // multiple of the ranks.
+  Tensor generate(Tensor idx, int64_t count, double temperature = 1.0, Generator* generator = nullptr,
+                  int64_t drawn = 0);
   void load_from(const GPTImpl& full);
   // The parameters each rank holds a slice of, and those every rank holds whole.
   TensorList sharded_parameters() const;

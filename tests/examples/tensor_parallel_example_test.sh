@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# char_gpt in tensor parallel (mpirun -np 2 --tp 2) trains the same model as
+# on one process: the fortunes vocabulary (114) splits evenly over two ranks,
+# so the validation loss agrees up to float32 rounding and the sample is the
+# same text; only rank 0 prints. Four ranks pad the vocabulary and train.
+# --tp that differs from the number of processes is a clear error.
+set -euo pipefail
+gpt=$(realpath "$1")
+cd "${TEST_TMPDIR:-$(mktemp -d)}"
+export TMPDIR=/tmp  # Open MPI's session sockets need a short path
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tiny=(--steps 20 --eval-every 20 --sample 60 --batch-size 8)
+
+"$gpt" "${tiny[@]}" --metrics one.csv > one.log 2>&1 || { cat one.log; exit 1; }
+mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --tp 2 --metrics tp.csv > tp.log 2>&1 \
+  || { cat tp.log; exit 1; }
+[ "$(grep -c '^RESULT' tp.log)" = 1 ] || { echo "only rank 0 should print RESULT"; cat tp.log; exit 1; }
+grep -q "tensor parallel over 2 ranks" tp.log || { cat tp.log; exit 1; }
+python3 - one.log tp.log <<'PY' || exit 1
+import json, sys
+def run(path):
+    text = open(path).read()
+    result = json.loads([l for l in text.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
+    return result["val_loss"], text.split("---- sample ----")[1].split("----------------")[0]
+(one_loss, one_text), (tp_loss, tp_text) = run(sys.argv[1]), run(sys.argv[2])
+assert abs(one_loss - tp_loss) < 1e-3 * one_loss, (one_loss, tp_loss)
+assert one_text == tp_text, (one_text, tp_text)
+print(f"val loss {one_loss:.6f} on one process, {tp_loss:.6f} in tensor parallel; the same sample")
+PY
+mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 3 --eval-every 3 --sample 10 --tp 4 --metrics tp4.csv \
+  > tp4.log 2>&1 || { cat tp4.log; exit 1; }
+grep -q '^RESULT {"example": "char_gpt"' tp4.log || { echo "tp 4: no RESULT"; cat tp4.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 3 > bad.log 2>&1; then
+  echo "--tp 3 with 2 processes accepted"; exit 1
+fi
+grep -q "tensor parallelism takes one rank per slice" bad.log || { cat bad.log; exit 1; }
+echo PASS
