@@ -76,7 +76,9 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results,
     const Measurement& m = results[i];
     if (!m.skipped.empty()) continue;
     out << m.strategy << "," << batch / m.step_s << "," << 1e3 * m.compute_s << "," << 1e3 * m.comm_s << ","
-        << 1e3 * m.idle_s << "," << 1e3 * projected[i] << "\n";
+        << 1e3 * m.idle_s << ",";
+    if (projected[i] >= 0) out << 1e3 * projected[i];  // empty: not modelled
+    out << "\n";
   }
   write_file_atomically(path, out.str());
 }
@@ -149,7 +151,8 @@ int main(int argc, char** argv) {
         const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
         Flags flags("Compare single-device, DataParallel, DDP, ZeRO, FSDP, layer-split, pipeline and hybrid training");
         std::string model = "cnn", device_name = "cpu";
-        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b";
+        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,tp";
+        bool checkpoint = false;
         std::string mesh_text;
         std::string link_name = "pcie", out = "compare_parallel";
         CompareConfig config;
@@ -175,7 +178,10 @@ int main(int argc, char** argv) {
         CLI::Option* strategies_flag =
             flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
-                               "hybrid"}));
+                               "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+        flags.add_switch("--checkpoint", checkpoint,
+                  "also run single, ddp, zero1, zero2 and fsdp with activation checkpointing (rows <name>_ckpt)",
+                  Scope::Job);
         flags.add("--mesh", mesh_text,
                   "hybrid: DxP, D data-parallel pipelines of P stages (D x P ranks: threads, or mpirun -np D*P); "
                   "adds the hybrid row",
@@ -194,6 +200,16 @@ int main(int argc, char** argv) {
                   CLI::Validator([](std::string& text) { return text.empty() ? "expected a path prefix" : ""; },
                                  "a path prefix"));
         flags.parse(argc, argv);
+        if (checkpoint) {
+          std::string with;
+          std::stringstream chosen(strategies);
+          for (std::string name; std::getline(chosen, name, ',');) {
+            with += (with.empty() ? "" : ",") + name;
+            if (name == "single" || name == "ddp" || name == "zero1" || name == "zero2" || name == "fsdp")
+              with += "," + name + "_ckpt";
+          }
+          strategies = with;
+        }
         if (!mesh_text.empty()) {
           std::tie(config.mesh_data, config.mesh_pipeline) = parse_mesh(mesh_text);
           if (strategies_flag->count() == 0) strategies += ",hybrid";
@@ -279,7 +295,7 @@ int main(int argc, char** argv) {
         std::stringstream list(strategies);
         for (std::string name; std::getline(list, name, ',');) {
           // Under mpirun the ranks run ddp and the pipelines together; single on rank 0 alone.
-          const bool takes_part = !config.group || name != "single" || writer;
+          const bool takes_part = !config.group || (name != "single" && name != "single_ckpt") || writer;
           Measurement m = takes_part ? run_strategy(name, w, plan, config) : Measurement(name);
           if (config.group) config.group->barrier()->wait();
           projection.ddp_buckets = std::max(1, m.ddp_buckets);
@@ -293,6 +309,11 @@ int main(int argc, char** argv) {
         }
 
         if (!writer) return 0;
+        auto devices_used = [&](const std::string& strategy) {
+          if (strategy == "single" || strategy == "single_ckpt") return 1;
+          if (strategy == "hybrid") return config.mesh_data * config.mesh_pipeline;
+          return config.devices;
+        };
         const Measurement* single = nullptr;
         for (const Measurement& m : results)
           if (m.strategy == "single" && m.skipped.empty()) single = &m;
@@ -305,10 +326,12 @@ int main(int argc, char** argv) {
             continue;
           }
           const double speedup = single ? single->step_s / m.step_s : 0;
-          const int used = m.strategy == "single" ? 1
-                           : m.strategy == "hybrid" ? config.mesh_data * config.mesh_pipeline
-                                                    : config.devices;
-          char comm[16], model_mb[16];
+          const int used = devices_used(m.strategy);
+          char comm[16], model_mb[16], projected_ms[16];
+          if (projected[i] >= 0)
+            std::snprintf(projected_ms, sizeof projected_ms, "%8.2f ms", 1e3 * projected[i]);
+          else
+            std::snprintf(projected_ms, sizeof projected_ms, "%8s   ", "-");
           if (m.split_known)
             std::snprintf(comm, sizeof comm, "%9.2f", 1e3 * m.comm_s);
           else
@@ -317,10 +340,10 @@ int main(int argc, char** argv) {
             std::snprintf(model_mb, sizeof model_mb, "%9.1f", m.modeled_state_bytes / 1e6);
           else
             std::snprintf(model_mb, sizeof model_mb, "%9s", "");
-          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %s %9.2f %9.1f %s %9.2f%s %8.2f ms\n",
+          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %s %9.2f %9.1f %s %9.2f%s %s\n",
                       m.strategy.c_str(), batch / m.step_s, speedup, 100 * speedup / used, 1e3 * m.step_s,
                       1e3 * m.compute_s, comm, 1e3 * m.idle_s, m.peak_bytes / 1e6, model_mb, m.comm_bytes / 1e6,
-                      m.comm_bytes_measured ? " " : "*", 1e3 * projected[i]);
+                      m.comm_bytes_measured ? " " : "*", projected_ms);
         }
         std::printf("(* computed from tensor sizes; other byte counts measured. comm '-': not separated from "
                     "compute. model MB: parameters + gradients + Adam state per rank by the ZeRO accounting; peak MB "
@@ -334,15 +357,12 @@ int main(int argc, char** argv) {
           std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
                       "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
                       "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"modeled_state_bytes\": %lld, "
-                      "\"comm_bytes\": %.0f, \"projected_ms\": %.3f}\n",
-                      model.c_str(), m.strategy.c_str(),
-                      m.strategy == "single"   ? 1
-                      : m.strategy == "hybrid" ? config.mesh_data * config.mesh_pipeline
-                                               : config.devices,
+                      "\"comm_bytes\": %.0f, \"projected_ms\": %s}\n",
+                      model.c_str(), m.strategy.c_str(), devices_used(m.strategy),
                       config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s,
                       m.split_known ? std::to_string(1e3 * m.comm_s).c_str() : "null", 1e3 * m.idle_s,
                       static_cast<long long>(m.peak_bytes), static_cast<long long>(m.modeled_state_bytes),
-                      m.comm_bytes, 1e3 * projected[i]);
+                      m.comm_bytes, projected[i] >= 0 ? std::to_string(1e3 * projected[i]).c_str() : "null");
         }
         write_csv(out + ".csv", results, projected, batch);
         const std::string title = model + " on " + std::to_string(config.devices) + " x " + config.device.str();

@@ -65,7 +65,9 @@ struct ProjectionSettings {
 
 // Predicted seconds per step for "single", "dp", "ddp", "zero1", "zero2",
 // "fsdp", "layer_split", "gpipe", "1f1b" (the stages in the profile are the N
-// devices) or "hybrid" (the profile's stages are the mesh's P).
+// devices) or "hybrid" (the profile's stages are the mesh's P); any of them
+// with "_ckpt" (activation checkpointing) adds one forward, shared like the
+// rest. -1 for "tp", which it does not model.
 double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
 
 }  // namespace loom::bench

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -12,7 +13,9 @@
 #include "autograd/engine.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "autograd/checkpoint.h"
 #include "examples/models/models.h"
+#include "examples/models/tensor_parallel_gpt.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
@@ -261,11 +264,17 @@ struct DataRank {
   static DataRank from(const std::vector<double>& v) { return {v[0], v[1], v[2], v[3], v[4]}; }
 };
 
-// The FSDP units of compare_parallel's models: each child of a top-level
-// Sequential that holds parameters (cnn, mlp), each transformer block (gpt).
-bool fsdp_unit(const std::string& name, const nn::Module& m) {
-  if (dynamic_cast<const models::BlockImpl*>(&m)) return true;
-  return name.find('.') == std::string::npos && m.num_parameters() > 0;
+// The FSDP units of a model: every child of a Sequential or ModuleList that
+// holds parameters (the layers of cnn and mlp, the blocks of gpt).
+std::set<std::string> fsdp_units_of(nn::Module& model) {
+  std::set<std::string> units;
+  for (const auto& [name, m] : model.named_modules()) {
+    const bool container = dynamic_cast<nn::SequentialImpl*>(m.get()) || dynamic_cast<nn::ModuleListImpl*>(m.get());
+    if (!container) continue;
+    for (const auto& [child_name, child] : m->named_children())
+      if (child->num_parameters() > 0) units.insert(name.empty() ? child_name : name + "." + child_name);
+  }
+  return units;
 }
 
 // A model trained by one of the data-parallel strategies: the module to run
@@ -293,7 +302,9 @@ DataTrainer make_data_trainer(const std::string& strategy, nn::ModulePtr model,
                                                                  parallel::ZeroOptions{.stage = strategy == "zero1" ? 1 : 2});
   } else {
     LOOM_CHECK(strategy == "fsdp", "compare_parallel: not a data-parallel strategy: ", strategy);
-    parallel::FullyShardedDataParallel fsdp(std::move(model), group, {.wrap = fsdp_unit});
+    const std::set<std::string> units = fsdp_units_of(*model);
+    parallel::FullyShardedDataParallel fsdp(
+        std::move(model), group, {.wrap = [units](const std::string& name, const nn::Module&) { return units.count(name) > 0; }});
     for (const auto& unit : fsdp->units()) t.largest_unit = std::max(t.largest_unit, unit->flat().numel());
     t.module = fsdp;
     t.opt = adamw(fsdp->parameters());
@@ -425,9 +436,11 @@ Measurement run_data_parallel(const std::string& strategy, const Workload& w, co
   const std::vector<Device> devices = devices_of(c);
   for (int r = 0; r < (c.group ? 1 : c.devices); ++r) models.push_back(w.model->clone(c.group ? c.device : devices[r]));
   int64_t largest_unit = 0;
-  if (strategy == "fsdp")
+  if (strategy == "fsdp") {
+    const std::set<std::string> units = fsdp_units_of(*w.model);
     for (const auto& [name, m] : w.model->named_modules())
-      if (!name.empty() && fsdp_unit(name, *m)) largest_unit = std::max(largest_unit, m->num_parameters());
+      if (units.count(name)) largest_unit = std::max(largest_unit, m->num_parameters());
+  }
   const std::vector<DataRank> ranks = on_ranks<DataRank>(
       c, c.devices,
       [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
@@ -436,6 +449,88 @@ Measurement run_data_parallel(const std::string& strategy, const Workload& w, co
       [](const DataRank& r) { return r.values(); }, DataRank::from);
   Measurement m = combine_data_ranks(strategy, ranks);
   m.modeled_state_bytes = modeled_state_bytes(strategy, w, c.devices, largest_unit);
+  return m;
+}
+
+// Tensor parallel (Megatron) GPT over N ranks, every rank on the whole
+// batch: the workload's GPT shape with the vocabulary padded to a multiple
+// of N, its own weights (a benchmark: equality with one device is what
+// tests/parallel/tensor_parallel_test.cc checks). The step is the slowest
+// rank's; bytes are each rank's all-reduces.
+Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c) {
+  Measurement m{"tp"};
+  auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
+  if (!gpt) {
+    m.skipped = "tensor parallelism here splits a GPT (--model gpt)";
+    return m;
+  }
+  models::GPTConfig config = gpt->config;
+  if (config.n_head % c.devices != 0) {
+    m.skipped = std::to_string(config.n_head) + " heads do not split over " + std::to_string(c.devices) + " ranks";
+    return m;
+  }
+  config.vocab_size = (config.vocab_size + c.devices - 1) / c.devices * c.devices;
+  struct TpRank {
+    double step_s = 0, bus_bytes = 0, peak_bytes = 0;
+  };
+  const std::vector<TpRank> ranks = on_ranks<TpRank>(
+      c, c.devices,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
+        models::TensorParallelGPT model(config, group);
+        model->to(device);
+        optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+        Tensor x = w.input.to(device), y = w.target.to(device);
+        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+        auto step = [&] {
+          Tensor loss;
+          {
+            trace::Span span("forward", "compute", lane, device);
+            loss = model->loss(x, y);
+          }
+          opt.zero_grad();
+          {
+            trace::Span span("backward", "compute", lane, device);
+            loss.backward();
+          }
+          trace::Span span("optimizer", "compute", lane, device);
+          opt.step();
+        };
+        for (int i = 0; i < c.warmup; ++i) step();
+        synchronize(device);
+        group->barrier()->wait();
+        const bool owns = c.group || r == 0;
+        if (owns) {
+          reset_peak_memory_stats(device);
+          trace::clear();
+          trace::enable(true);
+        }
+        group->barrier()->wait();
+        const int64_t bus_before = group->stats().bus_bytes;
+        const auto start = Clock::now();
+        for (int i = 0; i < c.steps; ++i) step();
+        synchronize(device);
+        TpRank result{seconds_since(start) / c.steps,
+                      static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps, 0};
+        group->barrier()->wait();
+        if (owns) {
+          trace::enable(false);
+          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("tp", c) + ".json");
+        }
+        return result;
+      },
+      [](const TpRank& t) { return std::vector<double>{t.step_s, t.bus_bytes, t.peak_bytes}; },
+      [](const std::vector<double>& v) { return TpRank{v[0], v[1], v[2]}; });
+  double peak = 0;
+  for (const TpRank& t : ranks) {
+    m.step_s = std::max(m.step_s, t.step_s);
+    peak = std::max(peak, t.peak_bytes);
+  }
+  m.compute_s = m.step_s;
+  m.split_known = false;  // the all-reduces sit inside forward and backward: the trace shows them
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes = ranks[0].bus_bytes;
+  m.comm_bytes_measured = true;
   return m;
 }
 
@@ -708,8 +803,85 @@ StagePlan plan_stages(const Workload& w, int stages) {
   return plan;
 }
 
+namespace {
+
+// Runs a module's forward under activation checkpointing, holding it as a
+// child so that its parameters keep their place.
+class CheckpointedImpl : public nn::Module {
+ public:
+  explicit CheckpointedImpl(nn::ModulePtr inner) : Module("Checkpointed"), inner_(std::move(inner)) {
+    register_module("inner", inner_);
+  }
+  Tensor forward(const Tensor& x) override {
+    return autograd::checkpoint([inner = inner_](const Tensor& in) { return inner->forward(in); }, x);
+  }
+  nn::ModulePtr clone(std::optional<Device> device) const override {
+    return std::make_shared<CheckpointedImpl>(inner_->clone(device));
+  }
+
+ private:
+  nn::ModulePtr inner_;
+};
+
+// A Sequential in about sqrt(n) checkpointed segments.
+class CheckpointedSequentialImpl : public nn::Module {
+ public:
+  explicit CheckpointedSequentialImpl(nn::Sequential seq) : Module("CheckpointedSequential"), seq_(seq) {
+    register_module("seq", seq);
+    segments_ = std::max(1, static_cast<int>(std::lround(std::sqrt(static_cast<double>(seq->size())))));
+  }
+  Tensor forward(const Tensor& x) override { return nn::checkpoint_sequential(seq_, segments_, x); }
+  nn::ModulePtr clone(std::optional<Device> device) const override {
+    return std::make_shared<CheckpointedSequentialImpl>(nn::Sequential(seq_->clone(device)));
+  }
+
+ private:
+  nn::Sequential seq_;
+  int segments_ = 1;
+};
+
+// A GPT whose blocks each run under checkpointing (GPTImpl::forward, block by block).
+class CheckpointedGptImpl : public nn::Module {
+ public:
+  explicit CheckpointedGptImpl(models::GPT gpt) : Module("CheckpointedGPT"), gpt_(gpt) { register_module("gpt", gpt); }
+  Tensor forward(const Tensor& idx) override {
+    Tensor positions = arange(idx.size(1), {.dtype = kInt64, .device = idx.device()});
+    Tensor x = gpt_->dropout->forward(gpt_->wte->forward(idx) + gpt_->wpe->forward(positions));
+    for (size_t l = 0; l < gpt_->blocks->size(); ++l) {
+      nn::ModulePtr block = (*gpt_->blocks)[l];
+      x = autograd::checkpoint([block](const Tensor& in) { return block->forward(in); }, x);
+    }
+    return gpt_->head->forward(gpt_->ln_f->forward(x));
+  }
+  nn::ModulePtr clone(std::optional<Device> device) const override {
+    return std::make_shared<CheckpointedGptImpl>(models::GPT(gpt_->clone(device)));
+  }
+
+ private:
+  models::GPT gpt_;
+};
+
+}  // namespace
+
+Workload checkpointed(const Workload& w) {
+  Workload out = w;
+  if (auto seq = as_sequential(w.model))
+    out.model = std::make_shared<CheckpointedSequentialImpl>(nn::Sequential(seq->clone()));
+  else if (auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model))
+    out.model = std::make_shared<CheckpointedGptImpl>(models::GPT(gpt->clone()));
+  else
+    out.model = std::make_shared<CheckpointedImpl>(w.model->clone());
+  return out;
+}
+
 Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config) {
+  const std::string suffix = "_ckpt";
+  if (strategy.size() > suffix.size() && strategy.compare(strategy.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    Measurement m = run_strategy(strategy.substr(0, strategy.size() - suffix.size()), checkpointed(w), plan, config);
+    m.strategy = strategy;
+    return m;
+  }
   const std::vector<int>& boundaries = plan.boundaries;
   Measurement skipped{strategy};
   const bool over_ranks = config.group != nullptr;
@@ -722,6 +894,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
     return run_data_parallel(strategy, w, config);
   if (strategy == "hybrid") return run_hybrid(w, config);
+  if (strategy == "tp") return run_tensor_parallel(w, config);
   if (boundaries.empty()) {
     skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
     return skipped;

@@ -61,8 +61,14 @@ struct StagePlan {
 StagePlan plan_stages(const Workload& w, int stages);
 
 // strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b,
-// hybrid. Under mpirun every rank calls it for the strategies that run over
-// ranks (all ranks take part) and rank 0 alone for single.
+// hybrid, tp; any of them with "_ckpt" appended runs on checkpointed(w).
+// Under mpirun every rank calls it for the strategies that run over ranks
+// (all ranks take part) and rank 0 alone for single.
+// The workload with activation checkpointing: a Sequential in about
+// sqrt(children) checkpointed segments, each block of a GPT checkpointed,
+// any other model checkpointed whole.
+Workload checkpointed(const Workload& w);
+
 Measurement run_strategy(const std::string& strategy, const Workload& w, const StagePlan& plan,
                          const CompareConfig& config);
 

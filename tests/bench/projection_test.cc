@@ -69,6 +69,13 @@ TEST(Projection, HybridDataTimesPipeline) {
   EXPECT_NEAR(project_step_seconds("hybrid", two_stages(), s), 6 + 4.825 + 0.125, 1e-12);
 }
 
+TEST(Projection, CheckpointingAddsOneForwardAndTensorParallelIsNotModelled) {
+  // Forward 1 + 2 = 3 s again in backward: all of it on one device, half of it on each of two ranks.
+  EXPECT_NEAR(project_step_seconds("single_ckpt", two_stages(), settings()), 9.5 + 3, 1e-12);
+  EXPECT_NEAR(project_step_seconds("ddp_ckpt", two_stages(), settings(1)), 15.2 + 1.5, 1e-12);
+  EXPECT_EQ(project_step_seconds("tp", two_stages(), settings()), -1);
+}
+
 TEST(Projection, UnknownStrategy) {
   EXPECT_THROW_MSG(project_step_seconds("zero", two_stages(), settings()), "unknown strategy 'zero'");
 }
