@@ -34,9 +34,7 @@ struct ShardCase {
 // than 0 start scrambled, as the strategy must start every rank from rank
 // 0's parameters. Call before the ranks' threads start (it seeds the global
 // generator).
-inline std::pair<nn::ModulePtr, nn::ModulePtr> sharded_models(int rank) {
-  manual_seed(11);
-  nn::Sequential net = make_net(/*batch_norm=*/false);
+inline std::pair<nn::ModulePtr, nn::ModulePtr> reference_and_local(nn::ModulePtr net, int rank) {
   net->to(kFloat64);
   nn::ModulePtr local = net->clone();
   if (rank > 0) {
@@ -44,6 +42,11 @@ inline std::pair<nn::ModulePtr, nn::ModulePtr> sharded_models(int rank) {
     for (const Tensor& t : local->parameters()) t.fill_(0.5 * rank);
   }
   return {net, local};
+}
+
+inline std::pair<nn::ModulePtr, nn::ModulePtr> sharded_models(int rank) {
+  manual_seed(11);
+  return reference_and_local(make_net(/*batch_norm=*/false), rank);
 }
 
 inline std::unique_ptr<optim::Optimizer> make_adamw(TensorList params) {
@@ -176,14 +179,8 @@ inline FsdpOptions fsdp_options(const FsdpCase& c) {
 // The reference (single device) and this rank's model, as sharded_models.
 inline std::pair<nn::ModulePtr, nn::ModulePtr> fsdp_models(int rank, Units units) {
   manual_seed(11);
-  nn::ModulePtr net = units == Units::Nested ? nn::ModulePtr(make_nested_net()) : nn::ModulePtr(make_net(false));
-  net->to(kFloat64);
-  nn::ModulePtr local = net->clone();
-  if (rank > 0) {
-    NoGradGuard no_grad;
-    for (const Tensor& t : local->parameters()) t.fill_(0.5 * rank);
-  }
-  return {net, local};
+  return reference_and_local(units == Units::Nested ? nn::ModulePtr(make_nested_net()) : nn::ModulePtr(make_net(false)),
+                             rank);
 }
 
 // The largest relative difference between a full state and a model's parameters, by name.
