@@ -157,15 +157,18 @@ class Backend {
   // out[index[i][j]][j] += src[i][j] (dim 0), PyTorch's scatter_add_.
   virtual void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) = 0;
 
-  // ---- convolution, NCHW, all tensors contiguous; bias is added by the op ----
-  // out (N, C_out, H_out, W_out) = x (N, C_in, H, W) * w (C_out, C_in / groups, kH, kW)
-  virtual void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) = 0;
+  // ---- convolution, NCHW, all tensors contiguous ----
+  // out (N, C_out, H_out, W_out) = x (N, C_in, H, W) * w (C_out, C_in / groups, kH, kW) + bias (C_out),
+  // where an undefined bias adds nothing.
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                      const Tensor& out) = 0;
   // dx = d(out)/dx applied to dy (dx is overwritten).
   virtual void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
                                      const Tensor& dx) = 0;
-  // dw = d(out)/dw applied to dy (dw is overwritten).
+  // dw = d(out)/dw applied to dy, and dbias = dy summed over N, H and W
+  // when dbias is defined (both overwritten).
   virtual void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
-                                      const Tensor& dw) = 0;
+                                      const Tensor& dw, const Tensor& dbias) = 0;
 
   // ---- pooling, NCHW, contiguous ----
   // indices (int64, out's shape): the flat position h * W + w of each max in its input plane.

@@ -1,4 +1,4 @@
-// conv2d: the convolution kernel and its two backward products, plus bias.
+// conv2d: the convolution kernel (bias included) and its backward products.
 #include "autograd/node.h"
 #include "nn/functional.h"
 
@@ -30,31 +30,44 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   LOOM_CHECK(ho > 0 && wo > 0, "conv2d: input ", x.shape(), " is smaller than the (dilated) kernel ",
              weight.shape(), " with padding ", p.pad_h, "x", p.pad_w);
 
+  const bool has_bias = bias.defined();
+  if (has_bias) {
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "conv2d: bias of shape ", bias.shape(),
+               " does not match ", weight.size(0), " output channels");
+    LOOM_CHECK(bias.device() == x.device() && bias.dtype() == x.dtype(), "conv2d: bias is ", bias.dtype(), " on ",
+               bias.device(), " but the input is ", x.dtype(), " on ", x.device());
+  }
+
   Tensor xc = contiguous_raw(x), wc = contiguous_raw(weight);
+  Tensor bc = has_bias ? contiguous_raw(bias) : Tensor();
   Tensor y = empty({x.size(0), weight.size(0), ho, wo}, x.options());
-  if (y.numel() > 0) backend_for(x.device()).conv2d(xc, wc, p, y);
-  if (autograd::needs_grad(x, weight)) {
+  if (y.numel() > 0) backend_for(x.device()).conv2d(xc, wc, bc, p, y);
+  TensorList inputs{x, weight};
+  if (has_bias) inputs.push_back(bias);
+  if (autograd::needs_grad(inputs)) {
     const bool dx_needed = x.requires_grad(), dw_needed = weight.requires_grad();
-    autograd::record("Conv2dBackward", {x, weight}, y,
-                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), p, dx_needed,
-                      dw_needed](const TensorList& g) {
+    const bool db_needed = has_bias && bias.requires_grad();
+    autograd::record("Conv2dBackward", inputs, y,
+                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), p, dx_needed, dw_needed,
+                      db_needed, has_bias](const TensorList& g) {
                        Tensor dy = contiguous_raw(g[0]);
-                       Tensor dx, dw;
+                       Tensor dx, dw, db;
                        if (dx_needed) {
                          dx = empty(sx.get().shape(), sx.get().options());
                          backend_for(dy.device()).conv2d_backward_input(dy, sw.get(), p, dx);
                        }
-                       if (dw_needed) {
+                       if (db_needed) db = empty({sw.get().size(0)}, sw.get().options());
+                       if (dw_needed || db_needed) {
+                         // The weight's gradient comes with the bias's at little extra cost.
                          dw = empty(sw.get().shape(), sw.get().options());
-                         backend_for(dy.device()).conv2d_backward_weight(dy, sx.get(), p, dw);
+                         backend_for(dy.device()).conv2d_backward_weight(dy, sx.get(), p, dw, db);
                        }
-                       return TensorList{dx, dw};
+                       TensorList grads{dx, dw_needed ? dw : Tensor()};
+                       if (has_bias) grads.push_back(db);
+                       return grads;
                      });
   }
-  if (!bias.defined()) return y;
-  LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "conv2d: bias of shape ", bias.shape(),
-             " does not match ", weight.size(0), " output channels");
-  return y + bias.reshape({1, -1, 1, 1});
+  return y;
 }
 
 }  // namespace loom::nn::functional

@@ -1,11 +1,21 @@
-// CPU 2-D convolution as im2col + GEMM, one sample per thread.
+// CPU 2-D convolution as im2col + GEMM over blocks of samples.
 //
-// For each sample and group, im2col lays the receptive field of every output
-// pixel out as a column: col (C_g kH kW, H_out W_out). The convolution is then
-// one matrix product with the weight viewed as (C_out_g, C_g kH kW). The
-// backward passes are the two other products of the same three matrices, and
-// col2im (the adjoint of im2col) scatters the input gradient back.
+// im2col lays the receptive field of every output pixel out as a column:
+// col (C_g kH kW, pixels). The convolution is then a matrix product with the
+// weight viewed as (C_out_g, C_g kH kW); the backward passes are the two other
+// products of the same three matrices, and col2im (the adjoint of im2col)
+// scatters the input gradient back.
+//
+// One sample's product is small (the cnn benchmark's second layer: 64 x 288
+// times 288 x 196), and Eigen's GEMM runs such shapes far below its peak. So
+// each thread lays out the columns of a block of samples side by side,
+// col (K, B pixels), and makes one product per block: B is chosen so the
+// product is wide enough for the GEMM and the block's columns stay in cache.
+// The bias is added while the block's product is copied into the NCHW output,
+// and its gradient summed from the same gathered block of dy as the weight's.
 #include <Eigen/Core>
+
+#include <algorithm>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/parallel.h"
@@ -22,86 +32,175 @@ template <typename T>
 using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
 
 struct ConvShape {
-  int64_t n, c, h, w;        // input
-  int64_t o, kh, kw;         // weight: o output channels
-  int64_t ho, wo;            // output
-  int64_t groups, cg, og;    // channels per group, in and out
+  int64_t n, c, h, w;      // input
+  int64_t o, kh, kw;       // weight: o output channels
+  int64_t ho, wo;          // output
+  int64_t groups, cg, og;  // channels per group, in and out
   int64_t k() const { return cg * kh * kw; }  // rows of col
   int64_t pixels() const { return ho * wo; }
+  int64_t plane() const { return h * w; }
 };
 
 ConvShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& out, const Conv2dParams& p) {
-  ConvShape s{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3),
-              out.size(2), out.size(3), p.groups, x.size(1) / p.groups, w.size(0) / p.groups};
-  return s;
+  return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3),
+          out.size(2), out.size(3), p.groups, x.size(1) / p.groups, w.size(0) / p.groups};
+}
+
+// Samples per block: about 2048 GEMM columns, with the block's col under 4 MB.
+// (Measured on the cnn benchmark: blocks of 3 of its 784-pixel first layer
+// beat single samples, though a single sample's product needs no copy.)
+int64_t block_samples(const ConvShape& s, size_t element_size) {
+  const int64_t by_width = (2048 + s.pixels() - 1) / s.pixels();
+  const int64_t by_bytes = (int64_t{4} << 20) / std::max<int64_t>(1, s.k() * s.pixels() * element_size);
+  return std::max<int64_t>(1, std::min({by_width, by_bytes, s.n}));
+}
+
+// The output columns [begin, end) whose input column ow * stride - pad + offset
+// lies inside [0, size).
+struct Span {
+  int64_t begin, end;
+};
+
+Span valid_outputs(int64_t offset, int64_t stride, int64_t pad, int64_t size, int64_t outputs) {
+  const int64_t first = pad - offset;  // ow * stride >= first
+  const int64_t last = size - 1 + pad - offset;  // ow * stride <= last
+  const int64_t begin = first <= 0 ? 0 : (first + stride - 1) / stride;
+  const int64_t end = last < 0 ? 0 : last / stride + 1;
+  return {std::min(begin, outputs), std::max(std::min(end, outputs), std::min(begin, outputs))};
+}
+
+// Rows of im2col are short (an output row: 14 pixels in the cnn benchmark),
+// and its padding a pixel or two: inline loops, not calls to memset/memcpy.
+template <typename T>
+void fill_zero(T* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = T(0);
 }
 
 // col[(c kh + i) kw + j][oh wo + ow] = x[c][oh sh - ph + i dh][ow sw - pw + j dw], or 0 in the padding.
+// Rows of col are `ld` apart (several samples' columns share a row).
 template <typename T>
-void im2col(const T* x, const ConvShape& s, const Conv2dParams& p, T* col) {
+void im2col(const T* x, const ConvShape& s, const Conv2dParams& p, T* col, int64_t ld) {
   for (int64_t c = 0; c < s.cg; ++c)
     for (int64_t i = 0; i < s.kh; ++i)
       for (int64_t j = 0; j < s.kw; ++j) {
-        T* row = col + ((c * s.kh + i) * s.kw + j) * s.pixels();
+        T* row = col + ((c * s.kh + i) * s.kw + j) * ld;
+        const Span cols = valid_outputs(j * p.dilation_w, p.stride_w, p.pad_w, s.w, s.wo);
         for (int64_t oh = 0; oh < s.ho; ++oh) {
           const int64_t ih = oh * p.stride_h - p.pad_h + i * p.dilation_h;
           T* dst = row + oh * s.wo;
           if (ih < 0 || ih >= s.h) {
-            std::fill(dst, dst + s.wo, T(0));
+            fill_zero(dst, s.wo);
             continue;
           }
           const T* src = x + (c * s.h + ih) * s.w;
-          for (int64_t ow = 0; ow < s.wo; ++ow) {
-            const int64_t iw = ow * p.stride_w - p.pad_w + j * p.dilation_w;
-            dst[ow] = (iw >= 0 && iw < s.w) ? src[iw] : T(0);
+          const int64_t shift = j * p.dilation_w - p.pad_w;  // output column ow reads src[ow sw + shift]
+          fill_zero(dst, cols.begin);
+          if (p.stride_w == 1) {
+#pragma omp simd
+            for (int64_t ow = cols.begin; ow < cols.end; ++ow) dst[ow] = src[ow + shift];
+          } else {
+            for (int64_t ow = cols.begin; ow < cols.end; ++ow) dst[ow] = src[ow * p.stride_w + shift];
           }
+          fill_zero(dst + cols.end, s.wo - cols.end);
         }
       }
 }
 
 // The adjoint of im2col: adds each column entry back into the input position it came from.
 template <typename T>
-void col2im(const T* col, const ConvShape& s, const Conv2dParams& p, T* x) {
+void col2im(const T* col, int64_t ld, const ConvShape& s, const Conv2dParams& p, T* x) {
   for (int64_t c = 0; c < s.cg; ++c)
     for (int64_t i = 0; i < s.kh; ++i)
       for (int64_t j = 0; j < s.kw; ++j) {
-        const T* row = col + ((c * s.kh + i) * s.kw + j) * s.pixels();
+        const T* row = col + ((c * s.kh + i) * s.kw + j) * ld;
+        const Span cols = valid_outputs(j * p.dilation_w, p.stride_w, p.pad_w, s.w, s.wo);
         for (int64_t oh = 0; oh < s.ho; ++oh) {
           const int64_t ih = oh * p.stride_h - p.pad_h + i * p.dilation_h;
           if (ih < 0 || ih >= s.h) continue;
           T* dst = x + (c * s.h + ih) * s.w;
-          for (int64_t ow = 0; ow < s.wo; ++ow) {
-            const int64_t iw = ow * p.stride_w - p.pad_w + j * p.dilation_w;
-            if (iw >= 0 && iw < s.w) dst[iw] += row[oh * s.wo + ow];
+          const int64_t shift = j * p.dilation_w - p.pad_w;
+          const T* src = row + oh * s.wo;
+          if (p.stride_w == 1) {
+#pragma omp simd
+            for (int64_t ow = cols.begin; ow < cols.end; ++ow) dst[ow + shift] += src[ow];
+          } else {
+            for (int64_t ow = cols.begin; ow < cols.end; ++ow) dst[ow * p.stride_w + shift] += src[ow];
           }
         }
       }
 }
 
-// Pointers to sample n, group g of an NCHW tensor with `channels` per group.
+// Sample n, group g of an NCHW tensor with `channels` per group of `plane` elements each.
 template <typename T>
-T* group_plane(T* base, int64_t n, int64_t g, int64_t groups, int64_t channels_per_group, int64_t plane) {
-  return base + (n * groups + g) * channels_per_group * plane;
+T* group_plane(T* base, int64_t n, int64_t g, int64_t groups, int64_t channels, int64_t plane) {
+  return base + (n * groups + g) * channels * plane;
+}
+
+// The columns of samples [first, first + count), group g, side by side: col (K, count P).
+template <typename T>
+void im2col_block(const T* x, const ConvShape& s, const Conv2dParams& p, int64_t first, int64_t count, int64_t g,
+                  T* col) {
+  for (int64_t b = 0; b < count; ++b)
+    im2col(group_plane(x, first + b, g, s.groups, s.cg, s.plane()), s, p, col + b * s.pixels(),
+           count * s.pixels());
+}
+
+// dy of samples [first, first + count), group g, as (O_g, count P): gathered
+// into `block`, or read in place for a single sample.
+template <typename T>
+const T* gather_dy_block(const T* dy, const ConvShape& s, int64_t first, int64_t count, int64_t g, T* block) {
+  if (count == 1) return group_plane(dy, first, g, s.groups, s.og, s.pixels());
+  for (int64_t b = 0; b < count; ++b) {
+    const T* src = group_plane(dy, first + b, g, s.groups, s.og, s.pixels());
+    for (int64_t o = 0; o < s.og; ++o)
+      std::copy(src + o * s.pixels(), src + (o + 1) * s.pixels(), block + o * count * s.pixels() + b * s.pixels());
+  }
+  return block;
+}
+
+// Runs fn(first, count) over blocks of the samples [begin, end).
+template <typename F>
+void for_each_block(int64_t begin, int64_t end, int64_t block, F fn) {
+  for (int64_t first = begin; first < end; first += block) fn(first, std::min(block, end - first));
 }
 
 }  // namespace
 
-void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Conv2dParams& p, const Tensor& out_t) {
+void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias_t, const Conv2dParams& p,
+                        const Tensor& out_t) {
   dispatch_floating(x_t.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(x_t, w_t, out_t, p);
     const T* x = x_t.data_ptr<T>();
     const T* w = w_t.data_ptr<T>();
+    const T* bias = bias_t.defined() ? bias_t.data_ptr<T>() : nullptr;
     T* out = out_t.data_ptr<T>();
+    const int64_t block = block_samples(s, sizeof(T));
     parallel_for(s.n, 1, [&](int64_t begin, int64_t end) {
-      Tensor col_t = empty({s.k(), s.pixels()}, {.dtype = x_t.dtype()});
+      Tensor col_t = empty({s.k(), block * s.pixels()}, {.dtype = x_t.dtype()});
+      Tensor product_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
       T* col = col_t.data_ptr<T>();
-      for (int64_t n = begin; n < end; ++n)
+      for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
+        const int64_t width = count * s.pixels();
         for (int64_t g = 0; g < s.groups; ++g) {
-          im2col(group_plane(x, n, g, s.groups, s.cg, s.h * s.w), s, p, col);
-          MatrixMap<T>(group_plane(out, n, g, s.groups, s.og, s.pixels()), s.og, s.pixels()).noalias() =
-              ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()) * ConstMatrixMap<T>(col, s.k(), s.pixels());
+          im2col_block(x, s, p, first, count, g, col);
+          // A single sample's product is its output plane; a block's is copied out.
+          T* product = count == 1 ? group_plane(out, first, g, s.groups, s.og, s.pixels()) : product_t.data_ptr<T>();
+          MatrixMap<T>(product, s.og, width).noalias() =
+              ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()) * ConstMatrixMap<T>(col, s.k(), width);
+          if (count == 1 && !bias) continue;
+          for (int64_t b = 0; b < count; ++b) {
+            T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
+            for (int64_t o = 0; o < s.og; ++o) {
+              const T shift = bias ? bias[g * s.og + o] : T(0);
+              const T* src = product + o * width + b * s.pixels();
+              T* row = dst + o * s.pixels();
+              for (int64_t q = 0; q < s.pixels(); ++q) row[q] = src[q] + shift;
+            }
+          }
         }
+      });
     });
   });
 }
@@ -114,51 +213,68 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& w_t, co
     const T* dy = dy_t.data_ptr<T>();
     const T* w = w_t.data_ptr<T>();
     T* dx = dx_t.data_ptr<T>();
-    std::fill(dx, dx + dx_t.numel(), T(0));
+    const int64_t block = block_samples(s, sizeof(T));
     parallel_for(s.n, 1, [&](int64_t begin, int64_t end) {
-      Tensor col_t = empty({s.k(), s.pixels()}, {.dtype = dy_t.dtype()});
+      std::fill(dx + begin * s.c * s.plane(), dx + end * s.c * s.plane(), T(0));
+      Tensor col_t = empty({s.k(), block * s.pixels()}, {.dtype = dy_t.dtype()});
+      Tensor dy_block_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = dy_t.dtype()}) : Tensor();
       T* col = col_t.data_ptr<T>();
-      for (int64_t n = begin; n < end; ++n)
+      T* dy_block = block > 1 ? dy_block_t.data_ptr<T>() : nullptr;
+      for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
+        const int64_t width = count * s.pixels();
         for (int64_t g = 0; g < s.groups; ++g) {
-          // dcol (K, P) = w_g^T (K, O_g) @ dy_g (O_g, P)
-          MatrixMap<T>(col, s.k(), s.pixels()).noalias() =
-              ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()).transpose() *
-              ConstMatrixMap<T>(group_plane(dy, n, g, s.groups, s.og, s.pixels()), s.og, s.pixels());
-          col2im(col, s, p, group_plane(dx, n, g, s.groups, s.cg, s.h * s.w));
+          const T* dy_g = gather_dy_block(dy, s, first, count, g, dy_block);
+          // dcol (K, B P) = w_g^T (K, O_g) @ dy_g (O_g, B P)
+          MatrixMap<T>(col, s.k(), width).noalias() =
+              ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()).transpose() * ConstMatrixMap<T>(dy_g, s.og, width);
+          for (int64_t b = 0; b < count; ++b)
+            col2im(col + b * s.pixels(), width, s, p, group_plane(dx, first + b, g, s.groups, s.cg, s.plane()));
         }
+      });
     });
   });
 }
 
 void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, const Conv2dParams& p,
-                                        const Tensor& dw_t) {
+                                        const Tensor& dw_t, const Tensor& dbias_t) {
   dispatch_floating(dy_t.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(x_t, dw_t, dy_t, p);
     const T* dy = dy_t.data_ptr<T>();
     const T* x = x_t.data_ptr<T>();
     T* dw = dw_t.data_ptr<T>();
-    // Each chunk of samples sums its dw privately; the partials are added in
-    // chunk order, so the result does not depend on thread timing.
+    const int64_t block = block_samples(s, sizeof(T));
+    // Each chunk of samples sums dw (and the bias gradient, after it)
+    // privately; the partials are added in chunk order, so the result does
+    // not depend on thread timing.
+    const int64_t partial_size = dw_t.numel() + s.o;
     const int64_t chunks = parallel_chunks(s.n, 1);
-    Tensor partials_t = zeros({chunks, dw_t.numel()}, {.dtype = dw_t.dtype()});
+    Tensor partials_t = zeros({chunks, partial_size}, {.dtype = dw_t.dtype()});
     T* partials = partials_t.data_ptr<T>();
     parallel_for_chunks(s.n, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
-      Tensor col_t = empty({s.k(), s.pixels()}, {.dtype = x_t.dtype()});
+      Tensor col_t = empty({s.k(), block * s.pixels()}, {.dtype = x_t.dtype()});
+      Tensor dy_block_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
       T* col = col_t.data_ptr<T>();
-      T* partial = partials + chunk * dw_t.numel();
-      for (int64_t n = begin; n < end; ++n)
+      T* dy_block = block > 1 ? dy_block_t.data_ptr<T>() : nullptr;
+      T* partial = partials + chunk * partial_size;
+      for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
+        const int64_t width = count * s.pixels();
         for (int64_t g = 0; g < s.groups; ++g) {
-          im2col(group_plane(x, n, g, s.groups, s.cg, s.h * s.w), s, p, col);
-          // dw_g (O_g, K) += dy_g (O_g, P) @ col^T (P, K)
+          im2col_block(x, s, p, first, count, g, col);
+          ConstMatrixMap<T> dy_g(gather_dy_block(dy, s, first, count, g, dy_block), s.og, width);
+          // dw_g (O_g, K) += dy_g (O_g, B P) @ col^T (B P, K)
           MatrixMap<T>(partial + g * s.og * s.k(), s.og, s.k()).noalias() +=
-              ConstMatrixMap<T>(group_plane(dy, n, g, s.groups, s.og, s.pixels()), s.og, s.pixels()) *
-              ConstMatrixMap<T>(col, s.k(), s.pixels()).transpose();
+              dy_g * ConstMatrixMap<T>(col, s.k(), width).transpose();
+          if (dbias_t.defined())
+            Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial + dw_t.numel() + g * s.og, s.og) +=
+                dy_g.rowwise().sum();
         }
+      });
     });
-    std::fill(dw, dw + dw_t.numel(), T(0));
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int64_t i = 0; i < dw_t.numel(); ++i) dw[i] += partials[c * dw_t.numel() + i];
+    for (int64_t c = 1; c < chunks; ++c)
+      for (int64_t i = 0; i < partial_size; ++i) partials[i] += partials[c * partial_size + i];
+    std::copy(partials, partials + dw_t.numel(), dw);
+    if (dbias_t.defined()) std::copy(partials + dw_t.numel(), partials + partial_size, dbias_t.data_ptr<T>());
   });
 }
 

@@ -39,11 +39,12 @@ class CpuBackend final : public Backend {
   void gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
   void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
 
-  void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) override;
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+              const Tensor& out) override;
   void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
                              const Tensor& dx) override;
   void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
-                              const Tensor& dw) override;
+                              const Tensor& dw, const Tensor& dbias) override;
 
   void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;
   void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) override;

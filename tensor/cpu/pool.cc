@@ -26,11 +26,53 @@ void for_each_plane(const Planes& s, F fn) {
                });
 }
 
+// The input positions [begin, end) a pooling window covers along one axis,
+// clipped to the input (padding is never the maximum).
+struct Window {
+  int64_t begin, end;
+};
+
+Window window(int64_t out_index, int64_t stride, int64_t pad, int64_t kernel, int64_t size) {
+  const int64_t start = out_index * stride - pad;
+  return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, size)};
+}
+
 // The input rows [start, end) that adaptive pooling averages for output row i.
 int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
 int64_t adaptive_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
 
 }  // namespace
+
+// Whether `v` replaces the running maximum `best`: larger, or the first NaN
+// (which then stays). Bitwise, not short-circuit: the winner is data-dependent,
+// so branches would mispredict half the time; this compiles to selects.
+template <typename T>
+bool replaces(T v, T best) {
+  return ((v > best) | (v != v)) & (best == best);
+}
+
+// One output row of max pooling without padding: every window lies inside
+// the input, so the loop over output columns is innermost and branch-free.
+template <typename T>
+void max_pool_row(const T* __restrict in, int64_t w, int64_t ih0, int64_t wo, const Pool2dParams& p,
+                  T* __restrict out, int64_t* __restrict idx) {
+  for (int64_t ow = 0; ow < wo; ++ow) {
+    idx[ow] = ih0 * w + ow * p.stride_w;
+    out[ow] = in[idx[ow]];
+  }
+  for (int64_t i = 0; i < p.kernel_h; ++i)
+    for (int64_t j = 0; j < p.kernel_w; ++j) {
+      const int64_t row = (ih0 + i) * w + j;
+#pragma omp simd
+      for (int64_t ow = 0; ow < wo; ++ow) {
+        const int64_t at = row + ow * p.stride_w;
+        const T v = in[at];
+        const bool take = replaces(v, out[ow]);
+        out[ow] = take ? v : out[ow];
+        idx[ow] = take ? at : idx[ow];
+      }
+    }
+}
 
 void CpuBackend::max_pool2d(const Tensor& x_t, const Pool2dParams& p, const Tensor& out_t,
                             const Tensor& idx_t) {
@@ -40,29 +82,32 @@ void CpuBackend::max_pool2d(const Tensor& x_t, const Pool2dParams& p, const Tens
     const T* x = x_t.data_ptr<T>();
     T* out = out_t.data_ptr<T>();
     int64_t* idx = idx_t.data_ptr<int64_t>();
+    const bool unpadded = p.pad_h == 0 && p.pad_w == 0;
     for_each_plane(s, [&](int64_t plane) {
       const T* in = x + plane * s.h * s.w;
-      for (int64_t oh = 0; oh < s.ho; ++oh)
-        for (int64_t ow = 0; ow < s.wo; ++ow) {
-          T best = -std::numeric_limits<T>::infinity();
-          int64_t best_at = -1;
-          for (int64_t i = 0; i < p.kernel_h; ++i) {
-            const int64_t ih = oh * p.stride_h - p.pad_h + i;
-            if (ih < 0 || ih >= s.h) continue;
-            for (int64_t j = 0; j < p.kernel_w; ++j) {
-              const int64_t iw = ow * p.stride_w - p.pad_w + j;
-              if (iw < 0 || iw >= s.w) continue;
-              const T v = in[ih * s.w + iw];
-              if (best_at < 0 || v > best || std::isnan(v)) {
-                best = v;
-                best_at = ih * s.w + iw;
-                if (std::isnan(v)) break;
-              }
-            }
-          }
-          out[(plane * s.ho + oh) * s.wo + ow] = best;
-          idx[(plane * s.ho + oh) * s.wo + ow] = best_at;
+      for (int64_t oh = 0; oh < s.ho; ++oh) {
+        T* out_row = out + (plane * s.ho + oh) * s.wo;
+        int64_t* idx_row = idx + (plane * s.ho + oh) * s.wo;
+        if (unpadded) {
+          max_pool_row(in, s.w, oh * p.stride_h, s.wo, p, out_row, idx_row);
+          continue;
         }
+        const Window rows = window(oh, p.stride_h, p.pad_h, p.kernel_h, s.h);
+        for (int64_t ow = 0; ow < s.wo; ++ow) {
+          const Window cols = window(ow, p.stride_w, p.pad_w, p.kernel_w, s.w);
+          int64_t best_at = rows.begin * s.w + cols.begin;
+          T best = in[best_at];
+          for (int64_t ih = rows.begin; ih < rows.end; ++ih)
+            for (int64_t iw = cols.begin; iw < cols.end; ++iw) {
+              const T v = in[ih * s.w + iw];
+              const bool take = replaces(v, best);
+              best = take ? v : best;
+              best_at = take ? ih * s.w + iw : best_at;
+            }
+          out_row[ow] = best;
+          idx_row[ow] = best_at;
+        }
+      }
     });
   });
 }

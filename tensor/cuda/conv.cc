@@ -41,11 +41,14 @@ int as_int(int64_t v, const char* op) {
 
 class TensorDescriptor {
  public:
-  TensorDescriptor(const Tensor& t, const char* op) {
+  TensorDescriptor(const Tensor& t, const char* op)
+      : TensorDescriptor(t.dtype(), t.size(0), t.size(1), t.size(2), t.size(3), op) {}
+  // A bias (C) as cuDNN broadcasts it: (1, C, 1, 1).
+  static TensorDescriptor bias(const Tensor& b, const char* op) { return {b.dtype(), 1, b.size(0), 1, 1, op}; }
+  TensorDescriptor(DType dtype, int64_t n, int64_t c, int64_t h, int64_t w, const char* op) {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, cudnn_type(t.dtype(), op),
-                                           as_int(t.size(0), op), as_int(t.size(1), op),
-                                           as_int(t.size(2), op), as_int(t.size(3), op)));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, cudnn_type(dtype, op), as_int(n, op),
+                                           as_int(c, op), as_int(h, op), as_int(w, op)));
   }
   ~TensorDescriptor() { cudnnDestroyTensorDescriptor(desc_); }
   TensorDescriptor(const TensorDescriptor&) = delete;
@@ -197,14 +200,27 @@ struct Scalars {
   double one_d = 1, zero_d = 0;
 };
 
+// out (N, C, H, W) += bias (C) broadcast, when bias is defined.
+void add_bias(cudnnHandle_t handle, const Tensor& bias, const Tensor& out, const char* op) {
+  if (!bias.defined()) return;
+  const Scalars s(out.dtype());
+  const TensorDescriptor bd = TensorDescriptor::bias(bias, op);
+  TensorDescriptor yd(out, op);
+  CUDNN_CHECK(cudnnAddTensor(handle, s.one(), bd.get(), bias.raw_data(), s.one(), yd.get(), out.raw_data()));
+}
+
 }  // namespace
 
-void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Tensor& out) {
+void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                         const Tensor& out) {
   const char* op = "conv2d";
   if (out.numel() == 0) return;
   LaunchContext ctx(out);
-  if (x.numel() == 0 || w.numel() == 0) return fill(out, 0);
   cudnnHandle_t handle = cudnn_handle(ctx.device);
+  if (x.numel() == 0 || w.numel() == 0) {
+    fill(out, 0);
+    return add_bias(handle, bias, out, op);
+  }
   TensorDescriptor xd(x, op), yd(out, op);
   FilterDescriptor wd(w, op);
   ConvolutionDescriptor conv(p, x.dtype(), op);
@@ -223,6 +239,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p
                                        static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace, bytes, s.zero(),
                                        yd.get(), out.raw_data());
       });
+  add_bias(handle, bias, out, op);
 }
 
 void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p, const Tensor& dx) {
@@ -251,8 +268,21 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
       });
 }
 
-void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p, const Tensor& dw) {
+void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p, const Tensor& dw,
+                                         const Tensor& dbias) {
   const char* op = "conv2d_backward_weight";
+  if (dbias.defined() && dbias.numel() > 0) {
+    LaunchContext ctx(dbias);
+    if (dy.numel() == 0) {
+      fill(dbias, 0);
+    } else {
+      const Scalars s(dy.dtype());
+      TensorDescriptor dyd(dy, op);
+      const TensorDescriptor dbd = TensorDescriptor::bias(dbias, op);
+      CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_handle(ctx.device), s.one(), dyd.get(), dy.raw_data(), s.zero(),
+                                               dbd.get(), dbias.raw_data()));
+    }
+  }
   if (dw.numel() == 0) return;
   LaunchContext ctx(dw);
   if (dy.numel() == 0 || x.numel() == 0) return fill(dw, 0);

@@ -55,19 +55,22 @@ TEST_P(CudaNnKernels, Conv2dAndItsGradients) {
     const int64_t wo = window_output_size(c.w, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
     Tensor x = random({c.n, c.c, c.h, c.w}, dtype, ++seed);
     Tensor w = random({c.out, c.c / c.p.groups, c.kh, c.kw}, dtype, ++seed);
+    Tensor bias = random({c.out}, dtype, ++seed);
     Tensor dy = random({c.n, c.out, ho, wo}, dtype, ++seed);
     Tensor y_cpu = empty(dy.shape(), {.dtype = dtype}), y_gpu = gpu(y_cpu);
-    cpu().conv2d(x, w, c.p, y_cpu);
-    cuda().conv2d(gpu(x), gpu(w), c.p, y_gpu);
+    cpu().conv2d(x, w, bias, c.p, y_cpu);
+    cuda().conv2d(gpu(x), gpu(w), gpu(bias), c.p, y_gpu);
     expect_close(y_gpu, y_cpu, tol(dtype), std::string("conv2d ") + c.name);
     Tensor dx_cpu = empty(x.shape(), {.dtype = dtype}), dx_gpu = gpu(full(x.shape(), 7, {.dtype = dtype}));
     cpu().conv2d_backward_input(dy, w, c.p, dx_cpu);
     cuda().conv2d_backward_input(gpu(dy), gpu(w), c.p, dx_gpu);
     expect_close(dx_gpu, dx_cpu, tol(dtype), std::string("conv2d_backward_input ") + c.name);
     Tensor dw_cpu = empty(w.shape(), {.dtype = dtype}), dw_gpu = gpu(full(w.shape(), 7, {.dtype = dtype}));
-    cpu().conv2d_backward_weight(dy, x, c.p, dw_cpu);
-    cuda().conv2d_backward_weight(gpu(dy), gpu(x), c.p, dw_gpu);
+    Tensor db_cpu = empty({c.out}, {.dtype = dtype}), db_gpu = gpu(full({c.out}, 7, {.dtype = dtype}));
+    cpu().conv2d_backward_weight(dy, x, c.p, dw_cpu, db_cpu);
+    cuda().conv2d_backward_weight(gpu(dy), gpu(x), c.p, dw_gpu, db_gpu);
     expect_close(dw_gpu, dw_cpu, tol(dtype), std::string("conv2d_backward_weight ") + c.name);
+    expect_close(db_gpu, db_cpu, tol(dtype), std::string("conv2d bias gradient ") + c.name);
   }
 }
 
@@ -237,12 +240,12 @@ TEST(CudaConvPrecision, Float32ConvolutionIsExactUnlessTf32IsAllowed) {
   Tensor x = random({8, 64, 16, 16}, kFloat32, 1), w = random({64, 64, 3, 3}, kFloat32, 2);
   const Conv2dParams p{.pad_h = 1, .pad_w = 1};
   Tensor exact = empty({8, 64, 16, 16}, {.dtype = kFloat64});
-  cpu().conv2d(x.to(kFloat64), w.to(kFloat64), p, exact);
+  cpu().conv2d(x.to(kFloat64), w.to(kFloat64), Tensor(), p, exact);
   Tensor y = gpu(empty({8, 64, 16, 16}));
-  cuda().conv2d(gpu(x), gpu(w), p, y);
+  cuda().conv2d(gpu(x), gpu(w), Tensor(), p, y);
   EXPECT_LT(testing::max_rel_error(y.to(kFloat64), exact), 1e-4) << "float32 conv must not use TF32 by default";
   set_allow_tf32(true);
-  cuda().conv2d(gpu(x), gpu(w), p, y);
+  cuda().conv2d(gpu(x), gpu(w), Tensor(), p, y);
   set_allow_tf32(false);
   EXPECT_LT(testing::max_rel_error(y.to(kFloat64), exact), 5e-2);
 }

@@ -69,6 +69,44 @@ TEST(Conv2d, StridePaddingDilationGroupsAgainstTheDefinition) {
   }
 }
 
+// The CPU kernel multiplies blocks of samples at once (about 2048 output
+// pixels a block, under 4 MB of columns) and splits the batch over threads: batches that span several blocks, the last
+// one short, must equal the definition, and their gradients the sum over
+// one-sample batches.
+TEST(Conv2d, BlocksOfSamplesEqualOneSampleAtATime) {
+  Generator gen(5);
+  struct Case {
+    int64_t n;
+    Conv2dParams p;
+  };
+  const std::vector<Case> cases = {
+      {7, {.pad_h = 1, .pad_w = 1, .groups = 2}},                    // 784 pixels: blocks of 3
+      {25, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}},  // 196 pixels: blocks of 11
+      {5, {.stride_h = 1, .stride_w = 3, .pad_h = 0, .pad_w = 2, .dilation_w = 2}},  // 260 pixels
+  };
+  for (const Case& c : cases) {
+    Tensor x = randn({c.n, 4, 28, 28}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+    Tensor w = randn({6, 4 / c.p.groups, 3, 3}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+    Tensor b = randn({6}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+    Tensor y = F::conv2d(x, w, b, c.p);
+    expect_values(y.detach(), naive_conv2d(x.detach(), w.detach(), b.detach(), c.p, y.size(2), y.size(3)), 1e-12);
+    Tensor r = randn(y.shape(), {.dtype = kFloat64}, &gen);
+    (y * r).sum().backward();
+
+    Tensor dw = zeros_like(w), db = zeros_like(b);
+    for (int64_t i = 0; i < c.n; ++i) {
+      Tensor xi = x.detach().narrow(0, i, 1).clone().requires_grad_(true);
+      Tensor wi = w.detach().clone().requires_grad_(true), bi = b.detach().clone().requires_grad_(true);
+      (F::conv2d(xi, wi, bi, c.p) * r.narrow(0, i, 1)).sum().backward();
+      expect_values(x.grad().narrow(0, i, 1), values(xi.grad()), 1e-12);
+      dw = dw + wi.grad();
+      db = db + bi.grad();
+    }
+    expect_values(w.grad(), values(dw), 1e-10);
+    expect_values(b.grad(), values(db), 1e-10);
+  }
+}
+
 TEST(Conv2d, ErrorsNameShapes) {
   EXPECT_THROW_MSG(F::conv2d(zeros({1, 3, 5, 5}), zeros({4, 2, 3, 3})),
                    "conv2d: input has 3 channels, but the weight expects 2");
@@ -114,6 +152,37 @@ TEST(Pooling, MaxAvgAdaptiveByHand) {
                     (0 + 2 + 9 + 7 + 6 + 1 + 3 + 2) / 8.0});
   EXPECT_THROW_MSG(F::max_pool2d(zeros({1, 1, 1, 1}), {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2}),
                    "max_pool2d: input [1, 1, 1, 1] is smaller than the 2x2 window");
+}
+
+// As PyTorch: a window holding a NaN gives NaN, and its gradient goes to the
+// first NaN in the window, whichever path (tiled, overlapping, padded) runs.
+TEST(Pooling, MaxPropagatesTheFirstNaN) {
+  const double nan = std::nan("");
+  const std::vector<Pool2dParams> params = {
+      {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2},
+      {.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 2},
+      {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 0},
+  };
+  for (const Pool2dParams& p : params) {
+    // Rows: [1, nan, 3, 4], [5, 6, nan, nan], [0, 1, 2, 3]
+    Tensor x = from_vector<double>({1, nan, 3, 4, 5, 6, nan, nan, 0, 1, 2, 3}, {1, 1, 3, 4}).requires_grad_();
+    Tensor y = F::max_pool2d(x, p);
+    y.sum().backward();
+    const std::vector<double> got = values(y), grad = values(x.grad());
+    if (p.pad_h == 0 && p.stride_h == 2) {  // windows rows {0,1} only
+      EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1]));
+      EXPECT_EQ(grad, (std::vector<double>{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}));
+    } else if (p.pad_h == 0) {  // rows {0,1} and {1,2}
+      EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1]) && std::isnan(got[3]));
+      EXPECT_EQ(got[2], 6);
+      EXPECT_EQ(grad, (std::vector<double>{0, 1, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0}));
+    } else {  // padded: rows {0} and {1,2}
+      EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[3]));
+      EXPECT_EQ(got[1], 4);
+      EXPECT_EQ(got[2], 6);
+      EXPECT_EQ(grad, (std::vector<double>{0, 1, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0}));
+    }
+  }
 }
 
 TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {

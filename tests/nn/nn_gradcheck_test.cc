@@ -47,6 +47,16 @@ TEST(NnGradcheck, Pooling) {
   expect_gradcheck([](const TensorList& in) {
     return F::max_pool2d(in[0], {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1});
   }, {x});
+  // Unpadded: windows that tile the input (rows and columns left over at the
+  // edge), and overlapping ones; the CPU kernels take a path of their own for each.
+  Tensor odd = sin(arange(0, 2 * 3 * 7 * 5, 1, {.dtype = kFloat64}).reshape({2, 3, 7, 5}) * 0.41) * 3.0;
+  odd = odd.detach().contiguous().requires_grad_();
+  expect_gradcheck([](const TensorList& in) {
+    return F::max_pool2d(in[0], {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2});
+  }, {odd});
+  expect_gradcheck([](const TensorList& in) {
+    return F::max_pool2d(in[0], {.kernel_h = 3, .kernel_w = 2, .stride_h = 1, .stride_w = 1});
+  }, {odd});
   expect_gradcheck([](const TensorList& in) {
     return F::avg_pool2d(in[0], {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1});
   }, {x});
