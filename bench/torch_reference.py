@@ -95,6 +95,12 @@ def workload(name, device):
         idx = torch.randint(0, vocab, (batch, block), device=device)
         targets = torch.randint(0, vocab, (batch * block,), device=device)
         return model, lambda: F.cross_entropy(model(idx).view(-1, vocab), targets), batch, batch * block
+    if name == "gpt_large":  # the same shape on every device
+        vocab, block, layers, heads, d, batch = 65, 128, 4, 4, 256, 16
+        model = GPT(vocab, block, layers, heads, d).to(device)
+        idx = torch.randint(0, vocab, (batch, block), device=device)
+        targets = torch.randint(0, vocab, (batch * block,), device=device)
+        return model, lambda: F.cross_entropy(model(idx).view(-1, vocab), targets), batch, batch * block
     if name == "lstm":
         model = LSTMClassifier(512 if gpu else 128).to(device)
         x = torch.randn(64, 64, 64, device=device)
@@ -117,7 +123,7 @@ def blas():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="cnn", choices=["cnn", "gpt", "lstm"])
+    parser.add_argument("--model", default="cnn", choices=["cnn", "gpt", "gpt_large", "lstm"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)

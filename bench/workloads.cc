@@ -10,6 +10,27 @@ Tensor classification_loss(const Tensor& logits, const Tensor& labels) {
   return nn::functional::cross_entropy(logits, labels);
 }
 
+// The Fashion-MNIST CNN's training FLOPs: a layer of m multiply-adds costs
+// 2m forward, 2m for its weight gradient and 2m for its input gradient,
+// except the first convolution, whose input (the images) needs none.
+double fashion_cnn_flops(int64_t batch) {
+  const double conv1 = 2.0 * batch * 32 * 28 * 28 * (1 * 3 * 3);  // 1 -> 32 channels, 28x28
+  const double conv2 = 2.0 * batch * 64 * 14 * 14 * (32 * 3 * 3);  // 32 -> 64 channels, 14x14
+  const double fc1 = 2.0 * batch * (64 * 7 * 7) * 128;
+  const double fc2 = 2.0 * batch * 128 * 10;
+  return 2 * conv1 + 3 * (conv2 + fc1 + fc2);
+}
+
+void set_gpt(Workload& w, const models::GPTConfig& c, int64_t batch, Device device) {
+  w.model = models::GPT(c);
+  w.input = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
+  w.target = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
+  w.loss = [vocab = c.vocab_size](const Tensor& logits, const Tensor& targets) {
+    return nn::functional::cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}));
+  };
+  w.tokens_per_step = batch * c.block_size;
+}
+
 }  // namespace
 
 Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
@@ -21,16 +42,12 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
     w.model = models::fashion_cnn();
     w.input = randn({256, 1, 28, 28}, {.device = device});
     w.target = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
+    w.flops_per_step = fashion_cnn_flops(256);
   } else if (name == "gpt") {
     const models::GPTConfig c = gpu ? models::GPTConfig{65, 256, 6, 6, 384} : models::GPTConfig{65, 64, 2, 4, 128};
-    const int64_t batch = gpu ? 64 : 8;
-    w.model = models::GPT(c);
-    w.input = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
-    w.target = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
-    w.loss = [vocab = c.vocab_size](const Tensor& logits, const Tensor& targets) {
-      return nn::functional::cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}));
-    };
-    w.tokens_per_step = batch * c.block_size;
+    set_gpt(w, c, gpu ? 64 : 8, device);
+  } else if (name == "gpt_large") {
+    set_gpt(w, models::GPTConfig{65, 128, 4, 4, 256}, 16, device);
   } else if (name == "lstm") {
     const int64_t hidden = gpu ? 512 : 128;
     w.model = models::LSTMClassifier({.input_size = 64, .hidden_size = hidden, .num_layers = 2, .classes = 10});
@@ -49,7 +66,7 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
     w.input = randn({mlp.batch, 512}, {.device = device});
     w.target = randint(0, 10, {mlp.batch}, {.dtype = kInt64, .device = device});
   } else {
-    LOOM_FAIL("unknown workload '", name, "' (expected cnn, gpt, lstm or mlp)");
+    LOOM_FAIL("unknown workload '", name, "' (expected cnn, gpt, gpt_large, lstm or mlp)");
   }
   w.model->to(device);
   w.samples_per_step = w.input.size(0);

@@ -5,7 +5,9 @@
 // Shapes:
 //   cnn   1x28x28 images, batch 256, the Fashion-MNIST CNN (width 32)
 //   gpt   vocab 65; cuda: 6 layers, 6 heads, d=384, context 256, batch 64;
-//         cpu: 2 layers, 4 heads, d=128, context 64, batch 8
+//         cpu: 2 layers, 4 heads, d=128, context 64, batch 8 (measures per-op overhead)
+//   gpt_large  vocab 65, 4 layers, 4 heads, d=256, context 128, batch 16 on
+//         every device: a CPU shape bound by arithmetic rather than overhead
 //   lstm  2-layer LSTM, input 64, hidden 512 (cuda) or 128 (cpu), sequence 64,
 //         batch 64, Linear(hidden, 10) on the last step
 //   mlp   Linear(512, h) + ReLU, then (layers - 2) x [Linear(h, h) + ReLU],
@@ -29,6 +31,10 @@ struct Workload {
   std::function<Tensor(const Tensor& output, const Tensor& target)> loss;
   int64_t samples_per_step = 0;
   int64_t tokens_per_step = 0;  // 0 where tokens mean nothing
+  // Floating-point operations of one training step in its matrix products
+  // and convolutions (forward, and both gradients where they are needed);
+  // 0 where not counted.
+  double flops_per_step = 0;
 };
 
 struct MlpShape {
@@ -37,7 +43,7 @@ struct MlpShape {
   int64_t batch = 256;
 };
 
-// name: cnn, gpt, lstm or mlp. Weights come from the global generator.
+// name: cnn, gpt, gpt_large, lstm or mlp. Weights come from the global generator.
 Workload make_workload(const std::string& name, Device device, MlpShape mlp = {});
 
 }  // namespace loom::bench
