@@ -2,6 +2,8 @@
 // dim, and softmax / log-softmax (forward and backward) along one dim.
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
@@ -116,6 +118,43 @@ void reduce_kernel(const Tensor& a, const Tensor& out, Acc init, Combine combine
   });
 }
 
+// When `a` is contiguous and the sum runs over its leading dims only (the
+// bias gradient of a Linear: (rows, features) -> (features)), the sizes
+// (rows, columns) of `a` seen as a matrix summed over its rows; else nullopt.
+std::optional<std::pair<int64_t, int64_t>> leading_dims_sum(const Tensor& a, const Tensor& out) {
+  if (!a.is_contiguous() || !out.is_contiguous() || a.dim() != out.dim()) return std::nullopt;
+  int split = 0;
+  while (split < a.dim() && out.size(split) == 1) ++split;
+  for (int d = split; d < a.dim(); ++d)
+    if (out.size(d) != a.size(d)) return std::nullopt;
+  int64_t rows = 1;
+  for (int d = 0; d < split; ++d) rows *= a.size(d);
+  return std::make_pair(rows, out.numel());
+}
+
+// Sums the rows of a (rows, columns) matrix, a row at a time, into
+// accumulators for a tile of columns on the stack: walking each column down
+// instead reads a cache line per element. Each column's sum runs in row order
+// whatever the threads, so the result does not depend on their number.
+template <typename T, typename Acc>
+void sum_rows(const T* a, int64_t rows, int64_t columns, T* out) {
+  constexpr int64_t kTile = 256;
+  parallel_for(columns, std::max<int64_t>(kTile, kParallelGrain / std::max<int64_t>(rows, 1)),
+               [&](int64_t begin, int64_t end) {
+                 Acc acc[kTile];
+                 for (int64_t first = begin; first < end; first += kTile) {
+                   const int64_t width = std::min(kTile, end - first);
+                   std::fill(acc, acc + width, Acc(0));
+                   for (int64_t r = 0; r < rows; ++r) {
+                     const T* row = a + r * columns + first;
+#pragma omp simd
+                     for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<Acc>(row[j]);
+                   }
+                   for (int64_t j = 0; j < width; ++j) out[first + j] = static_cast<T>(acc[j]);
+                 }
+               });
+}
+
 // Views a contiguous tensor as (outer, size of dim, inner).
 struct RowLayout {
   int64_t outer = 1, size = 1, inner = 1;
@@ -137,6 +176,8 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
     using Acc = typename Accumulator<T>::type;
     switch (op) {
       case ReduceOp::Sum:
+        if (const auto matrix = leading_dims_sum(a, out); matrix && matrix->first > 1)
+          return sum_rows<T, Acc>(a.data_ptr<T>(), matrix->first, matrix->second, out.data_ptr<T>());
         return reduce_kernel<T, Acc>(
             a, out, Acc(0), [](Acc x, Acc y) { return x + y; },
             [](const auto& row) { return row.template cast<Acc>().sum(); });

@@ -87,6 +87,19 @@ TEST(Reductions, FloatSumOfManyElementsIsAccurate) {
   EXPECT_NEAR(sum(x, {0}).select(0, 7).item(), 1000 * static_cast<double>(0.1f), 1e-3);
 }
 
+// Sums over leading dims (a Linear's bias gradient) take a path of their own
+// on the CPU, a row at a time in tiles of columns split over threads.
+TEST(Reductions, LeadingDimsSumOfAWideMatrix) {
+  Generator gen(8);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    Tensor x = randn({3, 111, 700}, {.dtype = dtype}, &gen);
+    std::vector<double> v = values(x), expected(700, 0.0);
+    for (int64_t r = 0; r < 333; ++r)
+      for (int64_t c = 0; c < 700; ++c) expected[c] += v[r * 700 + c];
+    expect_values(sum(x, {0, 1}), expected, dtype == kFloat32 ? 1e-5 : 1e-12);
+  }
+}
+
 TEST(Reductions, ArgmaxArgmin) {
   Tensor x = from_vector<float>({1, 5, 5, 2, 9, 0}, {2, 3});
   expect_values(argmax(x, 1), {1, 1});  // the first of tied maxima
