@@ -69,16 +69,10 @@ Span valid_outputs(int64_t offset, int64_t stride, int64_t pad, int64_t size, in
   return {std::min(begin, outputs), std::max(std::min(end, outputs), std::min(begin, outputs))};
 }
 
-// Rows of im2col are short (an output row: 14 pixels in the cnn benchmark),
-// and its padding a pixel or two: inline loops, not calls to memset/memcpy.
-template <typename T>
-void fill_zero(T* dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = T(0);
-}
-
 // col[(c kh + i) kw + j][oh wo + ow] = x[c][oh sh - ph + i dh][ow sw - pw + j dw], or 0 in the padding.
-// Rows of col are `ld` apart (several samples' columns share a row).
+// Rows of col are `ld` apart (several samples' columns share a row). The
+// padding's zeros are not written: they sit at the same places for every
+// sample, so the caller zeroes col once (see PaddedColumns).
 template <typename T>
 void im2col(const T* x, const ConvShape& s, const Conv2dParams& p, T* col, int64_t ld) {
   for (int64_t c = 0; c < s.cg; ++c)
@@ -88,21 +82,16 @@ void im2col(const T* x, const ConvShape& s, const Conv2dParams& p, T* col, int64
         const Span cols = valid_outputs(j * p.dilation_w, p.stride_w, p.pad_w, s.w, s.wo);
         for (int64_t oh = 0; oh < s.ho; ++oh) {
           const int64_t ih = oh * p.stride_h - p.pad_h + i * p.dilation_h;
+          if (ih < 0 || ih >= s.h) continue;
           T* dst = row + oh * s.wo;
-          if (ih < 0 || ih >= s.h) {
-            fill_zero(dst, s.wo);
-            continue;
-          }
           const T* src = x + (c * s.h + ih) * s.w;
           const int64_t shift = j * p.dilation_w - p.pad_w;  // output column ow reads src[ow sw + shift]
-          fill_zero(dst, cols.begin);
           if (p.stride_w == 1) {
 #pragma omp simd
             for (int64_t ow = cols.begin; ow < cols.end; ++ow) dst[ow] = src[ow + shift];
           } else {
             for (int64_t ow = cols.begin; ow < cols.end; ++ow) dst[ow] = src[ow * p.stride_w + shift];
           }
-          fill_zero(dst + cols.end, s.wo - cols.end);
         }
       }
 }
@@ -137,7 +126,32 @@ T* group_plane(T* base, int64_t n, int64_t g, int64_t groups, int64_t channels, 
   return base + (n * groups + g) * channels * plane;
 }
 
-// The columns of samples [first, first + count), group g, side by side: col (K, count P).
+// A thread's col buffer for blocks of samples, whose padding entries are
+// zeroed once per block width rather than written per sample (most of the
+// padding is a pixel at each end of a row: a memset call for 4 bytes).
+template <typename T>
+class PaddedColumns {
+ public:
+  PaddedColumns(const ConvShape& s, int64_t block, DType dtype)
+      : size_(s.k() * s.pixels()), storage_(empty({size_ * block}, {.dtype = dtype})) {}
+  // The buffer laid out for blocks of `count` samples.
+  T* for_block(int64_t count) {
+    T* col = storage_.data_ptr<T>();
+    if (count != zeroed_for_) {
+      std::fill(col, col + size_ * count, T(0));
+      zeroed_for_ = count;
+    }
+    return col;
+  }
+
+ private:
+  int64_t size_;  // one sample's columns
+  Tensor storage_;
+  int64_t zeroed_for_ = 0;
+};
+
+// The columns of samples [first, first + count), group g, side by side:
+// col (K, count P), its padding already zero.
 template <typename T>
 void im2col_block(const T* x, const ConvShape& s, const Conv2dParams& p, int64_t first, int64_t count, int64_t g,
                   T* col) {
@@ -178,11 +192,11 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
     T* out = out_t.data_ptr<T>();
     const int64_t block = block_samples(s, sizeof(T));
     parallel_for(s.n, 1, [&](int64_t begin, int64_t end) {
-      Tensor col_t = empty({s.k(), block * s.pixels()}, {.dtype = x_t.dtype()});
+      PaddedColumns<T> columns(s, block, x_t.dtype());
       Tensor product_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
-      T* col = col_t.data_ptr<T>();
       for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
         const int64_t width = count * s.pixels();
+        T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
           // A single sample's product is its output plane; a block's is copied out.
@@ -252,13 +266,13 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, c
     Tensor partials_t = zeros({chunks, partial_size}, {.dtype = dw_t.dtype()});
     T* partials = partials_t.data_ptr<T>();
     parallel_for_chunks(s.n, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
-      Tensor col_t = empty({s.k(), block * s.pixels()}, {.dtype = x_t.dtype()});
+      PaddedColumns<T> columns(s, block, x_t.dtype());
       Tensor dy_block_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
-      T* col = col_t.data_ptr<T>();
       T* dy_block = block > 1 ? dy_block_t.data_ptr<T>() : nullptr;
       T* partial = partials + chunk * partial_size;
       for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
         const int64_t width = count * s.pixels();
+        T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
           ConstMatrixMap<T> dy_g(gather_dy_block(dy, s, first, count, g, dy_block), s.og, width);
