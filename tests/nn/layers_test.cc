@@ -185,6 +185,31 @@ TEST(Pooling, MaxPropagatesTheFirstNaN) {
   }
 }
 
+// float32 2x2 pooling has a vectorised kernel of its own (8 outputs at a
+// time, masked at the end of a row): it must pick what the float64 scan
+// picks, NaNs and ties included, for rows of every length around 8.
+TEST(Pooling, MaxFloat2x2MatchesTheScan) {
+  Generator gen(12);
+  for (int64_t w : {2, 5, 14, 15, 16, 17, 28, 34}) {
+    SCOPED_TRACE(::testing::Message() << "width " << w);
+    // Rounded to halves for ties; a few NaNs and infinities.
+    Tensor x64 = randn({2, 3, 6, w}, {.dtype = kFloat64}, &gen);
+    std::vector<double> v = values(x64);
+    for (double& e : v) e = std::round(e * 2) / 2;
+    for (size_t i = 0; i < v.size(); i += 23) v[i] = std::nan("");
+    for (size_t i = 5; i < v.size(); i += 31) v[i] = -INFINITY;
+    x64 = from_vector<double>(v, x64.shape()).requires_grad_();
+    Tensor x32 = x64.detach().to(kFloat32).requires_grad_();
+    const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+    Tensor y64 = F::max_pool2d(x64, p), y32 = F::max_pool2d(x32, p);
+    y64.sum().backward();
+    y32.sum().backward();
+    const std::vector<double> a = values(y32), b = values(y64);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << i;
+    EXPECT_EQ(values(x32.grad()), values(x64.grad()));  // the same winners
+  }
+}
+
 TEST(BatchNorm, TrainingNormalisesAndUpdatesRunningStats) {
   Generator gen(5);
   nn::BatchNorm2d bn(3);
