@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Runs loom's train_bench and PyTorch's reference side by side for each model
-# and prints both JSON lines plus the ratio loom/PyTorch of samples per second
-# (above 1: loom is faster).
+# and prints their JSON lines plus, per reference, the ratio loom/PyTorch of
+# samples per second (above 1: loom is faster).
 #
 #   bash bench/compare_torch.sh [cpu|cuda] [steps] [threads]
 # Both sides run with the same number of CPU threads (default: all cores).
 # On the GPU machine, run it from the folder tools/gpu_run.sh prepared (the
 # binaries are taken from $LOOM_BIN, default bazel-bin/bench).
 #
-# A reference runs at its best: on the CPU, Debian's PyTorch uses whatever
-# libblas.so.3 the system selected, and the reference BLAS makes it about
-# twice as slow (a CNN step: 304 ms on the reference BLAS, 153 ms on OpenBLAS,
-# on this project's machine). So this script installs python3-torch and
-# libopenblas0-pthread when they are missing (which selects OpenBLAS), refuses
-# to run against the reference BLAS, and names the BLAS in PyTorch's JSON line.
+# References on the CPU (LOOM_TORCH_REFERENCES, default "debian current"):
+#   debian   Debian's python3-torch (1.13) on OpenBLAS, installed with apt if
+#            missing. A reference runs at its best: on the reference BLAS it is
+#            about twice as slow (a CNN step: 304 ms against 153 ms here), so
+#            this script refuses to run against it and names the BLAS it used.
+#   current  the current PyTorch release from PyPI, in a virtual environment
+#            under ~/.cache/loom (bench/torch_venv.sh installs it on first use:
+#            a few GB), with its bundled MKL and oneDNN: what a user picks today.
+# On the GPU machine the reference is the python that has torch there
+# (LOOM_TORCH_PYTHON overrides it, on any device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=${1:-cpu}
@@ -21,19 +25,15 @@ steps=${2:-10}
 threads=${3:-$(nproc)}
 bin=${LOOM_BIN:-bazel-bin/bench}
 [ -n "${LOOM_BIN:-}" ] || bazel build -c opt //bench:train_bench >/dev/null 2>&1
-# Debian's PyTorch is in the system Python, which may not be the first python3.
-python=python3
-for p in /usr/bin/python3 python3; do
-  if "$p" -c "import torch" 2>/dev/null; then python=$p; break; fi
-done
-if [ "$device" = cpu ] && [ -z "${LOOM_TORCH_PYTHON:-}" ]; then
+
+debian_python() {
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pthread > /dev/null 2>&1; then
     echo "compare_torch: installing python3-torch and libopenblas0-pthread" >&2
     $sudo apt-get update -qq
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch libopenblas0-pthread > /dev/null
   fi
-  python=/usr/bin/python3
+  local blas
   blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)
   case "$blas" in
     *openblas*) ;;
@@ -41,12 +41,34 @@ if [ "$device" = cpu ] && [ -z "${LOOM_TORCH_PYTHON:-}" ]; then
        echo "  select it: sudo update-alternatives --config libblas.so.3-x86_64-linux-gnu" >&2
        exit 1 ;;
   esac
+  echo /usr/bin/python3
+}
+
+pythons=()
+if [ -n "${LOOM_TORCH_PYTHON:-}" ]; then
+  pythons=("$LOOM_TORCH_PYTHON")
+elif [ "$device" = cpu ]; then
+  for reference in ${LOOM_TORCH_REFERENCES:-debian current}; do
+    case "$reference" in
+      debian) pythons+=("$(debian_python)") ;;
+      current) pythons+=("$(bash bench/torch_venv.sh)") ;;
+      *) echo "compare_torch: unknown reference '$reference' (debian or current)" >&2; exit 1 ;;
+    esac
+  done
+else
+  python=python3  # the GPU machine's PyTorch may not be in the first python3
+  for p in /usr/bin/python3 python3; do
+    if "$p" -c "import torch" 2>/dev/null; then python=$p; break; fi
+  done
+  pythons=("$python")
 fi
-python=${LOOM_TORCH_PYTHON:-$python}  # another PyTorch (a virtual environment's) when set
-for model in cnn gpt lstm; do
+
+for model in cnn gpt gpt_large lstm; do
   loom=$("$bin/train_bench" --model "$model" --device "$device" --steps "$steps" --threads "$threads")
-  torch=$("$python" bench/torch_reference.py --model "$model" --device "$device" --steps "$steps" --threads "$threads")
   echo "$loom"
-  echo "$torch"
-  "$python" -c 'import json,sys; l=json.loads(sys.argv[1]); t=json.loads(sys.argv[2]); print(json.dumps({"model": l["model"], "device": l["device"], "ratio_loom_over_torch": round(l["samples_per_s"] / t["samples_per_s"], 3)}))' "$loom" "$torch"
+  for python in "${pythons[@]}"; do
+    torch=$("$python" bench/torch_reference.py --model "$model" --device "$device" --steps "$steps" --threads "$threads")
+    echo "$torch"
+    "$python" -c 'import json,sys; l=json.loads(sys.argv[1]); t=json.loads(sys.argv[2]); print(json.dumps({"model": l["model"], "device": l["device"], "reference": "torch " + t["torch_version"] + " (" + t["blas"] + ")", "ratio_loom_over_torch": round(l["samples_per_s"] / t["samples_per_s"], 3)}))' "$loom" "$torch"
+  done
 done
