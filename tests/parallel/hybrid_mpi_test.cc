@@ -9,10 +9,12 @@ namespace loom::parallel {
 namespace {
 
 TEST(HybridMpi, TwoByTwoOneFOneBMatchesSingleDevice) {
-  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::OneFOneB, 3);
+  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::OneFOneB, 3,
+                                              testing::pipeline_models());
 }
 TEST(HybridMpi, TwoByTwoGPipeMatchesSingleDevice) {
-  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::GPipe, 2);
+  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::GPipe, 2,
+                                              testing::pipeline_models());
 }
 
 }  // namespace

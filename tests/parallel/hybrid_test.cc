@@ -8,11 +8,15 @@
 namespace loom::parallel {
 namespace {
 
+using Models = std::pair<nn::Sequential, nn::Sequential>;
+
 void expect_hybrid(int data, std::vector<int> boundaries, ScheduleKind kind, int micro_batches) {
   const int world = data * (static_cast<int>(boundaries.size()) + 1);
-  testing::run_rank_threads(world, [&](int, const std::shared_ptr<ProcessGroup>& group) {
-    testing::check_hybrid_matches_single_device(group, data, boundaries, kind, micro_batches);
-  });
+  testing::run_prepared_ranks<Models>(
+      world, [](int) { return testing::pipeline_models(); },
+      [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {
+        testing::check_hybrid_matches_single_device(group, data, boundaries, kind, micro_batches, models);
+      });
 }
 
 TEST(Hybrid, TwoByTwoOneFOneB) { expect_hybrid(2, {4}, ScheduleKind::OneFOneB, 3); }

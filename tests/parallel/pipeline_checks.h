@@ -122,11 +122,14 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
 // each stage's gradients are averaged over the data group. The reference
 // trains on whole batches; the pipelines' losses, averaged over the data
 // group, are the batch's. Ranks other than data rank 0 start scrambled.
+// `models`: this rank's pipeline_models(), made before any rank thread starts
+// (they seed the global generator).
 inline void check_hybrid_matches_single_device(const std::shared_ptr<ProcessGroup>& world, int data,
-                                               std::vector<int> boundaries, ScheduleKind kind, int micro_batches) {
+                                               std::vector<int> boundaries, ScheduleKind kind, int micro_batches,
+                                               std::pair<nn::Sequential, nn::Sequential> models) {
   DeviceMesh mesh(world, {{"data", data}, {"pipeline", static_cast<int>(boundaries.size()) + 1}});
   const int d = mesh.coordinate("data"), p = mesh.coordinate("pipeline");
-  auto [reference, model] = pipeline_models();
+  auto [reference, model] = std::move(models);
   nn::ModulePtr stage = split_sequential(model, boundaries)[p];
   nn::ModulePtr reference_stage = split_sequential(reference, boundaries)[p];
   if (d > 0) {
