@@ -12,13 +12,15 @@
 // 0 once it is warm) and calls to malloc from anywhere in the process
 // ("malloc_calls_per_step": autograd nodes, shapes, Eigen's GEMM buffers).
 // On the CPU, workloads whose FLOPs are counted (cnn) also print Eigen's fp32
-// GEMM rate (1024^3, the same threads, measured in this run) and the step's
-// rate as a fraction of it.
+// GEMM rate (1024^3, the same threads) and the step's rate as a fraction of
+// it, both medians of rounds that alternate a GEMM and a step.
 #include <Eigen/Core>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "bench/malloc_counter.h"
 #include "bench/workloads.h"
@@ -33,19 +35,36 @@ using namespace loom::examples;
 
 namespace {
 
-// Eigen's fp32 GEMM rate in GFLOP/s on 1024^3 products, the best of a few.
-double gemm_gflops() {
+// The step's rate against the machine's GEMM rate, measured in alternation
+// so that both see the same machine: a shared VM's speed drifts over seconds
+// (here the 1024^3 GEMM rate ranged from 148 to 219 GFLOP/s in one hour),
+// so rates taken a few seconds apart are not comparable. Medians of rounds
+// of one fp32 1024^3 Eigen GEMM and one training step.
+struct Efficiency {
+  double step_gflops = 0, gemm_gflops = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename Step>
+Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 15) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int n = 1024;
   Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n), c(n, n);
-  double best = 0;
-  for (int rep = 0; rep < 12; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
+  c.noalias() = a * b;  // warm
+  std::vector<double> gemm, step;
+  for (int r = 0; r < rounds; ++r) {
+    auto start = std::chrono::steady_clock::now();
     c.noalias() = a * b;
-    const double seconds = seconds_since(start);
-    if (rep >= 2) best = std::max(best, 2.0 * n * n * n / seconds / 1e9);
+    gemm.push_back(2.0 * n * n * n / seconds_since(start) / 1e9);
+    start = std::chrono::steady_clock::now();
+    train_step();
+    step.push_back(step_flops / seconds_since(start) / 1e9);
   }
-  return best;
+  return {median(step), median(gemm)};
 }
 
 }  // namespace
@@ -96,10 +115,10 @@ int main(int argc, char** argv) {
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls);
     if (device.is_cpu() && w.flops_per_step > 0) {
-      const double step_gflops = w.flops_per_step * steps / seconds / 1e9, gemm = gemm_gflops();
+      const Efficiency e = measure_efficiency(w.flops_per_step, train_step);
       std::printf(", \"step_gflop\": %.3f, \"step_gflops\": %.1f, \"gemm_gflops\": %.1f, "
                   "\"fraction_of_gemm\": %.3f",
-                  w.flops_per_step / 1e9, step_gflops, gemm, step_gflops / gemm);
+                  w.flops_per_step / 1e9, e.step_gflops, e.gemm_gflops, e.step_gflops / e.gemm_gflops);
     }
     std::printf("}\n");
     return 0;

@@ -30,6 +30,12 @@ template <typename T>
 using MatrixMap = Eigen::Map<RowMatrix<T>>;
 template <typename T>
 using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
+template <typename T>
+using StridedMatrixMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+// Output images at least this wide are multiplied a sample at a time in the
+// forward pass (see conv2d).
+constexpr int64_t kWideImage = 512;
 
 struct ConvShape {
   int64_t n, c, h, w;      // input
@@ -199,10 +205,25 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
         T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
+          ConstMatrixMap<T> w_g(w + g * s.og * s.k(), s.og, s.k());
+          if (s.pixels() >= kWideImage) {
+            // Wide images: a product per sample straight into its output plane,
+            // from its columns within the block's; the bias added in cache.
+            for (int64_t b = 0; b < count; ++b) {
+              T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
+              MatrixMap<T>(dst, s.og, s.pixels()).noalias() =
+                  w_g * StridedMatrixMap<T>(col + b * s.pixels(), s.k(), s.pixels(), Eigen::OuterStride<>(width));
+              if (bias)
+                for (int64_t o = 0; o < s.og; ++o) {
+                  T* row = dst + o * s.pixels();
+                  for (int64_t q = 0; q < s.pixels(); ++q) row[q] += bias[g * s.og + o];
+                }
+            }
+            continue;
+          }
           // A single sample's product is its output plane; a block's is copied out.
           T* product = count == 1 ? group_plane(out, first, g, s.groups, s.og, s.pixels()) : product_t.data_ptr<T>();
-          MatrixMap<T>(product, s.og, width).noalias() =
-              ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()) * ConstMatrixMap<T>(col, s.k(), width);
+          MatrixMap<T>(product, s.og, width).noalias() = w_g * ConstMatrixMap<T>(col, s.k(), width);
           if (count == 1 && !bias) continue;
           for (int64_t b = 0; b < count; ++b) {
             T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
