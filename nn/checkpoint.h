@@ -35,7 +35,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 Checkpoint load_safetensors(const std::string& path);
 
 // Parses a whole file already in memory; `origin` names it in errors.
-// F16 and BF16 tensors (common in PyTorch checkpoints) load as float32, I32 as int64.
+// F16 and BF16 tensors (common in PyTorch checkpoints) load as float16 and bfloat16
+// (a model's load_state_dict converts them to its parameters' dtype), I32 as int64.
 Checkpoint parse_safetensors(const uint8_t* data, size_t size, const std::string& origin);
 
 }  // namespace loom::nn

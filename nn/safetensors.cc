@@ -76,36 +76,6 @@ bool verify_checksums(std::map<std::string, std::string>& metadata, const std::v
   return true;
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, nan
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 -> 127
-  } else if (mantissa == 0) {
-    bits = sign;  // zero
-  } else {        // a subnormal half: normalise it
-    int shift = 0;
-    uint32_t m = mantissa;
-    while (!(m & 0x400u)) {
-      m <<= 1;
-      ++shift;
-    }
-    bits = sign | ((113 - shift) << 23) | ((m & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float bfloat16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // The header's JSON, rejecting duplicate top-level names (the format forbids them).
 json parse_json(const uint8_t* data, size_t size, const std::string& origin) {
   std::set<std::string> names;
@@ -147,7 +117,7 @@ std::pair<std::string, std::string> metadata_checksum_entry(const std::map<std::
 bool safetensors_dtype(const std::string& dtype, size_t* bytes, DType* loads_as) {
   static const std::map<std::string, std::pair<size_t, DType>> known = {
       {"BOOL", {1, kBool}}, {"U8", {1, kUInt8}},     {"I32", {4, kInt64}},   {"I64", {8, kInt64}},
-      {"F16", {2, kFloat32}}, {"BF16", {2, kFloat32}}, {"F32", {4, kFloat32}}, {"F64", {8, kFloat64}}};
+      {"F16", {2, kFloat16}}, {"BF16", {2, kBFloat16}}, {"F32", {4, kFloat32}}, {"F64", {8, kFloat64}}};
   auto it = known.find(dtype);
   if (it == known.end()) return false;
   *bytes = it->second.first;
@@ -162,19 +132,14 @@ const char* safetensors_dtype_name(DType dtype) {
     case kInt64: return "I64";
     case kFloat32: return "F32";
     case kFloat64: return "F64";
+    case kBFloat16: return "BF16";
+    case kFloat16: return "F16";
   }
   return "?";
 }
 
 void decode_elements(const std::string& dtype, const uint8_t* src, size_t count, void* dst) {
-  if (dtype == "F16" || dtype == "BF16") {
-    float* out = static_cast<float*>(dst);
-    for (size_t i = 0; i < count; ++i) {
-      uint16_t v;
-      std::memcpy(&v, src + 2 * i, 2);
-      out[i] = dtype == "F16" ? half_to_float(v) : bfloat16_to_float(v);
-    }
-  } else if (dtype == "I32") {
+  if (dtype == "I32") {
     int64_t* out = static_cast<int64_t*>(dst);
     for (size_t i = 0; i < count; ++i) {
       int32_t v;

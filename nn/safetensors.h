@@ -53,7 +53,7 @@ std::pair<std::string, std::string> tensor_checksum_entry(const std::string& nam
 std::pair<std::string, std::string> metadata_checksum_entry(const std::map<std::string, std::string>& metadata);
 
 // The file dtypes loom reads, with their size and the dtype they load as
-// (F16 and BF16 as float32, I32 as int64). False for others.
+// (F16 and BF16 as float16 and bfloat16, I32 as int64). False for others.
 bool safetensors_dtype(const std::string& dtype, size_t* bytes, DType* loads_as);
 // The file dtype loom writes for `dtype`.
 const char* safetensors_dtype_name(DType dtype);

@@ -74,6 +74,9 @@ MPI_Datatype mpi_type(DType dtype) {
     case kInt64: return MPI_INT64_T;
     case kFloat32: return MPI_FLOAT;
     case kFloat64: return MPI_DOUBLE;
+    case kBFloat16:
+    case kFloat16:
+      LOOM_FAIL("mpi backend: MPI has no ", dtype, " type; communicate such tensors in float32 (tensor.to(kFloat32))");
   }
   LOOM_FAIL("mpi backend: unsupported dtype ", dtype);
 }

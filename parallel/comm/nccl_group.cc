@@ -49,6 +49,8 @@ ncclDataType_t nccl_type(DType dtype) {
     case kInt64: return ncclInt64;
     case kFloat32: return ncclFloat32;
     case kFloat64: return ncclFloat64;
+    case kBFloat16: return ncclBfloat16;
+    case kFloat16: return ncclFloat16;
   }
   LOOM_FAIL("nccl backend: unsupported dtype ", dtype);
 }

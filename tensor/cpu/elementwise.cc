@@ -281,9 +281,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     if (src.numel() > 0) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
     return;
   }
-  dispatch_all(src.dtype(), "copy", [&](auto src_tag) {
+  dispatch_storage(src.dtype(), "copy", [&](auto src_tag) {
     using S = decltype(src_tag);
-    dispatch_all(dst.dtype(), "copy", [&](auto dst_tag) {
+    dispatch_storage(dst.dtype(), "copy", [&](auto dst_tag) {
       using D = decltype(dst_tag);
       for_each_strided<2>({&dst, &src}, dst.shape(), [&](char** p, const int64_t* s, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
@@ -299,7 +299,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::fill(const Tensor& out, double value) {
-  dispatch_all(out.dtype(), "fill", [&](auto tag) {
+  dispatch_storage(out.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
     T v = static_cast<T>(value);
     for_each_strided<1>({&out}, out.shape(), [&](char** p, const int64_t* s, int64_t n) {

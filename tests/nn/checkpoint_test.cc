@@ -74,7 +74,9 @@ TEST_F(CheckpointTest, ReadsAFileWrittenFromTheSpecification) {
   expect_values(c.tensors[0].second, {1.5, -2.0, 3.25, 0.0, 4.0, 5.0});
   EXPECT_EQ(c.tensors[1].second.dtype(), kInt64);
   expect_values(c.tensors[1].second, {7, -9});
+  EXPECT_EQ(c.tensors[2].second.dtype(), kFloat16);  // as in the file, not upcast
   expect_values(c.tensors[2].second, {1.0, -2.5});
+  EXPECT_EQ(c.tensors[3].second.dtype(), kBFloat16);
   EXPECT_EQ(c.tensors[3].second.shape(), (Shape{}));
   expect_values(c.tensors[3].second, {3.140625});
   EXPECT_EQ(c.metadata.at("format"), "pt");
@@ -100,6 +102,32 @@ TEST_F(CheckpointTest, WritesTheSpecificationsLayout) {
   float a[3];
   std::memcpy(a, bytes.data() + 8 + n, 12);
   EXPECT_EQ(a[2], 3.0f);
+}
+
+// 16-bit tensors are written as BF16 and F16 and come back bit for bit, as
+// the same dtype; a model loading them converts to its own dtype, as
+// PyTorch's load_state_dict does.
+TEST_F(CheckpointTest, SixteenBitTensorsRoundTripAndConvertOnLoad) {
+  Tensor w = from_vector<float>({0.1f, -3.5f, 1e-5f, 65504.0f, 7.0f, -0.0f}, {2, 3});
+  Tensor b = from_vector<float>({0.3f, 70000.0f}, {2});
+  const Tensor w16 = w.to(kBFloat16), b16 = b.to(kFloat16);  // 70000 is past float16's range: inf
+  nn::save_safetensors(path("half.safetensors"), {{"weight", w16}, {"bias", b16}});
+  const std::string bytes = read_file(path("half.safetensors"));
+  EXPECT_NE(bytes.find(R"("dtype":"BF16")"), std::string::npos);
+  EXPECT_NE(bytes.find(R"("dtype":"F16")"), std::string::npos);
+  nn::Checkpoint c = nn::load_safetensors(path("half.safetensors"));
+  ASSERT_EQ(c.tensors.size(), 2u);
+  for (const auto& [name, t] : c.tensors) {
+    const Tensor& original = name == "weight" ? w16 : b16;
+    EXPECT_EQ(t.dtype(), original.dtype()) << name;
+    EXPECT_EQ(std::memcmp(t.raw_data(), original.raw_data(), t.nbytes()), 0) << name;
+  }
+  nn::Linear fc(3, 2);
+  fc->load_state_dict(c.tensors);
+  EXPECT_EQ(fc->weight.dtype(), kFloat32);
+  expect_values(fc->weight, values(w16.to(kFloat32)));
+  EXPECT_EQ(values(fc->bias)[0], static_cast<double>(half_bits_to_float(float_to_half_bits(0.3f))));
+  EXPECT_EQ(values(fc->bias)[1], INFINITY);
 }
 
 TEST_F(CheckpointTest, ModelRoundTripGivesIdenticalOutputs) {
