@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
@@ -189,6 +190,8 @@ void for_each_block(int64_t begin, int64_t end, int64_t block, F fn) {
 
 void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias_t, const Conv2dParams& p,
                         const Tensor& out_t) {
+  if (run_in_float32({x_t, w_t, bias_t, out_t}, {3}, [&](const TensorList& t) { conv2d(t[0], t[1], t[2], p, t[3]); }))
+    return;
   dispatch_floating(x_t.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(x_t, w_t, out_t, p);
@@ -242,6 +245,8 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
 
 void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& w_t, const Conv2dParams& p,
                                        const Tensor& dx_t) {
+  if (run_in_float32({dy_t, w_t, dx_t}, {2}, [&](const TensorList& t) { conv2d_backward_input(t[0], t[1], p, t[2]); }))
+    return;
   dispatch_floating(dy_t.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(dx_t, w_t, dy_t, p);
@@ -272,6 +277,9 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& w_t, co
 
 void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, const Conv2dParams& p,
                                         const Tensor& dw_t, const Tensor& dbias_t) {
+  if (run_in_float32({dy_t, x_t, dw_t, dbias_t}, {2, 3},
+                     [&](const TensorList& t) { conv2d_backward_weight(t[0], t[1], p, t[2], t[3]); }))
+    return;
   dispatch_floating(dy_t.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(x_t, dw_t, dy_t, p);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 
@@ -212,6 +213,7 @@ void ternary_loop(const Tensor& a, const Tensor& b, const Tensor& c, const Tenso
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha, double beta) {
+  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { unary(op, t[0], t[1], alpha, beta); })) return;
   if (op == UnaryOp::LogicalNot) {
     unary_loop<bool, bool>(a, out, [](bool x) { return !x; }, [](const auto& x) { return !x; });
     return;
@@ -231,6 +233,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double al
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
                         double alpha) {
+  if (run_in_float32({a, b, out}, {2}, [&](const TensorList& t) { binary(op, t[0], t[1], t[2], alpha); })) return;
   if (op == BinaryOp::LogicalAnd) {
     binary_loop<bool, bool>(a, b, out, [](bool x, bool y) { return x && y; },
                             [](const auto& x, const auto& y) { return x && y; });
@@ -258,6 +261,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
 
 void CpuBackend::ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c,
                          const Tensor& out, double alpha) {
+  if (run_in_float32({a, b, c, out}, {3}, [&](const TensorList& t) { ternary(op, t[0], t[1], t[2], t[3], alpha); }))
+    return;
   if (op == TernaryOp::Where) {
     dispatch_all(out.dtype(), "where", [&](auto tag) {
       using T = decltype(tag);
@@ -309,6 +314,7 @@ void CpuBackend::fill(const Tensor& out, double value) {
 }
 
 void CpuBackend::arange(const Tensor& out, double start, double step) {
+  if (run_in_float32({out}, {0}, [&](const TensorList& t) { arange(t[0], start, step); })) return;
   dispatch_numeric(out.dtype(), "arange", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data_ptr<T>();

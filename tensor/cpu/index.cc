@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
@@ -38,6 +39,7 @@ int64_t offset_with(const Tensor& t, const Shape& shape, int64_t linear, int dim
 }  // namespace
 
 void CpuBackend::index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) {
+  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { index_select(t[0], dim, index, t[1]); })) return;
   check_indices("index_select", index, dim, a.size(dim));
   int64_t outer, inner;
   split_around(a, dim, outer, inner);
@@ -56,6 +58,7 @@ void CpuBackend::index_select(const Tensor& a, int dim, const Tensor& index, con
 }
 
 void CpuBackend::index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) {
+  if (run_in_float32({out, src}, {0}, [&](const TensorList& t) { index_add(t[0], dim, index, t[1]); })) return;
   check_indices("index_add", index, dim, out.size(dim));
   int64_t outer, inner;
   split_around(out, dim, outer, inner);
@@ -78,6 +81,7 @@ void CpuBackend::index_add(const Tensor& out, int dim, const Tensor& index, cons
 }
 
 void CpuBackend::gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) {
+  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { gather(t[0], dim, index, t[1]); })) return;
   check_indices("gather", index, dim, a.size(dim));
   const int64_t* idx = index.data_ptr<int64_t>();
   const Shape& shape = index.shape();
@@ -92,6 +96,7 @@ void CpuBackend::gather(const Tensor& a, int dim, const Tensor& index, const Ten
 }
 
 void CpuBackend::scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) {
+  if (run_in_float32({out, src}, {0}, [&](const TensorList& t) { scatter_add(t[0], dim, index, t[1]); })) return;
   check_indices("scatter_add", index, dim, out.size(dim));
   const int64_t* idx = index.data_ptr<int64_t>();
   const Shape& shape = index.shape();

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
@@ -49,6 +50,7 @@ void gemm_any(const T* a, MatrixLayout la, const T* b, MatrixLayout lb, T* c, in
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  if (run_in_float32({a_in, b_in, out}, {2}, [&](const TensorList& t) { matmul(t[0], t[1], t[2]); })) return;
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   MatrixLayout la = choose_layout(m, k, a_in.stride(1), a_in.stride(2));
   MatrixLayout lb = choose_layout(k, n, b_in.stride(1), b_in.stride(2));

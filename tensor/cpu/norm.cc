@@ -5,12 +5,16 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
 
 void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,
                             const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
+  if (run_in_float32({x_t, w_t, b_t, y_t, mean_t, rstd_t}, {3, 4, 5},
+                     [&](const TensorList& t) { layer_norm(t[0], t[1], t[2], eps, t[3], t[4], t[5]); }))
+    return;
   LOOM_INTERNAL_ASSERT(x_t.dim() == 2 && x_t.is_contiguous() && y_t.shape() == x_t.shape() &&
                        mean_t.numel() == x_t.size(0));
   dispatch_floating(x_t.dtype(), "layer_norm", [&](auto tag) {
@@ -45,6 +49,10 @@ void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& 
 void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, const Tensor& w_t,
                                      const Tensor& mean_t, const Tensor& rstd_t, const Tensor& dx_t,
                                      const Tensor& dw_t, const Tensor& db_t) {
+  if (run_in_float32({dy_t, x_t, w_t, mean_t, rstd_t, dx_t, dw_t, db_t}, {5, 6, 7}, [&](const TensorList& t) {
+        layer_norm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+      }))
+    return;
   // With xhat = (x - mean) rstd and g = dy * weight:
   //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dweight = sum_rows dy xhat,  dbias = sum_rows dy.
   LOOM_INTERNAL_ASSERT(x_t.dim() == 2 && dy_t.shape() == x_t.shape() && dx_t.shape() == x_t.shape());

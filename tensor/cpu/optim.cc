@@ -3,12 +3,21 @@
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
 
 void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
                            const TensorList& exp_avg_sq, const AdamParams& p) {
+  if (any_16bit(params) || any_16bit(grads) || any_16bit(exp_avg) || any_16bit(exp_avg_sq)) {
+    for (size_t t = 0; t < params.size(); ++t)  // a tensor at a time: the others may be float32
+      if (!run_in_float32({params[t], grads[t], exp_avg[t], exp_avg_sq[t]}, {0, 2, 3}, [&](const TensorList& w) {
+            adam_step({w[0]}, {w[1]}, {w[2]}, {w[3]}, p);
+          }))
+        adam_step({params[t]}, {grads[t]}, {exp_avg[t]}, {exp_avg_sq[t]}, p);
+    return;
+  }
   const double bias1 = 1 - std::pow(p.beta1, static_cast<double>(p.step));
   const double bias2 = 1 - std::pow(p.beta2, static_cast<double>(p.step));
   for (size_t t = 0; t < params.size(); ++t) {
@@ -39,6 +48,17 @@ void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, co
 
 void CpuBackend::sgd_step(const TensorList& params, const TensorList& grads, const TensorList& buffers,
                           const SgdParams& p) {
+  if (any_16bit(params) || any_16bit(grads) || any_16bit(buffers)) {
+    // A tensor at a time: the others may be float32. No buffers without momentum.
+    auto list = [](const Tensor& t) { return t.defined() ? TensorList{t} : TensorList{}; };
+    for (size_t t = 0; t < params.size(); ++t) {
+      const Tensor buffer = buffers.empty() ? Tensor() : buffers[t];
+      if (!run_in_float32({params[t], grads[t], buffer}, {0, 2},
+                          [&](const TensorList& w) { sgd_step({w[0]}, {w[1]}, list(w[2]), p); }))
+        sgd_step({params[t]}, {grads[t]}, list(buffer), p);
+    }
+    return;
+  }
   for (size_t t = 0; t < params.size(); ++t) {
     dispatch_floating(params[t].dtype(), "sgd_step", [&](auto tag) {
       using T = decltype(tag);

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
@@ -135,6 +136,7 @@ void max_pool_row(const T* __restrict in, int64_t w, int64_t ih0, int64_t first,
 
 void CpuBackend::max_pool2d(const Tensor& x_t, const Pool2dParams& p, const Tensor& out_t,
                             const Tensor& idx_t) {
+  if (run_in_float32({x_t, out_t}, {1}, [&](const TensorList& t) { max_pool2d(t[0], p, t[1], idx_t); })) return;
   dispatch_floating(x_t.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const Planes s = planes(x_t, out_t);
@@ -177,6 +179,7 @@ void CpuBackend::max_pool2d(const Tensor& x_t, const Pool2dParams& p, const Tens
 }
 
 void CpuBackend::max_pool2d_backward(const Tensor& dy_t, const Tensor& idx_t, const Tensor& dx_t) {
+  if (run_in_float32({dy_t, dx_t}, {1}, [&](const TensorList& t) { max_pool2d_backward(t[0], idx_t, t[1]); })) return;
   dispatch_floating(dy_t.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const Planes s = planes(dx_t, dy_t);
@@ -195,6 +198,7 @@ void CpuBackend::max_pool2d_backward(const Tensor& dy_t, const Tensor& idx_t, co
 }
 
 void CpuBackend::avg_pool2d(const Tensor& x_t, const Pool2dParams& p, const Tensor& out_t) {
+  if (run_in_float32({x_t, out_t}, {1}, [&](const TensorList& t) { avg_pool2d(t[0], p, t[1]); })) return;
   dispatch_floating(x_t.dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const Planes s = planes(x_t, out_t);
@@ -221,6 +225,7 @@ void CpuBackend::avg_pool2d(const Tensor& x_t, const Pool2dParams& p, const Tens
 }
 
 void CpuBackend::avg_pool2d_backward(const Tensor& dy_t, const Pool2dParams& p, const Tensor& dx_t) {
+  if (run_in_float32({dy_t, dx_t}, {1}, [&](const TensorList& t) { avg_pool2d_backward(t[0], p, t[1]); })) return;
   dispatch_floating(dy_t.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const Planes s = planes(dx_t, dy_t);
@@ -247,6 +252,7 @@ void CpuBackend::avg_pool2d_backward(const Tensor& dy_t, const Pool2dParams& p, 
 }
 
 void CpuBackend::adaptive_avg_pool2d(const Tensor& x_t, const Tensor& out_t) {
+  if (run_in_float32({x_t, out_t}, {1}, [&](const TensorList& t) { adaptive_avg_pool2d(t[0], t[1]); })) return;
   dispatch_floating(x_t.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const Planes s = planes(x_t, out_t);
@@ -268,6 +274,7 @@ void CpuBackend::adaptive_avg_pool2d(const Tensor& x_t, const Tensor& out_t) {
 }
 
 void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& dy_t, const Tensor& dx_t) {
+  if (run_in_float32({dy_t, dx_t}, {1}, [&](const TensorList& t) { adaptive_avg_pool2d_backward(t[0], t[1]); })) return;
   dispatch_floating(dy_t.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const Planes s = planes(dx_t, dy_t);

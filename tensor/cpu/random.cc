@@ -1,6 +1,7 @@
 // CPU random draws: element i of each draw comes from random_draw.h, so the
 // numbers do not depend on the thread count (or on the device).
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/random_draw.h"
 
@@ -8,6 +9,7 @@ namespace loom::cpu {
 
 void CpuBackend::random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
                         uint64_t offset) {
+  if (run_in_float32({out}, {0}, [&](const TensorList& t) { random(op, t[0], a, b, seed, offset); })) return;
   dispatch_all(out.dtype(), "random", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data_ptr<T>();

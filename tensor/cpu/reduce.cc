@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/parallel.h"
 
@@ -171,6 +172,7 @@ RowLayout row_layout(const Tensor& t, int dim) {
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
+  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { reduce(op, t[0], t[1]); })) return;
   dispatch_numeric(a.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     using Acc = typename Accumulator<T>::type;
@@ -194,6 +196,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
 }
 
 void CpuBackend::arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) {
+  if (run_in_float32({a}, {}, [&](const TensorList& t) { arg_reduce(op, t[0], dim, out); })) return;
   dispatch_numeric(a.dtype(), "argmax", [&](auto tag) {
     using T = decltype(tag);
     const bool want_max = op == ArgReduceOp::ArgMax;
@@ -224,6 +227,7 @@ void CpuBackend::arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tens
 }
 
 void CpuBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) {
+  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { softmax(t[0], dim, log, t[1]); })) return;
   dispatch_floating(a.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
     RowLayout l = row_layout(a, dim);
@@ -259,6 +263,8 @@ void CpuBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) 
 
 void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, bool log,
                                   const Tensor& dx_t) {
+  if (run_in_float32({y_t, dy_t, dx_t}, {2}, [&](const TensorList& t) { softmax_backward(t[0], t[1], dim, log, t[2]); }))
+    return;
   // softmax:     dx = y * (dy - sum(dy * y))
   // log_softmax: dx = dy - exp(y) * sum(dy)
   dispatch_floating(y_t.dtype(), "softmax_backward", [&](auto tag) {

@@ -100,6 +100,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) 
   LOOM_CHECK(is_floating(x.dtype()), "mean: expected a floating-point tensor, got ", x.dtype(),
              " (convert it with .to(kFloat32))");
   std::vector<int> dims = detail::reduction_dims(dims_in, x.dim(), "mean");
+  // 16-bit floats: computed in float32 and rounded once, as PyTorch does.
+  if (is_16bit_floating(x.dtype())) return mean(x.to(kFloat32), dims_in, keepdim).to(x.dtype());
   return sum(x, dims_in, keepdim) / static_cast<double>(reduced_count(x.shape(), dims));
 }
 
@@ -123,6 +125,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims_in, int64_t correct
   detail::check_defined("var", x);
   detail::check_floating("var", x);
   std::vector<int> dims = detail::reduction_dims(dims_in, x.dim(), "var");
+  if (is_16bit_floating(x.dtype())) return var(x.to(kFloat32), dims_in, correction, keepdim).to(x.dtype());
   const int64_t n = reduced_count(x.shape(), dims);
   Tensor centered = x - mean(x, dims_in, /*keepdim=*/true);
   return sum(square(centered), dims_in, keepdim) / static_cast<double>(n - correction);

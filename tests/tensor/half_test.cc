@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "nn/nn.h"
+#include "optim/optimizer.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -167,10 +171,85 @@ TEST(HalfTensors, CreateConvertPrint) {
   EXPECT_NE(printed.str().find("bfloat16"), std::string::npos) << printed.str();
 }
 
-TEST(HalfTensors, ArithmeticIsANamedErrorForNow) {
-  Tensor h = ones({2}, {.dtype = kBFloat16});
-  EXPECT_THROW_MSG(h.exp(), "bfloat16");
-  EXPECT_THROW_MSG(h + h, "bfloat16");
+// On the CPU every op on 16-bit tensors computes in float32 and rounds once:
+// its result is the float32 op on the same values, rounded to the dtype.
+TEST(HalfTensors, OpsComputeInFloat32AndRoundOnce) {
+  Generator gen(21);
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(::testing::Message() << dtype);
+    Tensor a = randn({4, 6}, {}, &gen).to(dtype), b = randn({4, 6}, {}, &gen).to(dtype);
+    Tensor m = randn({6, 5}, {}, &gen).to(dtype), w = randn({6}, {}, &gen).to(dtype);
+    Tensor img = randn({2, 3, 6, 6}, {}, &gen).to(dtype), kernel = randn({4, 3, 3, 3}, {}, &gen).to(dtype);
+    Tensor idx = from_vector<int64_t>({2, 0, 3}, {3});
+    using Op = std::function<Tensor(const TensorList&)>;
+    const std::vector<std::pair<std::string, Op>> ops = {
+        {"exp", [](const TensorList& t) { return t[0].exp(); }},
+        {"tanh", [](const TensorList& t) { return tanh(t[0]); }},
+        {"relu", [](const TensorList& t) { return relu(t[0]); }},
+        {"gelu", [](const TensorList& t) { return gelu(t[0]); }},
+        {"add", [](const TensorList& t) { return t[0] + t[1]; }},
+        {"mul", [](const TensorList& t) { return t[0] * t[1]; }},
+        {"div", [](const TensorList& t) { return t[0] / t[1]; }},
+        {"where", [](const TensorList& t) { return where(t[0] > t[1], t[0], t[1]); }},
+        {"matmul", [](const TensorList& t) { return matmul(t[0], t[2]); }},
+        {"sum", [](const TensorList& t) { return sum(t[0], {0}); }},
+        {"mean", [](const TensorList& t) { return mean(t[0], {1}); }},
+        {"var", [](const TensorList& t) { return var(t[0], {0}); }},
+        {"amax", [](const TensorList& t) { return amax(t[0], {1}); }},
+        {"softmax", [](const TensorList& t) { return softmax(t[0], 1); }},
+        {"log_softmax", [](const TensorList& t) { return log_softmax(t[0], 1); }},
+        {"layer_norm", [](const TensorList& t) { return nn::functional::layer_norm(t[0], {6}, t[3], t[3]); }},
+        {"index_select", [](const TensorList& t) { return index_select(t[0], 0, t[6]); }},
+        {"conv2d", [](const TensorList& t) { return nn::functional::conv2d(t[4], t[5]); }},
+        {"max_pool2d", [](const TensorList& t) {
+           return nn::functional::max_pool2d(t[4], {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2});
+         }},
+    };
+    const TensorList narrow = {a, b, m, w, img, kernel, idx};
+    TensorList wide;
+    for (const Tensor& t : narrow) wide.push_back(t.dtype() == kInt64 ? t : t.to(kFloat32));
+    for (const auto& [name, op] : ops) {
+      Tensor got = op(narrow), expected = op(wide);
+      EXPECT_EQ(got.dtype(), dtype) << name;
+      EXPECT_EQ(values(got), values(expected.to(dtype))) << name;
+    }
+  }
+}
+
+// A step of Adam on 16-bit parameters, gradients and state is the float32
+// step on the same values, each result rounded once.
+TEST(HalfTensors, AdamStepRoundsOnce) {
+  Generator gen(22);
+  Tensor p16 = randn({50}, {}, &gen).to(kBFloat16).requires_grad_();
+  Tensor p32 = p16.detach().to(kFloat32).requires_grad_();
+  Tensor g = randn({50}, {}, &gen).to(kBFloat16);
+  p16.set_grad(g);
+  p32.set_grad(g.to(kFloat32));
+  optim::Adam a16({p16}, {.lr = 1e-2}), a32({p32}, {.lr = 1e-2});
+  a16.step();
+  a32.step();
+  EXPECT_EQ(values(p16), values(p32.detach().to(kBFloat16)));
+}
+
+// Gradients flow through 16-bit ops: a bfloat16 linear regression learns.
+TEST(HalfTensors, TrainingInBFloat16ReducesTheLoss) {
+  Generator gen(23);
+  Tensor x = randn({64, 8}, {}, &gen), true_w = randn({8, 1}, {}, &gen);
+  Tensor y = matmul(x, true_w).to(kBFloat16);
+  x = x.to(kBFloat16);
+  Tensor w = zeros({8, 1}, {.dtype = kBFloat16, .requires_grad = true});
+  optim::SGD opt({w}, {.lr = 0.1});
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    Tensor loss = (matmul(x, w) - y).square().mean();
+    EXPECT_EQ(loss.dtype(), kBFloat16);
+    opt.zero_grad();
+    loss.backward();
+    EXPECT_EQ(w.grad().dtype(), kBFloat16);
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_LT(last, 0.05 * first);
 }
 
 }  // namespace
