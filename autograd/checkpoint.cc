@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "tensor/error.h"
+#include "tensor/autocast.h"
 #include "tensor/generator.h"
 
 namespace loom::autograd {
@@ -23,8 +24,10 @@ class GradModeGuard {
 
 // Runs `fn` with the default generator set to `state`, then puts the
 // generator back where it was: the replay draws the forward's numbers and
-// leaves the stream of later ones untouched.
-TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const GeneratorState& state) {
+// leaves the stream of later ones untouched. It runs under the forward's
+// autocast, so it computes in the forward's dtypes.
+TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const GeneratorState& state,
+                  std::optional<DType> autocast) {
   Generator& generator = default_generator();
   const GeneratorState now = generator.state();
   generator.set_state(state);
@@ -34,6 +37,7 @@ TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const Genera
     ~Restore() { g.set_state(s); }
   } restore{generator, now};
   GradModeGuard grad_on(true);
+  AutocastGuard as_in_forward(autocast);  // backward turned it off
   return fn(inputs);
 }
 
@@ -42,6 +46,7 @@ TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const Genera
 TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs) {
   if (!grad_enabled()) return fn(inputs);
   const GeneratorState rng = default_generator().state();
+  const std::optional<DType> autocast = autocast_dtype();
   TensorList outputs;
   {
     NoGradGuard no_grad;
@@ -61,14 +66,14 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs) {
                " tensor; outputs of a checkpointed segment carry gradients, so they are floating-point");
     results.push_back(t.detach());  // a handle of its own: record() makes it the node's output
   }
-  record("CheckpointBackward", inputs, results, [fn, saved, wants_grad, rng](const TensorList& grads) {
+  record("CheckpointBackward", inputs, results, [fn, saved, wants_grad, rng, autocast](const TensorList& grads) {
     TensorList replay_inputs;
     for (size_t i = 0; i < saved.size(); ++i) {
       Tensor t = saved[i].get().detach();
       if (wants_grad[i]) t.requires_grad_();
       replay_inputs.push_back(t);
     }
-    const TensorList recomputed = replay(fn, replay_inputs, rng);
+    const TensorList recomputed = replay(fn, replay_inputs, rng, autocast);
     LOOM_CHECK(recomputed.size() == grads.size(), "checkpoint: the replay returned ", recomputed.size(),
                " tensors, the forward ", grads.size(), "; the function must compute the same thing twice");
     TensorList roots, root_grads;

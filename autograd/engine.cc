@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tensor/autocast.h"
 #include "tensor/backend.h"
 #include "tensor/creation.h"
 
@@ -185,12 +186,14 @@ void seed(GraphTask& task, const TensorList& roots, const TensorList& grad_roots
 }  // namespace
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  AutocastGuard no_autocast(std::nullopt);  // gradients take their forward's dtypes
   GraphTask task(retain_graph, /*accumulate=*/true);
   seed(task, roots, grad_roots);
   task.run();
 }
 
 void backward_nested(const TensorList& roots, const TensorList& grad_roots) {
+  AutocastGuard no_autocast(std::nullopt);
   GraphTask task(/*retain_graph=*/false, /*accumulate=*/true);
   task.send_callbacks_to_outer();
   seed(task, roots, grad_roots);
@@ -204,6 +207,7 @@ void queue_callback(std::function<void()> callback) {
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
                 bool retain_graph) {
+  AutocastGuard no_autocast(std::nullopt);
   GraphTask task(retain_graph, /*accumulate=*/false);
   for (size_t i = 0; i < inputs.size(); ++i) {
     LOOM_CHECK(inputs[i].requires_grad(), "grad: input ", i, " does not require grad");

@@ -1,6 +1,7 @@
 // conv2d: the convolution kernel (bias included) and its backward products.
 #include "autograd/node.h"
 #include "nn/functional.h"
+#include "tensor/autocast.h"
 
 namespace loom::nn::functional {
 namespace {
@@ -11,6 +12,8 @@ Tensor contiguous_raw(const Tensor& t) { return t.is_contiguous() ? t : contiguo
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   LOOM_CHECK(x.defined() && weight.defined(), "conv2d: got an undefined tensor");
+  if (autocast_wants_low({x, weight, bias}))
+    return conv2d(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias), p);
   LOOM_CHECK(x.dim() == 4, "conv2d: expected a 4-D input (N, C, H, W), got shape ", x.shape());
   LOOM_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight (C_out, C_in / groups, kH, kW), got shape ",
              weight.shape());

@@ -1,5 +1,6 @@
 // linear and embedding: compositions of matmul and index_select.
 #include "nn/functional.h"
+#include "tensor/autocast.h"
 
 namespace loom::nn::functional {
 
@@ -8,6 +9,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   LOOM_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out, in), got shape ", weight.shape());
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input of shape ", x.shape(),
              " does not end in the weight's in_features ", weight.size(1));
+  if (autocast_wants_low({x, weight, bias}))
+    return linear(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias));
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }

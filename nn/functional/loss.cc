@@ -1,5 +1,6 @@
 // Losses: cross-entropy (log-softmax + NLL), NLL and mean squared error.
 #include "nn/functional.h"
+#include "tensor/autocast.h"
 
 namespace loom::nn::functional {
 namespace {
@@ -45,6 +46,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, const CrossEntro
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& o) {
+  if (autocast_wants_float32({logits})) return cross_entropy(autocast_to_float32(logits), targets, o);
   check_targets("cross_entropy", logits, targets, o);
   return nll_loss(log_softmax(logits, 1), targets, o);
 }

@@ -2,12 +2,16 @@
 // reductions, with the running statistics updated in place).
 #include "autograd/node.h"
 #include "nn/functional.h"
+#include "tensor/autocast.h"
 
 namespace loom::nn::functional {
 
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   LOOM_CHECK(x.defined(), "layer_norm: got an undefined tensor");
+  if (autocast_wants_float32({x, weight, bias}))
+    return layer_norm(autocast_to_float32(x), normalized_shape, autocast_to_float32(weight),
+                      autocast_to_float32(bias), eps);
   LOOM_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating-point input, got ", x.dtype());
   const int k = static_cast<int>(normalized_shape.size());
   bool trailing_match = k >= 1 && k <= x.dim();
@@ -57,6 +61,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias, bool training, double momentum, double eps) {
   LOOM_CHECK(x.defined() && x.dim() >= 2, "batch_norm: expected an input of shape (N, C, ...), got ",
              x.defined() ? x.shape() : Shape{});
+  if (autocast_wants_float32({x, weight, bias}))
+    return batch_norm(autocast_to_float32(x), running_mean, running_var, autocast_to_float32(weight),
+                      autocast_to_float32(bias), training, momentum, eps);
   const int64_t channels = x.size(1);
   const Shape per_channel{channels};
   for (const Tensor* t : {&running_mean, &running_var, &weight, &bias})

@@ -1,5 +1,6 @@
 // Matrix products. bmm is the primitive (one kernel, one backward); mm and
 // matmul reshape their operands onto it, so their gradients come for free.
+#include "tensor/autocast.h"
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -51,6 +52,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast_wants_low({a, b})) return matmul(autocast_to_low(a), autocast_to_low(b));
   check_matmul_operands("matmul", a, b);
   LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dimension, got ",
              a.shape(), " and ", b.shape());

@@ -1,5 +1,6 @@
 // Reductions over any set of dims (sum, mean, amax, amin, var), argmax and
 // argmin, and their gradients.
+#include "tensor/autocast.h"
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -83,6 +84,7 @@ Tensor arg_extremum(const char* op, ArgReduceOp kind, const Tensor& x, int64_t d
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   detail::check_defined("sum", x);
+  if (autocast_wants_float32({x})) return sum(autocast_to_float32(x), dims_in, keepdim);
   std::vector<int> dims = detail::reduction_dims(dims_in, x.dim(), "sum");
   // Integers and bools sum into int64, as in PyTorch.
   DType dtype = is_floating(x.dtype()) ? x.dtype() : kInt64;
@@ -100,7 +102,9 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) 
   LOOM_CHECK(is_floating(x.dtype()), "mean: expected a floating-point tensor, got ", x.dtype(),
              " (convert it with .to(kFloat32))");
   std::vector<int> dims = detail::reduction_dims(dims_in, x.dim(), "mean");
-  // 16-bit floats: computed in float32 and rounded once, as PyTorch does.
+  // 16-bit floats: computed in float32 and rounded once, as PyTorch does
+  // (and left in float32 under autocast).
+  if (autocast_wants_float32({x})) return mean(autocast_to_float32(x), dims_in, keepdim);
   if (is_16bit_floating(x.dtype())) return mean(x.to(kFloat32), dims_in, keepdim).to(x.dtype());
   return sum(x, dims_in, keepdim) / static_cast<double>(reduced_count(x.shape(), dims));
 }

@@ -1,4 +1,5 @@
 // softmax and log_softmax along one dim: one fused kernel each way.
+#include "tensor/autocast.h"
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -7,6 +8,7 @@ namespace {
 
 Tensor softmax_impl(const char* op, const Tensor& x_in, int64_t dim_in, bool log) {
   detail::check_defined(op, x_in);
+  if (autocast_wants_float32({x_in})) return softmax_impl(op, autocast_to_float32(x_in), dim_in, log);
   Tensor x = is_floating(x_in.dtype()) ? x_in : detail::cast_raw(x_in, kFloat32);
   const int dim = wrap_dim(dim_in, x.dim(), op);
   Tensor in = x.is_contiguous() ? x : contiguous_copy(x);
