@@ -1,0 +1,55 @@
+#include "optim/grad_scaler.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+
+namespace loom::optim {
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  LOOM_CHECK(options_.init_scale > 0 && options_.growth_factor > 1 && options_.backoff_factor > 0 &&
+                 options_.backoff_factor < 1 && options_.growth_interval >= 1,
+             "GradScaler: needs init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and growth_interval >= 1");
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const { return loss * scale_; }
+
+void GradScaler::unscale_(Optimizer& optimizer) {
+  LOOM_CHECK(!unscaled_, "GradScaler::unscale_: already called since the last update()");
+  NoGradGuard no_grad;
+  Tensor non_finite;  // sum of g * 0 over every gradient: NaN iff one is inf or NaN
+  for (const Tensor& p : optimizer.params()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g.mul_(1.0 / scale_);
+    Tensor probe = (g * 0.0).sum().to(kFloat32);  // stays on the gradient's device: no read-back here
+    if (!non_finite.defined()) {
+      non_finite = probe;
+    } else {
+      non_finite = non_finite + (probe.device() == non_finite.device() ? probe : probe.to(non_finite.device()));
+    }
+  }
+  found_inf_ = non_finite.defined() && !std::isfinite(non_finite.item());  // the one read-back
+  unscaled_ = true;
+}
+
+bool GradScaler::step(Optimizer& optimizer) {
+  if (!unscaled_) unscale_(optimizer);
+  if (found_inf_) return false;
+  optimizer.step();
+  return true;
+}
+
+void GradScaler::update() {
+  LOOM_CHECK(unscaled_, "GradScaler::update: call step() (or unscale_) first");
+  if (found_inf_) {
+    scale_ *= options_.backoff_factor;
+    good_steps_ = 0;
+  } else if (++good_steps_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    good_steps_ = 0;
+  }
+  unscaled_ = false;
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,53 @@
+// Dynamic loss scaling for float16 training (torch.cuda.amp.GradScaler):
+// float16's smallest values are about 6e-8, and small gradients underflow to
+// zero. The loss is multiplied by a large scale before backward, so the
+// gradients are too; before the optimizer steps they are divided back. When
+// any gradient overflowed to inf or NaN the step is skipped and the scale
+// halved; after `growth_interval` good steps in a row it doubles.
+//
+//   optim::GradScaler scaler;
+//   scaler.scale(loss).backward();
+//   scaler.step(opt);    // unscales, checks all gradients at once, steps unless one is inf/NaN
+//   scaler.update();     // halves the scale after a skipped step, grows it after enough good ones
+//
+// The check reads one number back per step, not one per tensor: the sum over
+// all gradients of g * 0 is 0 when every gradient is finite and NaN otherwise.
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace loom::optim {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;  // 2^16, as PyTorch
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int growth_interval = 2000;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale.
+  Tensor scale(const Tensor& loss) const;
+  // Divides the optimizer's gradients by the scale and checks them for inf
+  // and NaN; once per step (step() calls it if you have not).
+  void unscale_(Optimizer& optimizer);
+  // optimizer.step() unless a gradient was inf or NaN. Returns whether it stepped.
+  bool step(Optimizer& optimizer);
+  // Adjusts the scale for the next step; call once per step, after step().
+  void update();
+
+  double get_scale() const { return scale_; }
+  // Whether the last unscaled gradients had an inf or NaN.
+  bool found_inf() const { return found_inf_; }
+
+ private:
+  GradScalerOptions options_;
+  double scale_;
+  int good_steps_ = 0;
+  bool unscaled_ = false, found_inf_ = false;
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,94 @@
+// GradScaler: unscaled gradients, a skipped step on inf or NaN, and the
+// scale's halving and growth.
+#include "optim/grad_scaler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nn/nn.h"
+#include "tests/test_util.h"
+
+namespace loom::optim {
+namespace {
+
+using testing::values;
+
+TEST(GradScaler, ScalesTheLossAndUnscalesTheGradients) {
+  Tensor w = from_vector<float>({1.5f, -2.0f}, {2}).requires_grad_();
+  SGD opt({w}, {.lr = 0.1});
+  GradScaler scaler({.init_scale = 1024.0});
+  Tensor loss = (w * w).sum();  // gradient 2w
+  Tensor scaled = scaler.scale(loss);
+  EXPECT_EQ(scaled.item(), 1024.0 * loss.item());
+  scaled.backward();
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{3.0 * 1024, -4.0 * 1024}));
+  EXPECT_TRUE(scaler.step(opt));
+  EXPECT_FALSE(scaler.found_inf());
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{3.0, -4.0}));  // unscaled before the step
+  testing::expect_values(w, {1.5 - 0.3, -2.0 + 0.4}, 1e-6);
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 1024.0);
+}
+
+TEST(GradScaler, SkipsTheStepOnInfOrNaNAndHalvesTheScale) {
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    Tensor a = ones({3}).requires_grad_(), b = ones({2}).requires_grad_();
+    SGD opt({a, b}, {.lr = 0.1});
+    GradScaler scaler({.init_scale = 256.0});
+    a.set_grad(from_vector<float>({1, 2, 3}, {3}));
+    b.set_grad(from_vector<float>({bad, 5}, {2}));  // one bad value in one tensor of two
+    EXPECT_FALSE(scaler.step(opt)) << bad;
+    EXPECT_TRUE(scaler.found_inf());
+    EXPECT_EQ(values(a), (std::vector<double>{1, 1, 1})) << "no parameter moved";
+    EXPECT_EQ(values(b), (std::vector<double>{1, 1}));
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 128.0);
+  }
+}
+
+TEST(GradScaler, GrowsAfterGrowthIntervalGoodSteps) {
+  Tensor w = ones({2}).requires_grad_();
+  SGD opt({w}, {.lr = 0.0});
+  GradScaler scaler({.init_scale = 8.0, .growth_interval = 3});
+  auto step_with = [&](float g) {
+    w.set_grad(full({2}, g));
+    scaler.step(opt);
+    scaler.update();
+  };
+  step_with(1);
+  step_with(1);
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+  step_with(1);
+  EXPECT_EQ(scaler.get_scale(), 16.0);  // three good steps
+  step_with(1);
+  step_with(INFINITY);                  // resets the count and halves
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+  step_with(1);
+  step_with(1);
+  EXPECT_EQ(scaler.get_scale(), 8.0);
+  step_with(1);
+  EXPECT_EQ(scaler.get_scale(), 16.0);
+  EXPECT_THROW_MSG(scaler.update(), "GradScaler::update: call step() (or unscale_) first");
+}
+
+// A float16 gradient too small for float16 survives because of the scale.
+// (The scale is 2^14 here: at 2^16 the loss's own gradient, 65536, is past
+// float16's largest value, and the first steps would be skipped while the
+// scale backs off, which is what the scaler is for.)
+TEST(GradScaler, KeepsSmallFloat16GradientsFromUnderflowing) {
+  Tensor w = full({4}, 1.0).requires_grad_();
+  Tensor x = full({4}, 1e-4).to(kFloat16);
+  auto loss_of = [&] { return (w.to(kFloat16) * x * 1e-4).to(kFloat32).sum(); };  // d/dw = 1e-8: 0 in float16
+  loss_of().backward();
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{0, 0, 0, 0})) << "unscaled: underflows";
+  w.set_grad(Tensor());
+  SGD opt({w}, {.lr = 1.0});
+  GradScaler scaler({.init_scale = 16384.0});
+  scaler.scale(loss_of()).backward();
+  scaler.unscale_(opt);
+  for (double g : values(w.grad())) EXPECT_NEAR(g, 1e-8, 1e-10);
+}
+
+}  // namespace
+}  // namespace loom::optim
