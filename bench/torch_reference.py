@@ -128,6 +128,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                        help="bf16/fp16: the forward under torch.autocast (fp16 with a GradScaler)")
     args = parser.parse_args()
 
     if args.threads > 0:
@@ -137,11 +139,26 @@ def main():
     model, loss_fn, samples, tokens = workload(args.model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = None
+    if args.precision == "fp16":
+        scaler = torch.amp.GradScaler(device.type) if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler") \
+            else torch.cuda.amp.GradScaler()
+
     def step():
-        loss = loss_fn()
+        if low is None:
+            loss = loss_fn()
+        else:
+            with torch.autocast(device_type=device.type, dtype=low):
+                loss = loss_fn()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -154,7 +171,7 @@ def main():
     sync()
     seconds = time.perf_counter() - start
     print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "blas": blas(), "model": args.model,
-                      "device": str(device), "steps": args.steps, "threads": torch.get_num_threads(),
+                      "device": str(device), "precision": args.precision, "steps": args.steps, "threads": torch.get_num_threads(),
                       "ms_per_step": round(1000 * seconds / args.steps, 3),
                       "samples_per_s": round(samples * args.steps / seconds, 1),
                       "tokens_per_s": round(tokens * args.steps / seconds, 1), "loss": round(loss.item(), 4)}))

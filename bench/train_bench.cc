@@ -6,6 +6,8 @@
 //
 // Shapes: bench/workloads.h (the same as torch_reference.py's).
 // Inputs are random but fixed; each step is forward, backward, optimizer step.
+// --precision bf16|fp16 runs the forward under autocast (tensor/autocast.h;
+// fp16 with a GradScaler), as torch_reference.py does with torch.autocast.
 //
 // Besides the speed, each line says how the timed steps used memory: calls
 // the device's caching allocator made to the system ("system_allocs_per_step",
@@ -20,13 +22,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "bench/malloc_counter.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "tensor/autocast.h"
 #include "tensor/backend.h"
 #include "tensor/stopwatch.h"
 
@@ -72,12 +77,15 @@ Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 1
 int main(int argc, char** argv) {
   return run_program("train_bench", [&] {
     Flags flags("Time training steps of loom's benchmark models");
-    std::string model = "cnn", device_name = "cpu";
+    std::string model = "cnn", device_name = "cpu", precision = "fp32";
     int steps = 20, warmup = 3, threads = 0;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));
     flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run, examples::device_name());
     flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
     flags.add("--warmup", warmup, "untimed steps first", Scope::Run, integer_in(0, 1000000));
+    flags.add("--precision", precision,
+              "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); parameters stay fp32",
+              Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
               integer_in(0, 1024));
     flags.parse(argc, argv);
@@ -87,11 +95,24 @@ int main(int argc, char** argv) {
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
     optim::AdamW opt(w.model->parameters(), {.lr = 1e-3});
+    std::optional<DType> autocast;
+    if (precision != "fp32") autocast = precision == "bf16" ? kBFloat16 : kFloat16;
+    optim::GradScaler scaler;
     auto train_step = [&] {
-      Tensor loss = w.loss(w.model->forward(w.input), w.target);
+      Tensor loss;
+      {
+        AutocastGuard guard(autocast);
+        loss = w.loss(w.model->forward(w.input), w.target);
+      }
       opt.zero_grad();
-      loss.backward();
-      opt.step();
+      if (precision == "fp16") {
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+      } else {
+        loss.backward();
+        opt.step();
+      }
       return loss;
     };
     // Warm-up keeps the last loss alive as the timed loop does, so that the
@@ -108,13 +129,14 @@ int main(int argc, char** argv) {
     const double system_allocs = double(memory_stats(device).system_allocations - system_allocs_before) / steps;
     const double malloc_calls = double(bench::malloc_calls() - malloc_calls_before) / steps;
     const double final_loss = loss.item();  // after timing: reading it synchronises
-    std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"steps\": %d, "
+    std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
-                "\"loss\": %.4f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f",
-                model.c_str(), device.str().c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
+                "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f",
+                model.c_str(), device.str().c_str(), precision.c_str(), steps, omp_get_max_threads(),
+                1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls);
-    if (device.is_cpu() && w.flops_per_step > 0) {
+    if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {
       const Efficiency e = measure_efficiency(w.flops_per_step, train_step);
       std::printf(", \"step_gflop\": %.3f, \"step_gflops\": %.1f, \"gemm_gflops\": %.1f, "
                   "\"fraction_of_gemm\": %.3f",
