@@ -3,6 +3,7 @@
 //
 //   bazel run //examples:fashion_mnist_cnn -- --epochs 5
 //   bazel run //examples:fashion_mnist_cnn -- --resume     # continue from the last checkpoint
+//   bazel run //examples:fashion_mnist_cnn -- --precision bf16   # mixed precision (autocast)
 //
 // Every epoch it commits a checkpoint (model, optimizer, epoch, random state,
 // metrics rows) and rewrites the metrics CSV; --resume continues from it and
@@ -12,6 +13,8 @@
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/program.h"
 #include "nn/functional.h"
+#include "optim/grad_scaler.h"
+#include "tensor/autocast.h"
 
 int main(int argc, char** argv) {
   using namespace loom;
@@ -20,15 +23,32 @@ int main(int argc, char** argv) {
     FashionMnistConfig config;
     Flags flags("Train a CNN on Fashion-MNIST");
     add_fashion_mnist_flags(flags, config);
+    std::string precision = "fp32";
+    flags.add("--precision", precision,
+              "fp32, or bf16 / fp16: the forward under autocast (fp16 with loss scaling); weights stay fp32",
+              Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.parse(argc, argv);
+    std::optional<DType> autocast;
+    if (precision != "fp32") autocast = precision == "bf16" ? kBFloat16 : kFloat16;
+    optim::GradScaler scaler;  // fp16 only; its scale starts over on --resume
 
     FashionMnist run(config, flags, Device::parse(config.device));
     for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
       for (auto& [x, y] : run.batches(epoch)) {
-        Tensor loss = nn::functional::cross_entropy(run.model->forward(x), y);
+        Tensor loss;
+        {
+          AutocastGuard guard(autocast);
+          loss = nn::functional::cross_entropy(run.model->forward(x), y);
+        }
         run.optimizer.zero_grad();
-        loss.backward();
-        run.optimizer.step();
+        if (precision == "fp16") {
+          scaler.scale(loss).backward();
+          scaler.step(run.optimizer);
+          scaler.update();
+        } else {
+          loss.backward();
+          run.optimizer.step();
+        }
         run.step_done(loss);
       }
       if (!run.end_epoch(epoch)) break;
