@@ -20,6 +20,7 @@
 #include "examples/models/tensor_parallel_gpt.h"
 #include "optim/lr_scheduler.h"
 #include "parallel/comm/init.h"
+#include "tensor/autocast.h"
 
 using namespace loom;
 
@@ -33,6 +34,7 @@ int train(int argc, char** argv) {
   double lr = 2e-3, weight_decay = 0.1;
   uint64_t seed = 0;
   int tp = 1;
+  std::string precision = "fp32";
   flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
             CLI::IsMember({"cpu", "shakespeare"}));
   auto* steps_flag = flags.add("--steps", steps, "optimizer steps", Scope::Run, integer_in<int64_t>(1, 1e9));
@@ -51,9 +53,13 @@ int train(int argc, char** argv) {
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
+  flags.add("--precision", precision, "fp32, or bf16: the forward under bfloat16 autocast (weights stay fp32)",
+            Scope::Run, CLI::IsMember({"fp32", "bf16"}));
   flags.add("--tp", tp, "tensor-parallel ranks: run under mpirun -np with the same number", Scope::Job,
             integer_in(1, 64));
   flags.parse(argc, argv);
+  LOOM_CHECK(tp == 1 || precision == "fp32", "--precision ", precision, " with --tp ", tp,
+             ": the tensor-parallel collectives run over MPI, which has no 16-bit float type; use --tp 1");
   LOOM_CHECK(tp == world->size(), "--tp ", tp, " with ", world->size(),
              " process(es): tensor parallelism takes one rank per slice (mpirun -np ", tp, " ... --tp ", tp, ")");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
@@ -113,7 +119,11 @@ int train(int argc, char** argv) {
   examples::TextRun run(training, trained, train, validation, logits);
   for (int64_t step = 1; step <= steps; ++step) {
     auto [x, y] = run.next_batch();
-    Tensor loss = tp > 1 ? tp_model->loss(x, y) : examples::next_token_loss(model->forward(x), y);
+    Tensor loss;
+    {
+      AutocastGuard autocast(precision == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt);
+      loss = tp > 1 ? tp_model->loss(x, y) : examples::next_token_loss(model->forward(x), y);
+    }
     opt_decay.zero_grad();
     opt_plain.zero_grad();
     loss.backward();
