@@ -95,9 +95,8 @@ int main(int argc, char** argv) {
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
     optim::AdamW opt(w.model->parameters(), {.lr = 1e-3});
-    std::optional<DType> autocast;
-    if (precision != "fp32") autocast = precision == "bf16" ? kBFloat16 : kFloat16;
-    optim::GradScaler scaler;
+    const std::optional<DType> autocast = autocast_dtype_for(precision);
+    optim::GradScaler scaler({.enabled = precision == "fp16"});
     auto train_step = [&] {
       Tensor loss;
       {
@@ -105,14 +104,9 @@ int main(int argc, char** argv) {
         loss = w.loss(w.model->forward(w.input), w.target);
       }
       opt.zero_grad();
-      if (precision == "fp16") {
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-      } else {
-        loss.backward();
-        opt.step();
-      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
       return loss;
     };
     // Warm-up keeps the last loss alive as the timed loop does, so that the

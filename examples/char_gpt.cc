@@ -121,7 +121,7 @@ int train(int argc, char** argv) {
     auto [x, y] = run.next_batch();
     Tensor loss;
     {
-      AutocastGuard autocast(precision == "bf16" ? std::optional<DType>(kBFloat16) : std::nullopt);
+      AutocastGuard autocast(autocast_dtype_for(precision));
       loss = tp > 1 ? tp_model->loss(x, y) : examples::next_token_loss(model->forward(x), y);
     }
     opt_decay.zero_grad();

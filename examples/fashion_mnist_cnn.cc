@@ -28,9 +28,8 @@ int main(int argc, char** argv) {
               "fp32, or bf16 / fp16: the forward under autocast (fp16 with loss scaling); weights stay fp32",
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.parse(argc, argv);
-    std::optional<DType> autocast;
-    if (precision != "fp32") autocast = precision == "bf16" ? kBFloat16 : kFloat16;
-    optim::GradScaler scaler;  // fp16 only; its scale starts over on --resume
+    const std::optional<DType> autocast = autocast_dtype_for(precision);
+    optim::GradScaler scaler({.enabled = precision == "fp16"});  // its scale starts over on --resume
 
     FashionMnist run(config, flags, Device::parse(config.device));
     for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
@@ -41,14 +40,9 @@ int main(int argc, char** argv) {
           loss = nn::functional::cross_entropy(run.model->forward(x), y);
         }
         run.optimizer.zero_grad();
-        if (precision == "fp16") {
-          scaler.scale(loss).backward();
-          scaler.step(run.optimizer);
-          scaler.update();
-        } else {
-          loss.backward();
-          run.optimizer.step();
-        }
+        scaler.scale(loss).backward();
+        scaler.step(run.optimizer);
+        scaler.update();
         run.step_done(loss);
       }
       if (!run.end_epoch(epoch)) break;

@@ -12,9 +12,10 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
              "GradScaler: needs init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and growth_interval >= 1");
 }
 
-Tensor GradScaler::scale(const Tensor& loss) const { return loss * scale_; }
+Tensor GradScaler::scale(const Tensor& loss) const { return options_.enabled ? loss * scale_ : loss; }
 
 void GradScaler::unscale_(Optimizer& optimizer) {
+  if (!options_.enabled) return;
   LOOM_CHECK(!unscaled_, "GradScaler::unscale_: already called since the last update()");
   NoGradGuard no_grad;
   Tensor non_finite;  // sum of g * 0 over every gradient: NaN iff one is inf or NaN
@@ -34,6 +35,10 @@ void GradScaler::unscale_(Optimizer& optimizer) {
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
   if (!unscaled_) unscale_(optimizer);
   if (found_inf_) return false;
   optimizer.step();
@@ -41,6 +46,7 @@ bool GradScaler::step(Optimizer& optimizer) {
 }
 
 void GradScaler::update() {
+  if (!options_.enabled) return;
   LOOM_CHECK(unscaled_, "GradScaler::update: call step() (or unscale_) first");
   if (found_inf_) {
     scale_ *= options_.backoff_factor;

@@ -10,6 +10,9 @@
 //   scaler.step(opt);    // unscales, checks all gradients at once, steps unless one is inf/NaN
 //   scaler.update();     // halves the scale after a skipped step, grows it after enough good ones
 //
+// As PyTorch's, it can be constructed disabled (GradScalerOptions::enabled)
+// for the runs that do not need it (fp32, bf16).
+//
 // The check reads one number back per step, not one per tensor: the sum over
 // all gradients of g * 0 is 0 when every gradient is finite and NaN otherwise.
 #pragma once
@@ -19,6 +22,9 @@
 namespace loom::optim {
 
 struct GradScalerOptions {
+  // Disabled, it passes through (scale() returns the loss, step() steps,
+  // update() does nothing), so one training loop serves every precision.
+  bool enabled = true;
   double init_scale = 65536.0;  // 2^16, as PyTorch
   double growth_factor = 2.0;
   double backoff_factor = 0.5;

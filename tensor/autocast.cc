@@ -16,6 +16,13 @@ AutocastGuard::~AutocastGuard() { current = previous_; }
 
 std::optional<DType> autocast_dtype() { return current; }
 
+std::optional<DType> autocast_dtype_for(const std::string& precision) {
+  if (precision == "fp32") return std::nullopt;
+  if (precision == "bf16") return kBFloat16;
+  if (precision == "fp16") return kFloat16;
+  LOOM_FAIL("precision '", precision, "': expected fp32, bf16 or fp16");
+}
+
 bool autocast_wants_low(std::initializer_list<Tensor> tensors) {
   if (!current) return false;
   for (const Tensor& t : tensors)

@@ -22,6 +22,7 @@
 
 #include <initializer_list>
 #include <optional>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -48,6 +49,9 @@ bool autocast_wants_low(std::initializer_list<Tensor> tensors);
 // Whether an op that runs in float32 under autocast must cast any of `tensors`
 // (autocast is on, and a defined tensor is a 16-bit float).
 bool autocast_wants_float32(std::initializer_list<Tensor> tensors);
+
+// The autocast dtype a --precision flag names: "fp32" none, "bf16", "fp16".
+std::optional<DType> autocast_dtype_for(const std::string& precision);
 
 // `t` in the autocast dtype if it is floating (undefined stays undefined).
 Tensor autocast_to_low(const Tensor& t);

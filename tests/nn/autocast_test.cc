@@ -113,6 +113,10 @@ TEST(Autocast, ScopesNestAndRestore) {
     EXPECT_EQ(autocast_dtype(), kBFloat16);
   }
   EXPECT_FALSE(autocast_dtype().has_value());
+  EXPECT_EQ(autocast_dtype_for("fp32"), std::nullopt);
+  EXPECT_EQ(autocast_dtype_for("bf16"), kBFloat16);
+  EXPECT_EQ(autocast_dtype_for("fp16"), kFloat16);
+  EXPECT_THROW_MSG(autocast_dtype_for("fp8"), "precision 'fp8': expected fp32, bf16 or fp16");
   EXPECT_THROW_MSG(AutocastGuard{kFloat64}, "autocast: expected kBFloat16 or kFloat16, got float64");
 }
 

@@ -72,6 +72,22 @@ TEST(GradScaler, GrowsAfterGrowthIntervalGoodSteps) {
   EXPECT_THROW_MSG(scaler.update(), "GradScaler::update: call step() (or unscale_) first");
 }
 
+// Disabled, it passes through: the loss unscaled, the step taken, the scale untouched.
+TEST(GradScaler, DisabledPassesThrough) {
+  Tensor w = from_vector<float>({1.0f}, {1}).requires_grad_();
+  SGD opt({w}, {.lr = 0.5});
+  GradScaler scaler({.enabled = false});
+  Tensor loss = (w * 3.0).sum();
+  EXPECT_EQ(scaler.scale(loss).impl(), loss.impl());
+  scaler.scale(loss).backward();
+  EXPECT_EQ(values(w.grad()), (std::vector<double>{3.0}));
+  w.grad().fill_(INFINITY);  // not checked when disabled, as PyTorch's
+  EXPECT_TRUE(scaler.step(opt));
+  EXPECT_EQ(values(w), (std::vector<double>{-INFINITY}));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+}
+
 // A float16 gradient too small for float16 survives because of the scale.
 // (The scale is 2^14 here: at 2^16 the loss's own gradient, 65536, is past
 // float16's largest value, and the first steps would be skipped while the
