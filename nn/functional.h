@@ -17,7 +17,11 @@ namespace loom::nn::functional {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // x (N, C_in, H, W), weight (C_out, C_in / groups, kH, kW), bias (C_out) or undefined.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dParams& params = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dParams params = {});
+// relu(conv2d(x, weight, bias)) with the ReLU fused into the convolution's
+// passes (the activation is not read or written on its own); the same values
+// and gradients.
+Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dParams params = {});
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& params);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params);

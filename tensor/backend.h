@@ -58,6 +58,9 @@ struct Conv2dParams {
   int pad_h = 0, pad_w = 0;
   int dilation_h = 1, dilation_w = 1;
   int groups = 1;
+  // A ReLU fused into the forward's output pass: out = max(0, conv + bias).
+  // (nn::Sequential fuses a Conv2d followed by a ReLU; see conv2d_relu.)
+  bool relu = false;
 };
 
 // Pooling window (NCHW); padding counts as -inf for max and as 0 (included
@@ -159,16 +162,18 @@ class Backend {
 
   // ---- convolution, NCHW, all tensors contiguous ----
   // out (N, C_out, H_out, W_out) = x (N, C_in, H, W) * w (C_out, C_in / groups, kH, kW) + bias (C_out),
-  // where an undefined bias adds nothing.
+  // where an undefined bias adds nothing; max(0, .) of that when p.relu.
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                       const Tensor& out) = 0;
+  // The backward passes take `relu_out`, the forward's output, when it fused
+  // a ReLU (else undefined): dy then counts only where relu_out > 0.
   // dx = d(out)/dx applied to dy (dx is overwritten).
-  virtual void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
-                                     const Tensor& dx) = 0;
+  virtual void conv2d_backward_input(const Tensor& dy, const Tensor& relu_out, const Tensor& w,
+                                     const Conv2dParams& p, const Tensor& dx) = 0;
   // dw = d(out)/dw applied to dy, and dbias = dy summed over N, H and W
   // when dbias is defined (both overwritten).
-  virtual void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
-                                      const Tensor& dw, const Tensor& dbias) = 0;
+  virtual void conv2d_backward_weight(const Tensor& dy, const Tensor& relu_out, const Tensor& x,
+                                      const Conv2dParams& p, const Tensor& dw, const Tensor& dbias) = 0;
 
   // ---- pooling, NCHW, contiguous ----
   // indices (int64, out's shape): the flat position h * W + w of each max in its input plane.

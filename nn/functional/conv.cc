@@ -1,4 +1,5 @@
-// conv2d: the convolution kernel (bias included) and its backward products.
+// conv2d: the convolution kernel (bias included) and its backward products;
+// conv2d_relu: the same with a ReLU fused into the kernel's passes.
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "tensor/autocast.h"
@@ -8,12 +9,11 @@ namespace {
 
 Tensor contiguous_raw(const Tensor& t) { return t.is_contiguous() ? t : contiguous_copy(t); }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+// conv2d, or conv2d_relu when p.relu.
+Tensor convolve(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   LOOM_CHECK(x.defined() && weight.defined(), "conv2d: got an undefined tensor");
   if (autocast_wants_low({x, weight, bias}))
-    return conv2d(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias), p);
+    return convolve(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias), p);
   LOOM_CHECK(x.dim() == 4, "conv2d: expected a 4-D input (N, C, H, W), got shape ", x.shape());
   LOOM_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight (C_out, C_in / groups, kH, kW), got shape ",
              weight.shape());
@@ -50,20 +50,23 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   if (autograd::needs_grad(inputs)) {
     const bool dx_needed = x.requires_grad(), dw_needed = weight.requires_grad();
     const bool db_needed = has_bias && bias.requires_grad();
-    autograd::record("Conv2dBackward", inputs, y,
-                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), p, dx_needed, dw_needed,
-                      db_needed, has_bias](const TensorList& g) {
+    // With a fused ReLU, the backward passes mask dy by its output.
+    autograd::SavedTensor relu_out = p.relu ? autograd::SavedTensor(y) : autograd::SavedTensor();
+    autograd::record(p.relu ? "Conv2dReluBackward" : "Conv2dBackward", inputs, y,
+                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), relu_out, p, dx_needed,
+                      dw_needed, db_needed, has_bias](const TensorList& g) {
                        Tensor dy = contiguous_raw(g[0]);
+                       Tensor y = p.relu ? relu_out.get() : Tensor();
                        Tensor dx, dw, db;
                        if (dx_needed) {
                          dx = empty(sx.get().shape(), sx.get().options());
-                         backend_for(dy.device()).conv2d_backward_input(dy, sw.get(), p, dx);
+                         backend_for(dy.device()).conv2d_backward_input(dy, y, sw.get(), p, dx);
                        }
                        if (db_needed) db = empty({sw.get().size(0)}, sw.get().options());
                        if (dw_needed || db_needed) {
                          // The weight's gradient comes with the bias's at little extra cost.
                          dw = empty(sw.get().shape(), sw.get().options());
-                         backend_for(dy.device()).conv2d_backward_weight(dy, sx.get(), p, dw, db);
+                         backend_for(dy.device()).conv2d_backward_weight(dy, y, sx.get(), p, dw, db);
                        }
                        TensorList grads{dx, dw_needed ? dw : Tensor()};
                        if (has_bias) grads.push_back(db);
@@ -71,6 +74,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                      });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dParams p) {
+  p.relu = false;
+  return convolve(x, weight, bias, p);
+}
+
+Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dParams p) {
+  p.relu = true;
+  return convolve(x, weight, bias, p);
 }
 
 }  // namespace loom::nn::functional

@@ -4,14 +4,27 @@
 #include <vector>
 
 #include "autograd/checkpoint.h"
+#include "nn/layers/basic.h"
+#include "nn/layers/conv.h"
 
 namespace loom::nn {
 
 void SequentialImpl::push_back(ModulePtr module) { register_module(std::to_string(size()), std::move(module)); }
 
 Tensor SequentialImpl::forward(const Tensor& x) {
+  const auto& children = named_children();
   Tensor y = x;
-  for (const auto& [name, child] : named_children()) y = child->forward(y);
+  for (size_t i = 0; i < children.size(); ++i) {
+    // A Conv2d followed by a ReLU runs as one op: the same values and
+    // gradients, without a pass over the activation for the ReLU each way.
+    auto* conv = dynamic_cast<Conv2dImpl*>(children[i].second.get());
+    if (conv && i + 1 < children.size() && dynamic_cast<const ReLUImpl*>(children[i + 1].second.get())) {
+      y = conv->forward_relu(y);
+      ++i;
+      continue;
+    }
+    y = children[i].second->forward(y);
+  }
   return y;
 }
 

@@ -23,7 +23,8 @@ class SequentialImpl : public Module {
     push_back(std::static_pointer_cast<Module>(module.ptr()));
   }
 
-  // Each child's forward(Tensor) applied in order.
+  // Each child's forward(Tensor) applied in order (a Conv2d and the ReLU
+  // after it as one fused op, Conv2dImpl::forward_relu).
   Tensor forward(const Tensor& x) override;
   size_t size() const { return named_children().size(); }
   ModulePtr operator[](size_t i) const { return named_children().at(i).second; }

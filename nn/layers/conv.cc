@@ -27,14 +27,18 @@ void Conv2dImpl::reset() {
   }
 }
 
-Tensor Conv2dImpl::forward(const Tensor& x) {
+Conv2dParams Conv2dImpl::params() const {
   Conv2dParams p;
   p.stride_h = p.stride_w = options.stride;
   p.pad_h = p.pad_w = options.padding;
   p.dilation_h = p.dilation_w = options.dilation;
   p.groups = options.groups;
-  return functional::conv2d(x, weight, bias, p);
+  return p;
 }
+
+Tensor Conv2dImpl::forward(const Tensor& x) { return functional::conv2d(x, weight, bias, params()); }
+
+Tensor Conv2dImpl::forward_relu(const Tensor& x) { return functional::conv2d_relu(x, weight, bias, params()); }
 
 void Conv2dImpl::pretty_print(std::ostream& out) const {
   out << "Conv2d(" << options.in_channels << ", " << options.out_channels << ", kernel_size=" << options.kernel_size

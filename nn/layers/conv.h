@@ -5,6 +5,7 @@
 #pragma once
 
 #include "nn/module.h"
+#include "tensor/backend.h"
 
 namespace loom::nn {
 
@@ -26,7 +27,11 @@ class Conv2dImpl : public Cloneable<Conv2dImpl> {
 
   void reset() override;
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) in one pass (functional::conv2d_relu); Sequential calls
+  // it for a Conv2d followed by a ReLU.
+  Tensor forward_relu(const Tensor& x);
   void pretty_print(std::ostream& out) const override;
+  Conv2dParams params() const;
 
   Conv2dOptions options;
   Tensor weight, bias;

@@ -13,6 +13,9 @@
 // product is wide enough for the GEMM and the block's columns stay in cache.
 // The bias is added while the block's product is copied into the NCHW output,
 // and its gradient summed from the same gathered block of dy as the weight's.
+// A fused ReLU (Conv2dParams::relu) rides on the same passes: applied in the
+// output copy, and its mask applied to dy while dy is gathered, so the
+// activation is never read or written on its own.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -167,18 +170,49 @@ void im2col_block(const T* x, const ConvShape& s, const Conv2dParams& p, int64_t
            count * s.pixels());
 }
 
-// dy of samples [first, first + count), group g, as (O_g, count P): gathered
-// into `block`, or read in place for a single sample.
+// One row of the output pass: dst = src + bias, through the fused ReLU if any
+// (dst may be src).
 template <typename T>
-const T* gather_dy_block(const T* dy, const ConvShape& s, int64_t first, int64_t count, int64_t g, T* block) {
-  if (count == 1) return group_plane(dy, first, g, s.groups, s.og, s.pixels());
+void write_output_row(T* dst, const T* src, T bias, int64_t n, bool relu) {
+  if (relu) {
+#pragma omp simd
+    for (int64_t q = 0; q < n; ++q) {
+      const T v = src[q] + bias;
+      dst[q] = v > T(0) ? v : T(0);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t q = 0; q < n; ++q) dst[q] = src[q] + bias;
+  }
+}
+
+// dy of samples [first, first + count), group g, as (O_g, count P): gathered
+// into `block`, masked where the fused ReLU's output `relu_out` is 0, or read
+// in place for a single sample without one.
+template <typename T>
+const T* gather_dy_block(const T* dy, const T* relu_out, const ConvShape& s, int64_t first, int64_t count, int64_t g,
+                         T* block) {
+  if (count == 1 && !relu_out) return group_plane(dy, first, g, s.groups, s.og, s.pixels());
   for (int64_t b = 0; b < count; ++b) {
     const T* src = group_plane(dy, first + b, g, s.groups, s.og, s.pixels());
-    for (int64_t o = 0; o < s.og; ++o)
-      std::copy(src + o * s.pixels(), src + (o + 1) * s.pixels(), block + o * count * s.pixels() + b * s.pixels());
+    const T* y = relu_out ? group_plane(relu_out, first + b, g, s.groups, s.og, s.pixels()) : nullptr;
+    for (int64_t o = 0; o < s.og; ++o) {
+      const T* src_row = src + o * s.pixels();
+      T* dst = block + o * count * s.pixels() + b * s.pixels();
+      if (!y) {
+        std::copy(src_row, src_row + s.pixels(), dst);
+        continue;
+      }
+      const T* y_row = y + o * s.pixels();
+#pragma omp simd
+      for (int64_t q = 0; q < s.pixels(); ++q) dst[q] = y_row[q] > T(0) ? src_row[q] : T(0);
+    }
   }
   return block;
 }
+
+// Whether dy must be gathered (rather than read in place) for blocks of `block` samples.
+bool gathers_dy(int64_t block, const Tensor& relu_out) { return block > 1 || relu_out.defined(); }
 
 // Runs fn(first, count) over blocks of the samples [begin, end).
 template <typename F>
@@ -216,10 +250,10 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
               T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
               MatrixMap<T>(dst, s.og, s.pixels()).noalias() =
                   w_g * StridedMatrixMap<T>(col + b * s.pixels(), s.k(), s.pixels(), Eigen::OuterStride<>(width));
-              if (bias)
+              if (bias || p.relu)
                 for (int64_t o = 0; o < s.og; ++o) {
                   T* row = dst + o * s.pixels();
-                  for (int64_t q = 0; q < s.pixels(); ++q) row[q] += bias[g * s.og + o];
+                  write_output_row(row, row, bias ? bias[g * s.og + o] : T(0), s.pixels(), p.relu);
                 }
             }
             continue;
@@ -227,15 +261,12 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
           // A single sample's product is its output plane; a block's is copied out.
           T* product = count == 1 ? group_plane(out, first, g, s.groups, s.og, s.pixels()) : product_t.data_ptr<T>();
           MatrixMap<T>(product, s.og, width).noalias() = w_g * ConstMatrixMap<T>(col, s.k(), width);
-          if (count == 1 && !bias) continue;
+          if (count == 1 && !bias && !p.relu) continue;
           for (int64_t b = 0; b < count; ++b) {
             T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
-            for (int64_t o = 0; o < s.og; ++o) {
-              const T shift = bias ? bias[g * s.og + o] : T(0);
-              const T* src = product + o * width + b * s.pixels();
-              T* row = dst + o * s.pixels();
-              for (int64_t q = 0; q < s.pixels(); ++q) row[q] = src[q] + shift;
-            }
+            for (int64_t o = 0; o < s.og; ++o)
+              write_output_row(dst + o * s.pixels(), product + o * width + b * s.pixels(),
+                               bias ? bias[g * s.og + o] : T(0), s.pixels(), p.relu);
           }
         }
       });
@@ -243,27 +274,30 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
   });
 }
 
-void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& w_t, const Conv2dParams& p,
-                                       const Tensor& dx_t) {
-  if (run_in_float32({dy_t, w_t, dx_t}, {2}, [&](const TensorList& t) { conv2d_backward_input(t[0], t[1], p, t[2]); }))
+void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& relu_out_t, const Tensor& w_t,
+                                       const Conv2dParams& p, const Tensor& dx_t) {
+  if (run_in_float32({dy_t, relu_out_t, w_t, dx_t}, {3},
+                     [&](const TensorList& t) { conv2d_backward_input(t[0], t[1], t[2], p, t[3]); }))
     return;
   dispatch_floating(dy_t.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(dx_t, w_t, dy_t, p);
     const T* dy = dy_t.data_ptr<T>();
+    const T* relu_out = relu_out_t.defined() ? relu_out_t.data_ptr<T>() : nullptr;
     const T* w = w_t.data_ptr<T>();
     T* dx = dx_t.data_ptr<T>();
     const int64_t block = block_samples(s, sizeof(T));
     parallel_for(s.n, 1, [&](int64_t begin, int64_t end) {
       std::fill(dx + begin * s.c * s.plane(), dx + end * s.c * s.plane(), T(0));
       Tensor col_t = empty({s.k(), block * s.pixels()}, {.dtype = dy_t.dtype()});
-      Tensor dy_block_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = dy_t.dtype()}) : Tensor();
+      Tensor dy_block_t =
+          gathers_dy(block, relu_out_t) ? empty({s.og, block * s.pixels()}, {.dtype = dy_t.dtype()}) : Tensor();
       T* col = col_t.data_ptr<T>();
-      T* dy_block = block > 1 ? dy_block_t.data_ptr<T>() : nullptr;
+      T* dy_block = dy_block_t.defined() ? dy_block_t.data_ptr<T>() : nullptr;
       for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
         const int64_t width = count * s.pixels();
         for (int64_t g = 0; g < s.groups; ++g) {
-          const T* dy_g = gather_dy_block(dy, s, first, count, g, dy_block);
+          const T* dy_g = gather_dy_block(dy, relu_out, s, first, count, g, dy_block);
           // dcol (K, B P) = w_g^T (K, O_g) @ dy_g (O_g, B P)
           MatrixMap<T>(col, s.k(), width).noalias() =
               ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()).transpose() * ConstMatrixMap<T>(dy_g, s.og, width);
@@ -275,15 +309,16 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& w_t, co
   });
 }
 
-void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, const Conv2dParams& p,
-                                        const Tensor& dw_t, const Tensor& dbias_t) {
-  if (run_in_float32({dy_t, x_t, dw_t, dbias_t}, {2, 3},
-                     [&](const TensorList& t) { conv2d_backward_weight(t[0], t[1], p, t[2], t[3]); }))
+void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& relu_out_t, const Tensor& x_t,
+                                        const Conv2dParams& p, const Tensor& dw_t, const Tensor& dbias_t) {
+  if (run_in_float32({dy_t, relu_out_t, x_t, dw_t, dbias_t}, {3, 4},
+                     [&](const TensorList& t) { conv2d_backward_weight(t[0], t[1], t[2], p, t[3], t[4]); }))
     return;
   dispatch_floating(dy_t.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     const ConvShape s = conv_shape(x_t, dw_t, dy_t, p);
     const T* dy = dy_t.data_ptr<T>();
+    const T* relu_out = relu_out_t.defined() ? relu_out_t.data_ptr<T>() : nullptr;
     const T* x = x_t.data_ptr<T>();
     T* dw = dw_t.data_ptr<T>();
     const int64_t block = block_samples(s, sizeof(T));
@@ -296,15 +331,16 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& x_t, c
     T* partials = partials_t.data_ptr<T>();
     parallel_for_chunks(s.n, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
       PaddedColumns<T> columns(s, block, x_t.dtype());
-      Tensor dy_block_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
-      T* dy_block = block > 1 ? dy_block_t.data_ptr<T>() : nullptr;
+      Tensor dy_block_t =
+          gathers_dy(block, relu_out_t) ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
+      T* dy_block = dy_block_t.defined() ? dy_block_t.data_ptr<T>() : nullptr;
       T* partial = partials + chunk * partial_size;
       for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
         const int64_t width = count * s.pixels();
         T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
-          ConstMatrixMap<T> dy_g(gather_dy_block(dy, s, first, count, g, dy_block), s.og, width);
+          ConstMatrixMap<T> dy_g(gather_dy_block(dy, relu_out, s, first, count, g, dy_block), s.og, width);
           // dw_g (O_g, K) += dy_g (O_g, B P) @ col^T (B P, K)
           MatrixMap<T>(partial + g * s.og * s.k(), s.og, s.k()).noalias() +=
               dy_g * ConstMatrixMap<T>(col, s.k(), width).transpose();

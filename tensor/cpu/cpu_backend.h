@@ -41,9 +41,9 @@ class CpuBackend final : public Backend {
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
               const Tensor& out) override;
-  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
+  void conv2d_backward_input(const Tensor& dy, const Tensor& relu_out, const Tensor& w, const Conv2dParams& p,
                              const Tensor& dx) override;
-  void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
+  void conv2d_backward_weight(const Tensor& dy, const Tensor& relu_out, const Tensor& x, const Conv2dParams& p,
                               const Tensor& dw, const Tensor& dbias) override;
 
   void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;

@@ -8,6 +8,9 @@
 // math are skipped and the rest run with CUDNN_FMA_MATH: exact FP32, like
 // matmul. Workspace comes from the caching allocator on the current stream.
 //
+// A fused ReLU (Conv2dParams::relu) is a separate elementwise pass here: the
+// forward applies it to the output in place, the backward masks dy first.
+//
 // cuDNN 9 marks this descriptor API deprecated in favour of its graph API;
 // it is still shipped and supported, and is much shorter to use correctly.
 #include <cudnn.h>
@@ -240,12 +243,23 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
                                        yd.get(), out.raw_data());
       });
   add_bias(handle, bias, out, op);
+  if (p.relu) unary(UnaryOp::Relu, out, out, 0, 0);
 }
 
-void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p, const Tensor& dx) {
+// dy where the fused ReLU's output is positive, else 0 (dy itself without one).
+Tensor CudaBackend::through_relu_mask(const Tensor& dy, const Tensor& relu_out) {
+  if (!relu_out.defined()) return dy;
+  Tensor masked = empty(dy.shape(), dy.options());
+  binary(BinaryOp::ReluBackward, dy, relu_out, masked, 0);
+  return masked;
+}
+
+void CudaBackend::conv2d_backward_input(const Tensor& dy_in, const Tensor& relu_out, const Tensor& w,
+                                        const Conv2dParams& p, const Tensor& dx) {
   const char* op = "conv2d_backward_input";
   if (dx.numel() == 0) return;
   LaunchContext ctx(dx);
+  const Tensor dy = through_relu_mask(dy_in, relu_out);
   if (dy.numel() == 0 || w.numel() == 0) return fill(dx, 0);
   cudnnHandle_t handle = cudnn_handle(ctx.device);
   TensorDescriptor dyd(dy, op), dxd(dx, op);
@@ -268,9 +282,10 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy, const Tensor& w, const
       });
 }
 
-void CudaBackend::conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p, const Tensor& dw,
-                                         const Tensor& dbias) {
+void CudaBackend::conv2d_backward_weight(const Tensor& dy_in, const Tensor& relu_out, const Tensor& x,
+                                         const Conv2dParams& p, const Tensor& dw, const Tensor& dbias) {
   const char* op = "conv2d_backward_weight";
+  const Tensor dy = through_relu_mask(dy_in, relu_out);
   if (dbias.defined() && dbias.numel() > 0) {
     LaunchContext ctx(dbias);
     if (dy.numel() == 0) {

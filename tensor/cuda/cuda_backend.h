@@ -54,9 +54,9 @@ class CudaBackend final : public Backend {
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
               const Tensor& out) override;
-  void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2dParams& p,
+  void conv2d_backward_input(const Tensor& dy, const Tensor& relu_out, const Tensor& w, const Conv2dParams& p,
                              const Tensor& dx) override;
-  void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2dParams& p,
+  void conv2d_backward_weight(const Tensor& dy, const Tensor& relu_out, const Tensor& x, const Conv2dParams& p,
                               const Tensor& dw, const Tensor& dbias) override;
 
   void max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out,
@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads,
                 const TensorList& momentum_buffers, const SgdParams& p) override;
+
+ private:
+  Tensor through_relu_mask(const Tensor& dy, const Tensor& relu_out);  // conv.cc
 };
 
 // dst = src converted to dst's dtype, both on one GPU, any strides (convert.cu).

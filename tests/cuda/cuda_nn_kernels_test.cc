@@ -50,28 +50,35 @@ TEST_P(CudaNnKernels, Conv2dAndItsGradients) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
   uint64_t seed = 600;
-  for (const ConvCase& c : conv_cases()) {
-    const int64_t ho = window_output_size(c.h, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
-    const int64_t wo = window_output_size(c.w, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
-    Tensor x = random({c.n, c.c, c.h, c.w}, dtype, ++seed);
-    Tensor w = random({c.out, c.c / c.p.groups, c.kh, c.kw}, dtype, ++seed);
-    Tensor bias = random({c.out}, dtype, ++seed);
-    Tensor dy = random({c.n, c.out, ho, wo}, dtype, ++seed);
-    Tensor y_cpu = empty(dy.shape(), {.dtype = dtype}), y_gpu = gpu(y_cpu);
-    cpu().conv2d(x, w, bias, c.p, y_cpu);
-    cuda().conv2d(gpu(x), gpu(w), gpu(bias), c.p, y_gpu);
-    expect_close(y_gpu, y_cpu, tol(dtype), std::string("conv2d ") + c.name);
-    Tensor dx_cpu = empty(x.shape(), {.dtype = dtype}), dx_gpu = gpu(full(x.shape(), 7, {.dtype = dtype}));
-    cpu().conv2d_backward_input(dy, w, c.p, dx_cpu);
-    cuda().conv2d_backward_input(gpu(dy), gpu(w), c.p, dx_gpu);
-    expect_close(dx_gpu, dx_cpu, tol(dtype), std::string("conv2d_backward_input ") + c.name);
-    Tensor dw_cpu = empty(w.shape(), {.dtype = dtype}), dw_gpu = gpu(full(w.shape(), 7, {.dtype = dtype}));
-    Tensor db_cpu = empty({c.out}, {.dtype = dtype}), db_gpu = gpu(full({c.out}, 7, {.dtype = dtype}));
-    cpu().conv2d_backward_weight(dy, x, c.p, dw_cpu, db_cpu);
-    cuda().conv2d_backward_weight(gpu(dy), gpu(x), c.p, dw_gpu, db_gpu);
-    expect_close(dw_gpu, dw_cpu, tol(dtype), std::string("conv2d_backward_weight ") + c.name);
-    expect_close(db_gpu, db_cpu, tol(dtype), std::string("conv2d bias gradient ") + c.name);
-  }
+  for (ConvCase c : conv_cases())
+    for (bool relu : {false, true}) {  // with and without the fused ReLU
+      c.p.relu = relu;
+      const std::string name = c.name + std::string(relu ? " + relu" : "");
+      const int64_t ho = window_output_size(c.h, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
+      const int64_t wo = window_output_size(c.w, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
+      Tensor x = random({c.n, c.c, c.h, c.w}, dtype, ++seed);
+      Tensor w = random({c.out, c.c / c.p.groups, c.kh, c.kw}, dtype, ++seed);
+      Tensor bias = random({c.out}, dtype, ++seed);
+      Tensor dy = random({c.n, c.out, ho, wo}, dtype, ++seed);
+      Tensor y_cpu = empty(dy.shape(), {.dtype = dtype}), y_gpu = gpu(y_cpu);
+      cpu().conv2d(x, w, bias, c.p, y_cpu);
+      cuda().conv2d(gpu(x), gpu(w), gpu(bias), c.p, y_gpu);
+      expect_close(y_gpu, y_cpu, tol(dtype), "conv2d " + name);
+      // The backward's mask comes from the CPU's output on both sides, so
+      // that a value near 0 cannot fall on different sides of it.
+      const Tensor relu_out = relu ? y_cpu : Tensor();
+      const Tensor relu_out_gpu = relu ? gpu(y_cpu) : Tensor();
+      Tensor dx_cpu = empty(x.shape(), {.dtype = dtype}), dx_gpu = gpu(full(x.shape(), 7, {.dtype = dtype}));
+      cpu().conv2d_backward_input(dy, relu_out, w, c.p, dx_cpu);
+      cuda().conv2d_backward_input(gpu(dy), relu_out_gpu, gpu(w), c.p, dx_gpu);
+      expect_close(dx_gpu, dx_cpu, tol(dtype), "conv2d_backward_input " + name);
+      Tensor dw_cpu = empty(w.shape(), {.dtype = dtype}), dw_gpu = gpu(full(w.shape(), 7, {.dtype = dtype}));
+      Tensor db_cpu = empty({c.out}, {.dtype = dtype}), db_gpu = gpu(full({c.out}, 7, {.dtype = dtype}));
+      cpu().conv2d_backward_weight(dy, relu_out, x, c.p, dw_cpu, db_cpu);
+      cuda().conv2d_backward_weight(gpu(dy), relu_out_gpu, gpu(x), c.p, dw_gpu, db_gpu);
+      expect_close(dw_gpu, dw_cpu, tol(dtype), "conv2d_backward_weight " + name);
+      expect_close(db_gpu, db_cpu, tol(dtype), "conv2d bias gradient " + name);
+    }
 }
 
 TEST_P(CudaNnKernels, PoolingForwardAndBackward) {
