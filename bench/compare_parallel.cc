@@ -1,5 +1,6 @@
 // compare_parallel: one model, one batch, every way loom can train it on N
-// devices: single device, DataParallel, DistributedDataParallel, ZeRO-1,
+// devices: single device, DataParallel, DistributedDataParallel (also with
+// its gradients sent in bfloat16 or float16: ddp_bf16, ddp_fp16), ZeRO-1,
 // ZeRO-2 and FSDP (N ranks as threads, or the processes under mpirun), layer
 // split, the GPipe and 1F1B pipelines (stages as threads, or one per process
 // under mpirun), and with --mesh DxP the hybrid of D data-parallel P-stage
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
         flags.add("--warmup", config.warmup, "untimed steps first", Scope::Job, integer_in(0, 1000000));
         CLI::Option* strategies_flag =
             flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
-                      list_of({"single", "dp", "ddp", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
+                      list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
                                "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
         flags.add_switch("--checkpoint", checkpoint,
                   "also run single, ddp, zero1, zero2 and fsdp with activation checkpointing (rows <name>_ckpt)",

@@ -93,4 +93,22 @@ decltype(auto) dispatch_storage(DType dtype, const char* op, F&& fn) {
   }
 }
 
+// dispatch_numeric and the 16-bit floats: for code that computes on them in
+// compute_type_t (reductions over ranks, the 16-bit all-reduce).
+template <typename F>
+decltype(auto) dispatch_reducible(DType dtype, const char* op, F&& fn) {
+  switch (dtype) {
+    case kBFloat16: return fn(BFloat16{});
+    case kFloat16: return fn(Float16{});
+    default: return dispatch_numeric(dtype, op, std::forward<F>(fn));
+  }
+}
+
+// The type arithmetic on T is done in: float32 for the 16-bit floats (which
+// are rounded once at the end), T itself otherwise.
+template <typename T> struct ComputeType { using type = T; };
+template <> struct ComputeType<BFloat16> { using type = float; };
+template <> struct ComputeType<Float16> { using type = float; };
+template <typename T> using compute_type_t = typename ComputeType<T>::type;
+
 }  // namespace loom

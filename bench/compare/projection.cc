@@ -29,9 +29,10 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   auto ring = [&](double n, double bytes, double k) {
     return n == 1 ? 0 : 2 * (n - 1) * (k * link.latency_s + bytes / (n * link.bandwidth_bytes_per_s));
   };
-  if (strategy == "ddp") {
+  if (strategy == "ddp" || strategy == "ddp_bf16" || strategy == "ddp_fp16") {
     const double k = std::max(1, s.ddp_buckets);
-    const double c = ring(n, p.parameter_bytes, k);
+    const double bytes = strategy == "ddp" ? p.parameter_bytes : p.parameter_bytes / 2;  // 16-bit buckets
+    const double c = ring(n, bytes, k);
     return fb / n + p.optimizer_s + std::max(c / k, c - p.backward_s() / n);
   }
   if (strategy == "zero1") return fb / n + p.optimizer_s / n + ring(n, p.parameter_bytes, 1);

@@ -63,7 +63,8 @@ struct ProjectionSettings {
   Link link = Link::pcie();
 };
 
-// Predicted seconds per step for "single", "dp", "ddp", "zero1", "zero2",
+// Predicted seconds per step for "single", "dp", "ddp" (and "ddp_bf16",
+// "ddp_fp16": half the bytes), "zero1", "zero2",
 // "fsdp", "layer_split", "gpipe", "1f1b" (the stages in the profile are the N
 // devices) or "hybrid" (the profile's stages are the mesh's P); any of them
 // with "_ckpt" (activation checkpointing) adds one forward, shared like the

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "parallel/comm/descriptor.h"
+#include "parallel/comm/mpi_16bit.h"
 #include "parallel/comm/op_queue.h"
 #include "tensor/error.h"
 
@@ -75,13 +76,13 @@ MPI_Datatype mpi_type(DType dtype) {
     case kFloat32: return MPI_FLOAT;
     case kFloat64: return MPI_DOUBLE;
     case kBFloat16:
-    case kFloat16:
-      LOOM_FAIL("mpi backend: MPI has no ", dtype, " type; communicate such tensors in float32 (tensor.to(kFloat32))");
+    case kFloat16: return mpi_16bit_type(dtype);
   }
   LOOM_FAIL("mpi backend: unsupported dtype ", dtype);
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  if (is_16bit_floating(dtype)) return mpi_16bit_op(dtype, op);
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg: return MPI_SUM;  // then divided by the group's size
@@ -111,10 +112,11 @@ MPI_Datatype message_type(P2pHeader* header, void* data, int64_t numel, size_t e
 }
 
 void divide(const Tensor& t, int n) {
-  dispatch_floating(t.dtype(), "ReduceOp::Avg", [&](auto tag) {
+  dispatch_reducible(t.dtype(), "ReduceOp::Avg", [&](auto tag) {
     using T = decltype(tag);
+    using Compute = compute_type_t<T>;
     T* data = static_cast<T*>(t.raw_data());
-    for (int64_t i = 0; i < t.numel(); ++i) data[i] /= static_cast<T>(n);
+    for (int64_t i = 0; i < t.numel(); ++i) data[i] = T(static_cast<Compute>(data[i]) / static_cast<Compute>(n));
   });
 }
 
@@ -406,7 +408,7 @@ class Driver {
     const int count = static_cast<int>(std::min(chunk, op.output.numel() - p.next));
     char* data = static_cast<char*>(op.output.raw_data()) + p.next * op.output.element_size();
     if (op.kind == OpKind::AllReduce)
-      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(op.dtype()), mpi_op(op.reduce), comm_,
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(op.dtype()), mpi_op(op.reduce, op.dtype()), comm_,
                                &p.request));
     else
       MPI_CHECK(MPI_Ibcast(data, count, mpi_type(op.dtype()), op.peer, comm_, &p.request));
@@ -434,7 +436,7 @@ class Driver {
         } else {
           if (in_place) p.in_place_result.resize(op.output.nbytes());
           MPI_CHECK(MPI_Ireduce_scatter(op.input.raw_data(), in_place ? p.in_place_result.data() : op.output.raw_data(),
-                                        p.counts.data(), type, mpi_op(op.reduce), comm_, &p.request));
+                                        p.counts.data(), type, mpi_op(op.reduce, op.dtype()), comm_, &p.request));
         }
         break;
       }

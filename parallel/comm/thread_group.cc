@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 #include <tuple>
+#include <type_traits>
 
 #include "parallel/comm/descriptor.h"
 #include "tensor/error.h"
@@ -48,41 +49,47 @@ void copy_bytes(void* dst, const void* src, size_t count) {
 // combining the ranks in rank order so that every element is computed the same
 // way whichever rank computes it. `out` may be one of the inputs (all_reduce
 // is in place), so each block is reduced into a local buffer first; the plain
-// loops over it vectorise.
-template <typename T, typename Combine>
+// loops over it vectorise. 16-bit floats are combined in float32 and rounded
+// once (Acc, compute_type_t).
+template <typename T, typename Acc, typename Combine>
 void reduce(const std::vector<const T*>& in, int64_t first, int64_t count, T* out,
             Combine combine, bool average) {
   constexpr int64_t kBlock = 1024;
-  T acc[kBlock];
+  Acc acc[kBlock];
   const int n = static_cast<int>(in.size());
   for (int64_t begin = 0; begin < count; begin += kBlock) {
     const int64_t len = std::min(kBlock, count - begin);
     const T* src = in[0] + first + begin;
-    for (int64_t i = 0; i < len; ++i) acc[i] = src[i];
+    for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(src[i]);
     for (int q = 1; q < n; ++q) {
       src = in[q] + first + begin;
-      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], src[i]);
+      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], static_cast<Acc>(src[i]));
     }
     if (average)
-      for (int64_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<T>(n);
-    copy_bytes(out + begin, acc, len * sizeof(T));
+      for (int64_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<Acc>(n);
+    if constexpr (std::is_same_v<T, Acc>) {
+      copy_bytes(out + begin, acc, len * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < len; ++i) out[begin + i] = T(acc[i]);
+    }
   }
 }
 
 template <typename T>
 void reduce(ReduceOp op, const std::vector<const T*>& in, int64_t first, int64_t count, T* out) {
+  using Acc = compute_type_t<T>;
   switch (op) {
-    case ReduceOp::Sum: return reduce(in, first, count, out, [](T a, T b) -> T { return a + b; }, false);
-    case ReduceOp::Avg: return reduce(in, first, count, out, [](T a, T b) -> T { return a + b; }, true);
-    case ReduceOp::Max: return reduce(in, first, count, out, [](T a, T b) { return std::max(a, b); }, false);
-    case ReduceOp::Min: return reduce(in, first, count, out, [](T a, T b) { return std::min(a, b); }, false);
+    case ReduceOp::Sum: return reduce<T, Acc>(in, first, count, out, [](Acc a, Acc b) -> Acc { return a + b; }, false);
+    case ReduceOp::Avg: return reduce<T, Acc>(in, first, count, out, [](Acc a, Acc b) -> Acc { return a + b; }, true);
+    case ReduceOp::Max: return reduce<T, Acc>(in, first, count, out, [](Acc a, Acc b) { return std::max(a, b); }, false);
+    case ReduceOp::Min: return reduce<T, Acc>(in, first, count, out, [](Acc a, Acc b) { return std::min(a, b); }, false);
   }
 }
 
 // reduce() over the ranks' tensors, for any numeric dtype.
 void reduce_slice(const Op& op, const std::vector<const Op*>& peers, bool from_inputs,
                   int64_t first, int64_t count, const Tensor& out, int64_t out_first) {
-  dispatch_numeric(op.dtype(), op_kind_name(op.kind), [&](auto tag) {
+  dispatch_reducible(op.dtype(), op_kind_name(op.kind), [&](auto tag) {
     using T = decltype(tag);
     std::vector<const T*> in;
     for (const Op* peer : peers)

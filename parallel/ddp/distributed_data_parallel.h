@@ -17,7 +17,8 @@
 //   forward       rank 0's buffers (BatchNorm statistics) are broadcast first
 //                 (options.broadcast_buffers), then the module runs locally;
 //   backward      the Reducer (reducer.h) averages gradients bucket by bucket,
-//                 overlapping communication with the rest of backward.
+//                 overlapping communication with the rest of backward (in
+//                 16 bits with register_comm_hook(compress_hook(...))).
 // Since every rank starts from the same weights and applies the same averaged
 // gradient, the replicas never drift apart: no parameter is ever broadcast
 // again. That is the whole difference from DataParallel, which re-broadcasts
@@ -73,6 +74,10 @@ class DistributedDataParallelImpl : public nn::Module {
     bool previous_;
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Replaces how gradient buckets are averaged, e.g. by
+  // compress_hook(kBFloat16); every rank registers the same kind of hook.
+  void register_comm_hook(std::shared_ptr<CommHook> hook) { reducer_->set_comm_hook(std::move(hook)); }
 
   const nn::ModulePtr& module() const { return module_; }
   ProcessGroup& process_group() const { return *group_; }

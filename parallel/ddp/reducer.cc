@@ -69,6 +69,12 @@ void Reducer::reset_step() {
   std::fill(works_.begin(), works_.end(), nullptr);
 }
 
+void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
+  LOOM_CHECK(hook != nullptr, "DistributedDataParallel: register_comm_hook got no hook");
+  LOOM_CHECK(!armed_, "DistributedDataParallel: register_comm_hook between a forward and its backward");
+  hook_ = std::move(hook);
+}
+
 void Reducer::prepare_for_backward(bool sync) {
   reset_step();
   armed_ = sync;
@@ -104,7 +110,7 @@ void Reducer::on_gradient_ready(size_t k) {
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
     const size_t b = next_bucket_++;
-    works_[b] = group_->all_reduce(flat_[b], ReduceOp::Avg);
+    works_[b] = hook_->launch(*group_, b, flat_[b]);
     note_launch(b);
   }
 }
@@ -113,7 +119,7 @@ void Reducer::note_launch(size_t b) {
   launch_us_[b] = trace::now_us();
   pending_at_launch_[b] = gradients_pending_;
   stats_.allreduces += 1;
-  stats_.bytes += static_cast<int64_t>(flat_[b].nbytes());
+  stats_.bytes += hook_->wire_bytes(flat_[b]);
 }
 
 // The wait is the communication backward could not hide; each bucket's
@@ -124,6 +130,7 @@ void Reducer::wait_for_buckets() {
   const Stopwatch waited;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     works_[b]->wait();
+    hook_->finish(b, flat_[b]);
     if (tracing)
       trace::record("allreduce bucket " + std::to_string(b), "communication", lane, launch_us_[b],
                     trace::to_us(works_[b]->completed_at()));

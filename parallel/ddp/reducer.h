@@ -8,7 +8,8 @@
 // overlaps the rest of backward. Buckets are issued strictly in plan order,
 // the same on every rank, as collectives must be. When backward has finished
 // its last node, a callback waits for the all-reduces and copies the averaged
-// values back into the parameters' .grad().
+// values back into the parameters' .grad(). A communication hook
+// (comm_hook.h) can replace the all-reduce, to send the bucket in 16 bits.
 //
 // Not armed (no_sync, or a forward without grad mode), the hooks do nothing
 // and gradients simply accumulate locally; the next synchronised backward
@@ -29,13 +30,14 @@
 
 #include "parallel/comm/process_group.h"
 #include "parallel/ddp/bucket_plan.h"
+#include "parallel/ddp/comm_hook.h"
 
 namespace loom::parallel {
 
 struct ReducerStats {
   int64_t synced_backwards = 0;   // backward passes whose gradients were averaged
   int64_t allreduces = 0;         // bucket all-reduces issued
-  int64_t bytes = 0;              // bytes of gradient all-reduced
+  int64_t bytes = 0;              // bytes each rank contributed to the all-reduces
   double exposed_wait_s = 0;      // time backward's end waited for communication
 };
 
@@ -54,6 +56,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   // Called by each forward: whether the backward that follows synchronises.
   void prepare_for_backward(bool sync);
+
+  // How buckets are averaged from now on (allreduce_hook() to begin with).
+  void set_comm_hook(std::shared_ptr<CommHook> hook);
+  const CommHook& comm_hook() const { return *hook_; }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Each bucket's flat tensor, which its all-reduce averages.
@@ -86,6 +92,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   const std::shared_ptr<ProcessGroup> group_;
   const bool find_unused_;
   const bool grad_is_view_;  // gradient_as_bucket_view
+  std::shared_ptr<CommHook> hook_ = allreduce_hook();
   std::vector<Bucket> buckets_;
   TensorList flat_;           // one contiguous tensor per bucket
   std::vector<Slot> slots_;   // per parameter

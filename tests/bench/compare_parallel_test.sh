@@ -28,6 +28,15 @@ assert rows["zero1"]["modeled_state_bytes"] < rows["ddp"]["modeled_state_bytes"]
 assert rows["zero2"]["modeled_state_bytes"] < rows["zero1"]["modeled_state_bytes"]
 assert rows["ddp"]["comm_ms"] is not None and rows["fsdp"]["comm_ms"] is None
 PY
+# DDP with its buckets sent in bfloat16 or float16 moves half DDP's bytes.
+"$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 2 --steps 2 --warmup 1 \
+  --strategies ddp,ddp_bf16,ddp_fp16 --out half > half.log 2>&1 || { cat half.log; exit 1; }
+python3 - half.log <<'PY' || { cat half.log; exit 1; }
+import json, sys
+rows = {d["strategy"]: d for d in (json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"bench"'))}
+for s in ("ddp_bf16", "ddp_fp16"):
+    assert rows[s]["comm_bytes"] == rows["ddp"]["comm_bytes"] / 2, (s, rows[s]["comm_bytes"], rows["ddp"]["comm_bytes"])
+PY
 # --mesh adds the hybrid row: 2 data-parallel pipelines of 2 stages, as 4 threads.
 "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 4 --mesh 2x2 --micro-batches 4 --steps 2 --warmup 1 \
   --strategies single,hybrid --out mesh > mesh.log 2>&1 || { cat mesh.log; exit 1; }

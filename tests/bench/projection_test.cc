@@ -40,6 +40,9 @@ TEST(Projection, DdpHidesAllButTheLastBucketBehindBackward) {
   EXPECT_NEAR(project_step_seconds("ddp", two_stages(), settings(1)), 15.2, 1e-12);
   // Four buckets: C = 10.8; backward per device 3 s hides all but max(C/4, C - 3) = 7.8.
   EXPECT_NEAR(project_step_seconds("ddp", two_stages(), settings(4)), 12.8, 1e-12);
+  // Gradients sent in 16 bits, one bucket: C = 2 (0.1 + 50 / 20) = 5.2.
+  EXPECT_NEAR(project_step_seconds("ddp_bf16", two_stages(), settings(1)), 10.2, 1e-12);
+  EXPECT_NEAR(project_step_seconds("ddp_fp16", two_stages(), settings(1)), 10.2, 1e-12);
 }
 
 TEST(Projection, LayerSplitAndPipelines) {

@@ -64,6 +64,24 @@ inline void check_all_reduce(ProcessGroup& pg) {
     }
 }
 
+// bfloat16 and float16: every op on the same small integers, whose sums are
+// exact in 16 bits; averages are the exact mean rounded to the dtype.
+inline void check_all_reduce_16bit(ProcessGroup& pg) {
+  const int n = pg.size(), r = pg.rank();
+  for (DType dtype : {kBFloat16, kFloat16})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+      for (const Shape& shape : awkward_shapes()) {
+        SCOPED_TRACE(::testing::Message() << "rank " << r << ", " << dtype << ", "
+                                          << reduce_op_name(op) << ", shape " << shape);
+        Tensor t = rank_tensor(r, shape, dtype);
+        pg.all_reduce(t, op)->wait();
+        ASSERT_EQ(t.dtype(), dtype);
+        EXPECT_EQ(t.shape(), shape);
+        const Tensor expected = from_vector<double>(reduced(op, n, t.numel()), shape, {.dtype = dtype});
+        expect_values(t, loom::testing::values(expected), 0);
+      }
+}
+
 // Like expect_values, for large tensors: one failure with the count and the
 // first mismatch, not one per element.
 inline void expect_all(const Tensor& t, const std::vector<double>& expected) {

@@ -112,4 +112,72 @@ inline void check_ddp_rejects_different_models(const std::shared_ptr<ProcessGrou
                    "parameter 0 ('0.weight' here) is [3, 5] float32 on rank 1 but [3, 4] float32 on rank 0");
 }
 
+// The average of the ranks' gradients as the 16-bit all-reduce computes it on
+// the threads backend (and on MPI with two ranks, where the one rounding of
+// the sum, then halving, is the same): each rank's gradient rounded to
+// `dtype`, summed in float32 in rank order, divided by the rank count in
+// float32 and rounded to `dtype` once; returned widened to float32.
+inline Tensor compressed_average(const TensorList& rank_grads, DType dtype) {
+  const size_t n = rank_grads.size();
+  std::vector<std::vector<float>> g;
+  for (const Tensor& t : rank_grads) g.push_back(t.to(dtype).to(kFloat32).to_vector<float>());
+  std::vector<float> avg(g[0].size());
+  for (size_t i = 0; i < avg.size(); ++i) {
+    float sum = g[0][i];
+    for (size_t r = 1; r < n; ++r) sum += g[r][i];
+    avg[i] = sum / static_cast<float>(n);
+  }
+  return from_vector<float>(avg, rank_grads[0].shape()).to(dtype).to(kFloat32);
+}
+
+// DDP with compress_hook(dtype) against the reference trained on gradients
+// averaged as compressed_average does: four SGD steps, each rank's share of
+// a batch of 12. (SGD, not Adam: Adam's step is about lr for any gradient
+// far above its epsilon, so a gradient near 0 rounded the other way moves a
+// parameter by a whole lr, where SGD moves it by lr times the rounding.) The reference computes each share's gradient by itself (the
+// same computation as that rank's), then sets the compressed average as its
+// gradient. `tolerance` 0 asks for the same parameters bit for bit.
+inline void check_compressed_ddp_matches_rounded_reference(const std::shared_ptr<ProcessGroup>& group,
+                                                           nn::ModulePtr reference, nn::ModulePtr local, DType dtype,
+                                                           double tolerance) {
+  namespace F = nn::functional;
+  const int rank = group->rank(), world = group->size();
+  const int64_t batch = 12, share = batch / world;
+  DistributedDataParallel ddp(local, group);
+  ddp->register_comm_hook(compress_hook(dtype));
+  optim::SGD opt_reference(reference->parameters(), {.lr = 0.1});
+  optim::SGD opt_ddp(ddp->parameters(), {.lr = 0.1});
+  const TensorList params = reference->parameters();
+  double rounding_effect = 0;  // how far the rounded average is from the exact one
+
+  Generator gen(99);  // the same batches on every rank
+  for (int step = 0; step < 4; ++step) {
+    Tensor x = randn({batch, 2, 6, 6}, {}, &gen);
+    Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+    std::vector<TensorList> share_grads(params.size());  // [parameter][rank]
+    for (int r = 0; r < world; ++r) {
+      opt_reference.zero_grad();
+      F::cross_entropy(reference->forward(x.narrow(0, r * share, share)), y.narrow(0, r * share, share)).backward();
+      for (size_t k = 0; k < params.size(); ++k) share_grads[k].push_back(params[k].grad().clone());
+    }
+    for (size_t k = 0; k < params.size(); ++k) {
+      const Tensor average = compressed_average(share_grads[k], dtype);
+      rounding_effect = std::max(rounding_effect,
+                                 loom::testing::max_rel_error(average, stack(share_grads[k], 0).mean({0})));
+      params[k].set_grad(average);
+    }
+    opt_reference.step();
+
+    opt_ddp.zero_grad();
+    F::cross_entropy(ddp->forward(x.narrow(0, rank * share, share)), y.narrow(0, rank * share, share)).backward();
+    opt_ddp.step();
+    EXPECT_LE(max_param_difference(*reference, *ddp->module()), tolerance) << "rank " << rank << ", step " << step;
+  }
+  // The check can tell: rounding moved the gradients by far more than it allows.
+  EXPECT_GT(rounding_effect, 1e-4);
+  // Each rank sent 16-bit buckets: half the float32 gradient's bytes.
+  const ReducerStats stats = ddp->reducer().stats();
+  EXPECT_EQ(stats.bytes, 4 * static_cast<int64_t>(ddp->module()->num_parameters() * element_size(dtype)));
+}
+
 }  // namespace loom::parallel::testing

@@ -201,6 +201,32 @@ TEST(DistributedDataParallel, HooksOutliveTheWrapperHarmlessly) {
       });
 }
 
+// The compression hook: the ranks' gradients averaged in 16 bits, which the
+// reference reproduces (compressed_average), so the parameters agree exactly.
+TEST(DistributedDataParallel, CompressedGradientsMatchTheRoundedAverage) {
+  for (DType dtype : {kBFloat16, kFloat16})
+    for (int world : {2, 3}) {
+      SCOPED_TRACE(::testing::Message() << dtype << ", " << world << " ranks");
+      const DdpCase c{.dtype = kFloat32};
+      testing::run_prepared_ranks<Models>(
+          world, [&](int rank) { return testing::ddp_models(rank, c); },
+          [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {
+            testing::check_compressed_ddp_matches_rounded_reference(group, models.first, models.second, dtype, 0);
+          });
+    }
+}
+
+TEST(DistributedDataParallel, CommHookArguments) {
+  EXPECT_THROW_MSG(compress_hook(kFloat32), "compress_hook: gradients compress to bfloat16 or float16, not float32");
+  testing::run_rank_threads(1, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    DistributedDataParallel ddp(nn::Linear(2, 2), group);
+    EXPECT_EQ(ddp->reducer().comm_hook().name(), "allreduce");
+    EXPECT_THROW_MSG(ddp->register_comm_hook(nullptr), "register_comm_hook got no hook");
+    ddp->register_comm_hook(compress_hook(kBFloat16));
+    EXPECT_EQ(ddp->reducer().comm_hook().name(), "bfloat16 compression");
+  });
+}
+
 TEST(BucketPlan, ReverseOrderCapAndDtype) {
   TensorList params{zeros({4}), zeros({2}), zeros({3}), zeros({10}), zeros({1}, {.dtype = kFloat64}), zeros({1})};
   // float32: 16, 8, 12, 40 bytes; the float64 parameter breaks a bucket.

@@ -31,6 +31,7 @@ TEST(Mpi, InitUnderMpirunGivesTheMpiBackend) {
 }
 
 TEST(Mpi, AllReduce) { check_all_reduce(world()); }
+TEST(Mpi, AllReduce16Bit) { check_all_reduce_16bit(world()); }
 TEST(Mpi, LargeMessages) { check_large_messages(world()); }
 TEST(Mpi, AllReduceInt64IsExact) { check_all_reduce_int64_exact(world()); }
 TEST(Mpi, Broadcast) { check_broadcast(world()); }

@@ -14,6 +14,7 @@ namespace {
 class ThreadGroupTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ThreadGroupTest, AllReduce) { run_ranks(GetParam(), check_all_reduce); }
+TEST_P(ThreadGroupTest, AllReduce16Bit) { run_ranks(GetParam(), check_all_reduce_16bit); }
 TEST_P(ThreadGroupTest, LargeMessages) { run_ranks(GetParam(), check_large_messages); }
 TEST_P(ThreadGroupTest, AllReduceInt64IsExact) { run_ranks(GetParam(), check_all_reduce_int64_exact); }
 TEST_P(ThreadGroupTest, Broadcast) { run_ranks(GetParam(), check_broadcast); }
