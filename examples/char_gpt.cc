@@ -18,6 +18,7 @@
 #include "examples/common/ranks.h"
 #include "examples/models/models.h"
 #include "examples/models/tensor_parallel_gpt.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "parallel/comm/init.h"
 #include "tensor/autocast.h"
@@ -53,13 +54,15 @@ int train(int argc, char** argv) {
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
-  flags.add("--precision", precision, "fp32, or bf16: the forward under bfloat16 autocast (weights stay fp32)",
-            Scope::Run, CLI::IsMember({"fp32", "bf16"}));
+  flags.add("--precision", precision,
+            "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); weights stay fp32",
+            Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
   flags.add("--tp", tp, "tensor-parallel ranks: run under mpirun -np with the same number", Scope::Job,
             integer_in(1, 64));
   flags.parse(argc, argv);
-  LOOM_CHECK(tp == 1 || precision == "fp32", "--precision ", precision, " with --tp ", tp,
-             ": the tensor-parallel collectives run over MPI, which has no 16-bit float type; use --tp 1");
+  LOOM_CHECK(tp == 1 || precision != "fp16", "--precision fp16 with --tp ", tp,
+             ": the loss scaler checks each rank's gradients for inf on its own, and the ranks would skip "
+             "different steps; use bf16 (no scaler) or --tp 1");
   LOOM_CHECK(tp == world->size(), "--tp ", tp, " with ", world->size(),
              " process(es): tensor parallelism takes one rank per slice (mpirun -np ", tp, " ... --tp ", tp, ")");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
@@ -97,6 +100,7 @@ int train(int argc, char** argv) {
   for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
   optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0});
+  optim::GradScaler scaler({.enabled = precision == "fp16"});
   const int64_t warmup = std::max<int64_t>(1, steps / 20);
   auto schedule = [&](optim::Optimizer& opt) {
     auto warm = std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, warmup);
@@ -126,13 +130,16 @@ int train(int argc, char** argv) {
     }
     opt_decay.zero_grad();
     opt_plain.zero_grad();
-    loss.backward();
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt_decay);  // clip the true gradients
+    scaler.unscale_(opt_plain);
     if (tp > 1)
       tp_model->clip_grad_norm_(1.0);
     else
       optim::clip_grad_norm_(model->parameters(), 1.0);
-    opt_decay.step();
-    opt_plain.step();
+    scaler.step(opt_decay);
+    scaler.step(opt_plain);
+    scaler.update();
     schedule_decay->step();
     schedule_plain->step();
     run.step_done(step, loss);

@@ -1,5 +1,6 @@
 #include "optim/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -16,7 +17,9 @@ Tensor GradScaler::scale(const Tensor& loss) const { return options_.enabled ? l
 
 void GradScaler::unscale_(Optimizer& optimizer) {
   if (!options_.enabled) return;
-  LOOM_CHECK(!unscaled_, "GradScaler::unscale_: already called since the last update()");
+  for (const auto& [done, inf] : unscaled_)
+    LOOM_CHECK(done != &optimizer, "GradScaler::unscale_: already called for this optimizer since the last update()");
+  if (unscaled_.empty()) found_inf_ = false;  // a new step
   NoGradGuard no_grad;
   Tensor non_finite;  // sum of g * 0 over every gradient: NaN iff one is inf or NaN
   for (const Tensor& p : optimizer.params()) {
@@ -30,8 +33,9 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       non_finite = non_finite + (probe.device() == non_finite.device() ? probe : probe.to(non_finite.device()));
     }
   }
-  found_inf_ = non_finite.defined() && !std::isfinite(non_finite.item());  // the one read-back
-  unscaled_ = true;
+  const bool inf = non_finite.defined() && !std::isfinite(non_finite.item());  // the one read-back
+  unscaled_.emplace_back(&optimizer, inf);
+  found_inf_ = found_inf_ || inf;
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
@@ -39,15 +43,18 @@ bool GradScaler::step(Optimizer& optimizer) {
     optimizer.step();
     return true;
   }
-  if (!unscaled_) unscale_(optimizer);
-  if (found_inf_) return false;
+  auto mine = [&] {
+    return std::find_if(unscaled_.begin(), unscaled_.end(), [&](const auto& u) { return u.first == &optimizer; });
+  };
+  if (mine() == unscaled_.end()) unscale_(optimizer);
+  if (mine()->second) return false;
   optimizer.step();
   return true;
 }
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  LOOM_CHECK(unscaled_, "GradScaler::update: call step() (or unscale_) first");
+  LOOM_CHECK(!unscaled_.empty(), "GradScaler::update: call step() (or unscale_) first");
   if (found_inf_) {
     scale_ *= options_.backoff_factor;
     good_steps_ = 0;
@@ -55,7 +62,7 @@ void GradScaler::update() {
     scale_ *= options_.growth_factor;
     good_steps_ = 0;
   }
-  unscaled_ = false;
+  unscaled_.clear();
 }
 
 }  // namespace loom::optim

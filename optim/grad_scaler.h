@@ -10,12 +10,19 @@
 //   scaler.step(opt);    // unscales, checks all gradients at once, steps unless one is inf/NaN
 //   scaler.update();     // halves the scale after a skipped step, grows it after enough good ones
 //
+// With several optimizers, as PyTorch's: unscale_ (to clip) and step each,
+// then update() once. Each optimizer skips its step only if its own
+// gradients had an inf or NaN; update() halves the scale if any had.
+//
 // As PyTorch's, it can be constructed disabled (GradScalerOptions::enabled)
 // for the runs that do not need it (fp32, bf16).
 //
 // The check reads one number back per step, not one per tensor: the sum over
 // all gradients of g * 0 is 0 when every gradient is finite and NaN otherwise.
 #pragma once
+
+#include <utility>
+#include <vector>
 
 #include "optim/optimizer.h"
 
@@ -38,22 +45,26 @@ class GradScaler {
   // loss * scale.
   Tensor scale(const Tensor& loss) const;
   // Divides the optimizer's gradients by the scale and checks them for inf
-  // and NaN; once per step (step() calls it if you have not).
+  // and NaN; once per optimizer and step (step() calls it if you have not).
   void unscale_(Optimizer& optimizer);
-  // optimizer.step() unless a gradient was inf or NaN. Returns whether it stepped.
+  // optimizer.step() unless one of its gradients was inf or NaN. Returns
+  // whether it stepped.
   bool step(Optimizer& optimizer);
-  // Adjusts the scale for the next step; call once per step, after step().
+  // Adjusts the scale for the next step; call once per step, after the
+  // optimizers' step().
   void update();
 
   double get_scale() const { return scale_; }
-  // Whether the last unscaled gradients had an inf or NaN.
+  // Whether the gradients unscaled in the last step (of any optimizer) had an inf or NaN.
   bool found_inf() const { return found_inf_; }
 
  private:
   GradScalerOptions options_;
   double scale_;
   int good_steps_ = 0;
-  bool unscaled_ = false, found_inf_ = false;
+  // This step's unscaled optimizers, each with whether its gradients had an inf or NaN.
+  std::vector<std::pair<const Optimizer*, bool>> unscaled_;
+  bool found_inf_ = false;
 };
 
 }  // namespace loom::optim

@@ -14,6 +14,7 @@ run() {
 run autograd_mlp "$1" --steps 20
 run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20
 run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20 --precision bf16
+run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20 --precision fp16
 run lstm_lm "$3" --steps 4 --eval-every 4 --batch-size 4 --hidden 32 --sample 20
 run fashion_mnist_cnn "$4" --epochs 1 --max-steps-per-epoch 3 --width 4 --workers 1
 echo PASS

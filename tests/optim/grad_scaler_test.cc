@@ -47,6 +47,36 @@ TEST(GradScaler, SkipsTheStepOnInfOrNaNAndHalvesTheScale) {
   }
 }
 
+// Two optimizers, as PyTorch's GradScaler takes them: each skips only on its
+// own bad gradients, and update() backs off if either had one.
+TEST(GradScaler, SeveralOptimizersSkipOnTheirOwnGradients) {
+  Tensor a = ones({2}).requires_grad_(), b = ones({2}).requires_grad_();
+  SGD opt_a({a}, {.lr = 0.5}), opt_b({b}, {.lr = 0.5});
+  GradScaler scaler({.init_scale = 4.0});
+  a.set_grad(full({2}, 4.0f));  // 1 once unscaled
+  b.set_grad(from_vector<float>({INFINITY, 4}, {2}));
+  scaler.unscale_(opt_a);
+  scaler.unscale_(opt_b);
+  EXPECT_THROW_MSG(scaler.unscale_(opt_a), "already called for this optimizer since the last update()");
+  EXPECT_TRUE(scaler.step(opt_a));
+  EXPECT_FALSE(scaler.step(opt_b));
+  EXPECT_EQ(values(a), (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ(values(b), (std::vector<double>{1, 1}));
+  EXPECT_TRUE(scaler.found_inf());
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 2.0);
+  // The next step: both finite, both step (step() unscales each itself).
+  a.set_grad(full({2}, 2.0f));
+  b.set_grad(full({2}, 2.0f));
+  EXPECT_TRUE(scaler.step(opt_a));
+  EXPECT_TRUE(scaler.step(opt_b));
+  EXPECT_FALSE(scaler.found_inf());
+  EXPECT_EQ(values(a), (std::vector<double>{0, 0}));
+  EXPECT_EQ(values(b), (std::vector<double>{0.5, 0.5}));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 2.0);
+}
+
 TEST(GradScaler, GrowsAfterGrowthIntervalGoodSteps) {
   Tensor w = ones({2}).requires_grad_();
   SGD opt({w}, {.lr = 0.0});
