@@ -55,7 +55,7 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& fn) {
     case kFloat32: return fn(float{});
     case kFloat64: return fn(double{});
     default: LOOM_FAIL(op, ": expected a float32 or float64 tensor, got ", dtype,
-                       is_16bit_floating(dtype) ? " (16-bit tensors compute on the CPU only, so far)" : "");
+                       is_16bit_floating(dtype) ? " (this CUDA kernel has no 16-bit version yet; the CPU computes them)" : "");
   }
 }
 

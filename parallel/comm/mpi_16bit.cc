@@ -1,6 +1,7 @@
 #include "parallel/comm/mpi_16bit.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "tensor/error.h"
 
@@ -18,27 +19,16 @@ void combine(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
-MPI_Datatype make_type() {
-  MPI_Datatype type;
-  LOOM_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &type) == MPI_SUCCESS && MPI_Type_commit(&type) == MPI_SUCCESS,
-             "mpi backend: could not make the 2-byte type for 16-bit floats");
-  return type;
+MPI_Op make_op(MPI_User_function* fn) {
+  MPI_Op op;
+  LOOM_CHECK(MPI_Op_create(fn, /*commute=*/1, &op) == MPI_SUCCESS,
+             "mpi backend: could not make a reduction for 16-bit floats");
+  return op;
 }
 
-template <typename Half>
+// Sum, max and min for one 16-bit format.
 struct Ops {
   MPI_Op sum, max, min;
-  Ops() {
-    auto make = [](MPI_User_function* fn) {
-      MPI_Op op;
-      LOOM_CHECK(MPI_Op_create(fn, /*commute=*/1, &op) == MPI_SUCCESS,
-                 "mpi backend: could not make a reduction for 16-bit floats");
-      return op;
-    };
-    sum = make(&combine<Half, ReduceOp::Sum>);
-    max = make(&combine<Half, ReduceOp::Max>);
-    min = make(&combine<Half, ReduceOp::Min>);
-  }
   MPI_Op get(ReduceOp op) const {
     switch (op) {
       case ReduceOp::Sum:
@@ -48,21 +38,65 @@ struct Ops {
     }
     LOOM_FAIL("mpi backend: unsupported reduce op");
   }
+  void free() {
+    for (MPI_Op* op : {&sum, &max, &min}) MPI_Op_free(op);
+  }
 };
+
+template <typename Half>
+Ops make_ops() {
+  return {make_op(&combine<Half, ReduceOp::Sum>), make_op(&combine<Half, ReduceOp::Max>),
+          make_op(&combine<Half, ReduceOp::Min>)};
+}
+
+// What has been made so far, made on first use (MPI is initialised by then).
+struct Registry {
+  std::mutex mutex;
+  bool made = false;
+  MPI_Datatype two_bytes = MPI_DATATYPE_NULL;  // the operation says which format
+  Ops bfloat16{}, float16{};
+
+  void make_once() {
+    if (made) return;
+    LOOM_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes) == MPI_SUCCESS && MPI_Type_commit(&two_bytes) == MPI_SUCCESS,
+               "mpi backend: could not make the 2-byte type for 16-bit floats");
+    bfloat16 = make_ops<BFloat16>();
+    float16 = make_ops<Float16>();
+    made = true;
+  }
+};
+
+Registry& registry() {
+  static auto* r = new Registry();  // never destroyed: the runtime frees what it holds before MPI_Finalize
+  return *r;
+}
 
 }  // namespace
 
 MPI_Datatype mpi_16bit_type(DType dtype) {
-  static const MPI_Datatype two_bytes = make_type();  // the operation says which format
   LOOM_INTERNAL_ASSERT(is_16bit_floating(dtype), "mpi_16bit_type: ", dtype, " is not a 16-bit float");
-  return two_bytes;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.make_once();
+  return r.two_bytes;
 }
 
 MPI_Op mpi_16bit_op(DType dtype, ReduceOp op) {
-  static const Ops<BFloat16> bfloat16;
-  static const Ops<Float16> float16;
   LOOM_INTERNAL_ASSERT(is_16bit_floating(dtype), "mpi_16bit_op: ", dtype, " is not a 16-bit float");
-  return dtype == kBFloat16 ? bfloat16.get(op) : float16.get(op);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.make_once();
+  return (dtype == kBFloat16 ? r.bfloat16 : r.float16).get(op);
+}
+
+void free_mpi_16bit() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.made) return;
+  MPI_Type_free(&r.two_bytes);
+  r.bfloat16.free();
+  r.float16.free();
+  r.made = false;
 }
 
 }  // namespace loom::parallel

@@ -240,6 +240,7 @@ MpiRuntime::~MpiRuntime() {
   }
   if (!owns_mpi_) return;
   if (failure_.empty()) {
+    free_mpi_16bit();
     MPI_Finalize();
   } else {
     std::fprintf(stderr,

@@ -110,8 +110,8 @@ void Reducer::on_gradient_ready(size_t k) {
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
     const size_t b = next_bucket_++;
+    note_launch(b);  // first: the communication thread may finish the bucket before launch() returns
     works_[b] = hook_->launch(*group_, b, flat_[b]);
-    note_launch(b);
   }
 }
 

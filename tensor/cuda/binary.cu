@@ -1,10 +1,12 @@
 // CUDA binary maps (BinaryOp): arithmetic, comparisons, logic and the fused
 // activation gradients, with the formulas of the CPU's scalar path
-// (tensor/cpu/elementwise.cc), run by loops.cuh.
+// (tensor/cpu/elementwise.cc), run by loops.cuh; 16-bit floats computed in
+// float (half.cuh).
 #include <type_traits>
 
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device_math.cuh"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/loops.cuh"
 
 namespace loom::cuda {
@@ -63,9 +65,10 @@ struct LogicalOr {
   __device__ bool operator()(bool x, bool y) const { return x || y; }
 };
 
-template <typename T>
+// S: the storage type; T: the type the functor computes in.
+template <typename S, typename T>
 void compare_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  auto run = [&](auto fn) { launch_elementwise<2, bool, T, T>(out, {&a, &b}, fn); };
+  auto run = [&](auto fn) { launch_elementwise<2, bool, S, S>(out, {&a, &b}, on_storage<bool>(fn)); };
 #define LOOM_COMPARE_CASE(OP) \
   case BinaryOp::OP:          \
     return run(BinaryFn<BinaryOp::OP, T>{T(0)});
@@ -82,9 +85,9 @@ void compare_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
 #undef LOOM_COMPARE_CASE
 }
 
-template <typename T>
+template <typename S, typename T>
 void arith_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, T alpha) {
-  auto run = [&](auto fn) { launch_elementwise<2, T, T, T>(out, {&a, &b}, fn); };
+  auto run = [&](auto fn) { launch_elementwise<2, S, S, S>(out, {&a, &b}, on_storage<S>(fn)); };
 #define LOOM_BINARY_CASE(OP) \
   case BinaryOp::OP:         \
     return run(BinaryFn<BinaryOp::OP, T>{alpha});
@@ -109,8 +112,8 @@ void arith_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
     LOOM_BINARY_CASE(Maximum)
     LOOM_BINARY_CASE(Minimum)
     default:
-      LOOM_INTERNAL_ASSERT(false, "binary op ", static_cast<int>(op), " is not defined for ",
-                           dtype_of<T>(), " tensors");
+      LOOM_INTERNAL_ASSERT(false, "binary op ", static_cast<int>(op), " is not defined for ", a.dtype(),
+                           " tensors");
   }
 #undef LOOM_BINARY_CASE
 }
@@ -128,12 +131,14 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
     return;
   }
   if (is_comparison(op)) {
-    dispatch_all(a.dtype(), "compare", [&](auto tag) { compare_typed<decltype(tag)>(op, a, b, out); });
+    dispatch_any_storage(a.dtype(), "compare", [&](auto storage, auto compute) {
+      compare_typed<decltype(storage), decltype(compute)>(op, a, b, out);
+    });
     return;
   }
-  dispatch_numeric(a.dtype(), "binary", [&](auto tag) {
-    using T = decltype(tag);
-    arith_typed<T>(op, a, b, out, static_cast<T>(alpha));
+  dispatch_numeric_or_16bit(a.dtype(), "binary", [&](auto storage, auto compute) {
+    using T = decltype(compute);
+    arith_typed<decltype(storage), T>(op, a, b, out, static_cast<T>(alpha));
   });
 }
 

@@ -11,6 +11,10 @@
 // A fused ReLU (Conv2dParams::relu) is a separate elementwise pass here: the
 // forward applies it to the output in place, the backward masks dy first.
 //
+// bfloat16 and float16 convolve with float accumulation (the descriptor's
+// compute type) on the tensor cores; their bias is added, and its gradient
+// summed, by loom's own kernels, in float and rounded once.
+//
 // cuDNN 9 marks this descriptor API deprecated in favour of its graph API;
 // it is still shipped and supported, and is much shorter to use correctly.
 #include <cudnn.h>
@@ -32,9 +36,18 @@ namespace loom::cuda {
 namespace {
 
 cudnnDataType_t cudnn_type(DType dtype, const char* op) {
-  if (dtype == kFloat32) return CUDNN_DATA_FLOAT;
-  if (dtype == kFloat64) return CUDNN_DATA_DOUBLE;
-  LOOM_FAIL(op, ": CUDA convolution supports float32 and float64, got ", dtype);
+  switch (dtype) {
+    case kFloat32: return CUDNN_DATA_FLOAT;
+    case kFloat64: return CUDNN_DATA_DOUBLE;
+    case kBFloat16: return CUDNN_DATA_BFLOAT16;
+    case kFloat16: return CUDNN_DATA_HALF;
+    default: LOOM_FAIL(op, ": CUDA convolution takes floating-point tensors, got ", dtype);
+  }
+}
+
+// What cuDNN accumulates in: float for the 16-bit types.
+cudnnDataType_t cudnn_compute_type(DType dtype, const char* op) {
+  return is_16bit_floating(dtype) ? CUDNN_DATA_FLOAT : cudnn_type(dtype, op);
 }
 
 int as_int(int64_t v, const char* op) {
@@ -84,7 +97,8 @@ class ConvolutionDescriptor {
   ConvolutionDescriptor(const Conv2dParams& p, DType dtype, const char* op) {
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc_));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc_, p.pad_h, p.pad_w, p.stride_h, p.stride_w, p.dilation_h,
-                                                p.dilation_w, CUDNN_CROSS_CORRELATION, cudnn_type(dtype, op)));
+                                                p.dilation_w, CUDNN_CROSS_CORRELATION,
+                                                cudnn_compute_type(dtype, op)));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc_, p.groups));
   }
   ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(desc_); }
@@ -193,7 +207,7 @@ void run_convolution(const char* op, const std::string& key, const ConvolutionDe
   LOOM_FAIL(op, ": cuDNN found no algorithm it can run for this convolution (", key, ")");
 }
 
-// alpha = 1, beta = 0 in the data's precision.
+// alpha = 1, beta = 0: double for float64 data, float otherwise (cuDNN's rule).
 struct Scalars {
   explicit Scalars(DType dtype) : is_double(dtype == kFloat64) {}
   const void* one() const { return is_double ? static_cast<const void*>(&one_d) : &one_f; }
@@ -203,13 +217,26 @@ struct Scalars {
   double one_d = 1, zero_d = 0;
 };
 
-// out (N, C, H, W) += bias (C) broadcast, when bias is defined.
+// A bias (C) seen as `shape` (N, C, H, W) or (1, C, 1, 1): stride 0 but
+// along C (a raw view, which records nothing for autograd).
+Tensor as_channels(const Tensor& bias, const Shape& shape) {
+  return as_strided(bias, shape, Strides{0, bias.stride(0), 0, 0}, bias.storage_offset());
+}
+
+// out (N, C, H, W) += bias (C) broadcast, when bias is defined (float32/64).
 void add_bias(cudnnHandle_t handle, const Tensor& bias, const Tensor& out, const char* op) {
   if (!bias.defined()) return;
   const Scalars s(out.dtype());
   const TensorDescriptor bd = TensorDescriptor::bias(bias, op);
   TensorDescriptor yd(out, op);
   CUDNN_CHECK(cudnnAddTensor(handle, s.one(), bd.get(), bias.raw_data(), s.one(), yd.get(), out.raw_data()));
+}
+
+// The same for every dtype: the 16-bit ones through loom's broadcast add.
+void add_conv_bias(CudaBackend& backend, cudnnHandle_t handle, const Tensor& bias, const Tensor& out) {
+  if (!bias.defined()) return;
+  if (!is_16bit_floating(out.dtype())) return add_bias(handle, bias, out, "conv2d");
+  backend.binary(BinaryOp::Add, out, as_channels(bias, out.shape()), out, 1);
 }
 
 }  // namespace
@@ -222,7 +249,9 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   cudnnHandle_t handle = cudnn_handle(ctx.device);
   if (x.numel() == 0 || w.numel() == 0) {
     fill(out, 0);
-    return add_bias(handle, bias, out, op);
+    add_conv_bias(*this, handle, bias, out);
+    if (p.relu) unary(UnaryOp::Relu, out, out, 0, 0);
+    return;
   }
   TensorDescriptor xd(x, op), yd(out, op);
   FilterDescriptor wd(w, op);
@@ -242,7 +271,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
                                        static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace, bytes, s.zero(),
                                        yd.get(), out.raw_data());
       });
-  add_bias(handle, bias, out, op);
+  add_conv_bias(*this, handle, bias, out);
   if (p.relu) unary(UnaryOp::Relu, out, out, 0, 0);
 }
 
@@ -290,6 +319,8 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy_in, const Tensor& relu
     LaunchContext ctx(dbias);
     if (dy.numel() == 0) {
       fill(dbias, 0);
+    } else if (is_16bit_floating(dy.dtype())) {
+      reduce(ReduceOp::Sum, dy, as_channels(dbias, Shape{1, dbias.size(0), 1, 1}));  // in float, rounded once
     } else {
       const Scalars s(dy.dtype());
       TensorDescriptor dyd(dy, op);

@@ -1,5 +1,6 @@
 // CUDA fill (any strides, any dtype) and arange (contiguous, numeric dtypes).
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/loops.cuh"
 
 namespace loom::cuda {
@@ -22,9 +23,14 @@ __global__ void arange_kernel(T* out, int64_t n, double start, double step) {
 }  // namespace
 
 void CudaBackend::fill(const Tensor& out, double value) {
-  dispatch_all(out.dtype(), "fill", [&](auto tag) {
-    using T = decltype(tag);
-    launch_elementwise<0, T>(out, {}, Constant<T>{static_cast<T>(value)});
+  dispatch_any_storage(out.dtype(), "fill", [&](auto storage, auto) {
+    using S = decltype(storage);
+    S v;
+    if constexpr (std::is_same_v<S, __nv_bfloat16> || std::is_same_v<S, __half>)
+      v = S(static_cast<float>(value));  // through float, as the CPU's conversion
+    else
+      v = static_cast<S>(value);
+    launch_elementwise<0, S>(out, {}, Constant<S>{v});
   });
 }
 

@@ -8,7 +8,9 @@
 // operand with no unit stride (a slice with a step) is copied first.
 //
 // float32 is exact FP32 (CUBLAS_COMPUTE_32F) unless set_allow_tf32(true)
-// (CUBLAS_COMPUTE_32F_FAST_TF32); float64 uses FP64 (cuBLAS's Dgemm path).
+// (CUBLAS_COMPUTE_32F_FAST_TF32); float64 uses FP64 (cuBLAS's Dgemm path);
+// bfloat16 and float16 multiply on the tensor cores, accumulate in FP32
+// (CUBLAS_COMPUTE_32F) and round the result once, as the CPU does.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -61,6 +63,16 @@ Tensor gemm_ready(const Tensor& t, GemmOperand& layout) {
 
 bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
+cudaDataType_t gemm_type(DType dtype) {
+  switch (dtype) {
+    case kFloat32: return CUDA_R_32F;
+    case kFloat64: return CUDA_R_64F;
+    case kBFloat16: return CUDA_R_16BF;
+    case kFloat16: return CUDA_R_16F;
+    default: LOOM_FAIL("matmul: CUDA multiplies floating-point tensors, got ", dtype);
+  }
+}
+
 }  // namespace
 
 void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
@@ -75,10 +87,10 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& o
              ") exceed what one cuBLAS call takes (2^31 - 1 per dim)");
 
   const bool is_double = out.dtype() == kFloat64;
-  LOOM_CHECK(is_double || out.dtype() == kFloat32, "matmul: CUDA supports float32 and float64, got ", out.dtype());
-  const cudaDataType_t type = is_double ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType_t type = gemm_type(out.dtype());
   const cublasComputeType_t compute =
-      is_double ? CUBLAS_COMPUTE_64F : (allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+      is_double ? CUBLAS_COMPUTE_64F
+                : (out.dtype() == kFloat32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
   const float alpha_f = 1, beta_f = 0;
   const double alpha_d = 1, beta_d = 0;
   const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f);

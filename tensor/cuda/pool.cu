@@ -3,11 +3,15 @@
 // adaptive average. One thread per output element forward. Backward: max
 // pooling and adaptive pooling add into dx with atomics (windows may overlap),
 // after zeroing it; average pooling gathers, one thread per input element,
-// from the windows that cover it.
+// from the windows that cover it. Max pooling also takes the 16-bit floats
+// (what a convolution under autocast returns): compared as float, stored as
+// they were; its backward's atomic adds then round at each add where
+// windows overlap (the CPU adds in float and rounds once).
 #include <cstdint>
 
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device_math.cuh"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
 
 namespace loom::cuda {
@@ -34,12 +38,13 @@ __device__ __forceinline__ int64_t adaptive_end(int64_t i, int64_t in, int64_t o
 
 // The CPU's scan order and NaN rule: the first NaN of a window row wins, and
 // a later row can replace it only with another NaN.
-template <typename T>
-__global__ void max_pool_kernel(const T* x, T* out, int64_t* indices, Planes s, Pool2dParams p) {
+// S: the storage type; T: the type values are compared in.
+template <typename S, typename T>
+__global__ void max_pool_kernel(const S* x, S* out, int64_t* indices, Planes s, Pool2dParams p) {
   const int64_t n = s.count * s.ho * s.wo;
   LOOM_FOR_EACH(o, n) {
     const int64_t ow = o % s.wo, oh = (o / s.wo) % s.ho, plane = o / (s.wo * s.ho);
-    const T* in = x + plane * s.h * s.w;
+    const S* in = x + plane * s.h * s.w;
     T best = -math::infinity<T>();
     int64_t best_at = -1;
     for (int i = 0; i < p.kernel_h; ++i) {
@@ -48,7 +53,7 @@ __global__ void max_pool_kernel(const T* x, T* out, int64_t* indices, Planes s, 
       for (int j = 0; j < p.kernel_w; ++j) {
         const int64_t iw = ow * p.stride_w - p.pad_w + j;
         if (iw < 0 || iw >= s.w) continue;
-        const T v = in[ih * s.w + iw];
+        const T v = widen(in[ih * s.w + iw]);
         if (best_at < 0 || v > best || math::isnan(v)) {
           best = v;
           best_at = ih * s.w + iw;
@@ -56,13 +61,14 @@ __global__ void max_pool_kernel(const T* x, T* out, int64_t* indices, Planes s, 
         }
       }
     }
-    out[o] = best;
+    out[o] = narrow_to<S>(best);  // exact: best is one of the inputs
     indices[o] = best_at;
   }
 }
 
-template <typename T>
-__global__ void max_pool_backward_kernel(const T* dy, const int64_t* indices, T* dx, Planes s) {
+// S: float, double, __nv_bfloat16 or __half, all of which atomicAdd takes on sm_90.
+template <typename S>
+__global__ void max_pool_backward_kernel(const S* dy, const int64_t* indices, S* dx, Planes s) {
   const int64_t n = s.count * s.ho * s.wo;
   LOOM_FOR_EACH(o, n) {
     const int64_t at = indices[o];
@@ -152,24 +158,26 @@ void zero(const Tensor& t, cudaStream_t stream) {
 
 void CudaBackend::max_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   if (out.numel() == 0) return;
-  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(x.dtype(), "max_pool2d", [&](auto storage, auto compute) {
+    using S = decltype(storage);
     LaunchContext ctx(out);
-    max_pool_kernel<T><<<ctx.grid(out.numel()), kBlockSize, 0, ctx.stream>>>(
-        x.data_ptr<T>(), out.data_ptr<T>(), indices.data_ptr<int64_t>(), planes(x, out), p);
+    max_pool_kernel<S, decltype(compute)><<<ctx.grid(out.numel()), kBlockSize, 0, ctx.stream>>>(
+        static_cast<const S*>(x.raw_data()), static_cast<S*>(out.raw_data()), indices.data_ptr<int64_t>(),
+        planes(x, out), p);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
   if (dx.numel() == 0) return;
-  dispatch_floating(dy.dtype(), "max_pool2d_backward", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(dy.dtype(), "max_pool2d_backward", [&](auto storage, auto) {
+    using S = decltype(storage);
     LaunchContext ctx(dx);
     zero(dx, ctx.stream);
     if (dy.numel() == 0) return;
-    max_pool_backward_kernel<T><<<ctx.grid(dy.numel()), kBlockSize, 0, ctx.stream>>>(
-        dy.data_ptr<T>(), indices.data_ptr<int64_t>(), dx.data_ptr<T>(), planes(dx, dy));
+    max_pool_backward_kernel<S><<<ctx.grid(dy.numel()), kBlockSize, 0, ctx.stream>>>(
+        static_cast<const S*>(dy.raw_data()), indices.data_ptr<int64_t>(), static_cast<S*>(dx.raw_data()),
+        planes(dx, dy));
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }

@@ -6,28 +6,35 @@
 // `lo + (hi - lo) * u` into one FMA, rounding differently from the host.
 // Uniform, randint and bernoulli draws are then bit-identical to the CPU's;
 // normal draws also call log and cos, whose last bit may differ between
-// CUDA's and glibc's double versions (CUDA: at most 1 and 2 ulp).
+// CUDA's and glibc's double versions (CUDA: at most 1 and 2 ulp). 16-bit
+// floats take the draw through float32, as the CPU does.
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
 #include "tensor/random_draw.h"
 
 namespace loom::cuda {
 namespace {
 
-template <typename T, RandomOp OP>
-__global__ void random_kernel(T* out, int64_t n, double a, double b, uint64_t seed, uint64_t offset) {
+// A draw stored as S: converted to S's compute type, then rounded to S.
+template <typename S, typename V>
+__device__ __forceinline__ S store(V draw) {
+  return narrow_to<S>(static_cast<compute_of_t<S>>(draw));
+}
+
+template <typename S, RandomOp OP>
+__global__ void random_kernel(S* out, int64_t n, double a, double b, uint64_t seed, uint64_t offset) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads) {
     const uint64_t index = static_cast<uint64_t>(i);
     if constexpr (OP == RandomOp::Uniform)
-      out[i] = static_cast<T>(random_draw::uniform(seed, offset, index, a, b));
+      out[i] = store<S>(random_draw::uniform(seed, offset, index, a, b));
     else if constexpr (OP == RandomOp::Normal)
-      out[i] = static_cast<T>(random_draw::normal(seed, offset, index, a, b));
+      out[i] = store<S>(random_draw::normal(seed, offset, index, a, b));
     else if constexpr (OP == RandomOp::RandInt)
-      out[i] = static_cast<T>(random_draw::randint(seed, offset, index, static_cast<int64_t>(a),
-                                                   static_cast<int64_t>(b)));
+      out[i] = store<S>(random_draw::randint(seed, offset, index, static_cast<int64_t>(a), static_cast<int64_t>(b)));
     else
-      out[i] = static_cast<T>(random_draw::bernoulli(seed, offset, index, a));
+      out[i] = store<S>(random_draw::bernoulli(seed, offset, index, a));
   }
 }
 
@@ -36,7 +43,8 @@ void launch_random(const Tensor& out, double a, double b, uint64_t seed, uint64_
   const int64_t n = out.numel();
   if (n == 0) return;
   LaunchContext ctx(out);
-  random_kernel<T, OP><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(out.data_ptr<T>(), n, a, b, seed, offset);
+  random_kernel<T, OP><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(static_cast<T*>(out.raw_data()), n, a, b, seed,
+                                                                     offset);
   LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }
 
@@ -44,8 +52,8 @@ void launch_random(const Tensor& out, double a, double b, uint64_t seed, uint64_
 
 void CudaBackend::random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
                          uint64_t offset) {
-  dispatch_all(out.dtype(), "random", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_any_storage(out.dtype(), "random", [&](auto storage, auto) {
+    using T = decltype(storage);
     switch (op) {
       case RandomOp::Uniform: return launch_random<T, RandomOp::Uniform>(out, a, b, seed, offset);
       case RandomOp::Normal: return launch_random<T, RandomOp::Normal>(out, a, b, seed, offset);

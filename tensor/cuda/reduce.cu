@@ -14,7 +14,8 @@
 //    neighbouring threads reading neighbouring addresses; eight threads share
 //    an output's range within a block, and more blocks when outputs are few.
 // Accumulators are the CPU's: float sums accumulate in double, uint8 sums in
-// int64; max / min propagate NaN; argmax / argmin return the first extremum
+// int64, 16-bit floats as float (sums in double, rounded once at the end);
+// max / min propagate NaN; argmax / argmin return the first extremum
 // (the first NaN, if any).
 #include <algorithm>
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "tensor/creation.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device_math.cuh"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
 
 namespace loom::cuda {
@@ -38,10 +40,12 @@ constexpr int kReduceBlock = 256;
 
 template <typename T> struct SumAccumulator { using type = T; };
 template <> struct SumAccumulator<float> { using type = double; };
+template <> struct SumAccumulator<__nv_bfloat16> { using type = double; };
+template <> struct SumAccumulator<__half> { using type = double; };
 template <> struct SumAccumulator<uint8_t> { using type = int64_t; };
 
-// max/min/arg accumulate in T, but shuffles need at least 32 bits.
-template <typename T> struct CompareAccumulator { using type = T; };
+// max/min/arg accumulate in T (16-bit floats as float), but shuffles need at least 32 bits.
+template <typename T> struct CompareAccumulator { using type = compute_of_t<T>; };
 template <> struct CompareAccumulator<uint8_t> { using type = uint32_t; };
 
 template <typename T>
@@ -62,9 +66,9 @@ struct SumOp {
   using Acc = typename SumAccumulator<T>::type;
   using Out = T;
   __device__ static Acc identity() { return Acc(0); }
-  __device__ static Acc project(T x, int64_t) { return Acc(x); }
+  __device__ static Acc project(T x, int64_t) { return Acc(widen(x)); }
   __device__ static Acc combine(Acc a, Acc b) { return a + b; }
-  __device__ static Out finish(Acc a) { return Out(a); }
+  __device__ static Out finish(Acc a) { return narrow_to<Out>(a); }
 };
 
 template <typename T, bool kMax>
@@ -73,14 +77,14 @@ struct ExtremumOp {
   using Acc = typename CompareAccumulator<T>::type;
   using Out = T;
   __device__ static Acc identity() { return kMax ? lowest<Acc>() : highest<Acc>(); }
-  __device__ static Acc project(T x, int64_t) { return Acc(x); }
+  __device__ static Acc project(T x, int64_t) { return Acc(widen(x)); }
   // NaN wins from either side, as in PyTorch.
   __device__ static Acc combine(Acc a, Acc b) {
     if (math::isnan(a)) return a;
     if (math::isnan(b)) return b;
     return kMax ? (a >= b ? a : b) : (a <= b ? a : b);
   }
-  __device__ static Out finish(Acc a) { return Out(a); }
+  __device__ static Out finish(Acc a) { return narrow_to<Out>(a); }
 };
 
 template <typename V>
@@ -98,7 +102,7 @@ struct ArgOp {
   __device__ static Acc identity() {
     return {kMax ? lowest<V>() : highest<V>(), std::numeric_limits<int64_t>::max()};
   }
-  __device__ static Acc project(T x, int64_t index) { return {V(x), index}; }
+  __device__ static Acc project(T x, int64_t index) { return {V(widen(x)), index}; }
   // The first NaN, else the extremum, ties to the lower index: the same
   // answer in any combining order.
   __device__ static Acc combine(Acc a, Acc b) {
@@ -359,8 +363,8 @@ void launch_reduce(const Tensor& a, const Tensor& out, const ReducePlan& plan) {
 void CudaBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
   if (out.numel() == 0) return;
   const ReducePlan plan = make_plan(a, out, [&](int d) { return out.size(d) == 1; }, true);
-  dispatch_numeric(a.dtype(), "reduce", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_numeric_or_16bit(a.dtype(), "reduce", [&](auto storage, auto) {
+    using T = decltype(storage);
     switch (op) {
       case ReduceOp::Sum: return launch_reduce<SumOp<T>>(a, out, plan);
       case ReduceOp::Max: return launch_reduce<ExtremumOp<T, true>>(a, out, plan);
@@ -373,8 +377,8 @@ void CudaBackend::arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Ten
   if (out.numel() == 0) return;
   // One reduced dim, never merged: the reduced index is the position along `dim`.
   const ReducePlan plan = make_plan(a, out, [&](int d) { return d == dim; }, false);
-  dispatch_numeric(a.dtype(), "argmax", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_numeric_or_16bit(a.dtype(), "argmax", [&](auto storage, auto) {
+    using T = decltype(storage);
     if (op == ArgReduceOp::ArgMax)
       launch_reduce<ArgOp<T, true>>(a, out, plan);
     else

@@ -1,6 +1,8 @@
 // CUDA ternary maps: where (select), addcmul and addcdiv (the optimizers'
-// fused updates), with the CPU's formulas, run by loops.cuh.
+// fused updates), with the CPU's formulas, run by loops.cuh; 16-bit floats
+// computed in float (half.cuh).
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/loops.cuh"
 
 namespace loom::cuda {
@@ -28,18 +30,20 @@ struct Addcdiv {
 void CudaBackend::ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c,
                           const Tensor& out, double alpha) {
   if (op == TernaryOp::Where) {
-    dispatch_all(out.dtype(), "where", [&](auto tag) {
-      using T = decltype(tag);
-      launch_elementwise<3, T, bool, T, T>(out, {&a, &b, &c}, Where<T>{});
+    dispatch_any_storage(out.dtype(), "where", [&](auto storage, auto) {
+      using S = decltype(storage);  // selects without arithmetic
+      launch_elementwise<3, S, bool, S, S>(out, {&a, &b, &c}, Where<S>{});
     });
     return;
   }
-  dispatch_floating(out.dtype(), op == TernaryOp::Addcmul ? "addcmul" : "addcdiv", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(out.dtype(), op == TernaryOp::Addcmul ? "addcmul" : "addcdiv", [&](auto storage,
+                                                                                                  auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
     if (op == TernaryOp::Addcmul)
-      launch_elementwise<3, T, T, T, T>(out, {&a, &b, &c}, Addcmul<T>{T(alpha)});
+      launch_elementwise<3, S, S, S, S>(out, {&a, &b, &c}, on_storage<S>(Addcmul<T>{T(alpha)}));
     else
-      launch_elementwise<3, T, T, T, T>(out, {&a, &b, &c}, Addcdiv<T>{T(alpha)});
+      launch_elementwise<3, S, S, S, S>(out, {&a, &b, &c}, on_storage<S>(Addcdiv<T>{T(alpha)}));
   });
 }
 

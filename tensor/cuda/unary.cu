@@ -1,9 +1,11 @@
 // CUDA unary maps (UnaryOp): one functor per op, with the formulas of the
-// CPU's scalar path (tensor/cpu/elementwise.cc), run by loops.cuh.
+// CPU's scalar path (tensor/cpu/elementwise.cc), run by loops.cuh; 16-bit
+// floats computed in float (half.cuh).
 #include <type_traits>
 
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device_math.cuh"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/loops.cuh"
 
 namespace loom::cuda {
@@ -48,9 +50,10 @@ struct LogicalNot {
   __device__ bool operator()(bool x) const { return !x; }
 };
 
-template <typename T>
+// S: the storage type; T: the type the functor computes in.
+template <typename S, typename T>
 void unary_typed(UnaryOp op, const Tensor& a, const Tensor& out, T alpha, T beta) {
-  auto run = [&](auto fn) { launch_elementwise<1, T, T>(out, {&a}, fn); };
+  auto run = [&](auto fn) { launch_elementwise<1, S, S>(out, {&a}, on_storage<S>(fn)); };
 #define LOOM_UNARY_CASE(OP) \
   case UnaryOp::OP:         \
     return run(UnaryFn<UnaryOp::OP, T>{alpha, beta});
@@ -80,8 +83,8 @@ void unary_typed(UnaryOp op, const Tensor& a, const Tensor& out, T alpha, T beta
     LOOM_UNARY_CASE(Clamp)
     LOOM_UNARY_CASE(Relu)
     default:
-      LOOM_INTERNAL_ASSERT(false, "unary op ", static_cast<int>(op), " is not defined for ",
-                           dtype_of<T>(), " tensors");
+      LOOM_INTERNAL_ASSERT(false, "unary op ", static_cast<int>(op), " is not defined for ", a.dtype(),
+                           " tensors");
   }
 #undef LOOM_UNARY_CASE
 }
@@ -93,9 +96,9 @@ void CudaBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double a
     launch_elementwise<1, bool, bool>(out, {&a}, LogicalNot{});
     return;
   }
-  dispatch_numeric(a.dtype(), "unary", [&](auto tag) {
-    using T = decltype(tag);
-    unary_typed<T>(op, a, out, static_cast<T>(alpha), static_cast<T>(beta));
+  dispatch_numeric_or_16bit(a.dtype(), "unary", [&](auto storage, auto compute) {
+    using T = decltype(compute);
+    unary_typed<decltype(storage), T>(op, a, out, static_cast<T>(alpha), static_cast<T>(beta));
   });
 }
 

@@ -36,8 +36,11 @@ TEST(DistributedDataParallel, TwoRanksFloat32) { expect_matches_single_device(2,
 // a gradient that is exactly zero in real arithmetic, and in float32 rounding
 // noise of ~1e-9, which Adam's g / (|g| + eps) amplifies into arbitrary 1e-3
 // updates. In float64 the noise stays far below eps.
+// With BatchNorm the difference grows to about 1e-10 by the fourth step in
+// the ASan build's unoptimised code (1.08e-10 seen); 1e-9 still tells a
+// lost rank (1e-2) from rounding.
 TEST(DistributedDataParallel, ThreeRanksBatchNormFloat64) {
-  expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .tolerance = 1e-10});
+  expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .tolerance = 1e-9});
 }
 TEST(DistributedDataParallel, NoSyncAccumulationThreeRanks) {
   expect_matches_single_device(3, {.dtype = kFloat64, .batch_norm = true, .micro_batches = 3, .tolerance = 1e-10});

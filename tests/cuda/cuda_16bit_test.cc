@@ -1,0 +1,140 @@
+// bfloat16 and float16 on the GPU against the same ops on the CPU, which
+// compute in float32 and round once (tensor/cpu/float32_compute.h): the GPU
+// kernels compute in float too, so the two differ by at most an ulp or two
+// of the 16-bit result (from float32 steps taken in another order), and
+// conversions agree bit for bit.
+#include <gtest/gtest.h>
+
+#include "nn/nn.h"
+#include "tensor/autocast.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::expect_close;
+using testing::expect_equal;
+using testing::gpu;
+using testing::random;
+namespace F = nn::functional;
+
+class Cuda16Bit : public ::testing::TestWithParam<DType> {
+ protected:
+  // Two ulps of a value near 1: 2^-7 for bfloat16, 2^-10 for float16.
+  double tol() const { return GetParam() == kBFloat16 ? 1.6e-2 : 2e-3; }
+  Tensor rand(const Shape& shape, uint64_t seed) const { return random(shape, kFloat32, seed).to(GetParam()); }
+};
+
+TEST_P(Cuda16Bit, ConversionsAgreeBitForBit) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = random({1000}, kFloat32, 1, -70000, 70000);  // beyond float16's range too
+  expect_equal(gpu(x).to(dtype).cpu(), x.to(dtype), "float32 -> 16 bits");
+  Tensor h = x.to(dtype);
+  expect_equal(gpu(h).to(kFloat32).cpu(), h.to(kFloat32), "16 bits -> float32");
+  expect_equal(gpu(h).to(kFloat64).cpu(), h.to(kFloat64), "16 bits -> float64");
+  const DType other = dtype == kBFloat16 ? kFloat16 : kBFloat16;
+  expect_equal(gpu(h).to(other).cpu(), h.to(other), "between the 16-bit types");
+  expect_equal(full({5}, 0.1, {.dtype = dtype, .device = testing::gpu_device()}).cpu(), full({5}, 0.1, {.dtype = dtype}),
+               "fill");
+}
+
+// Draws are the CPU's (random_draw.h) taken through float32 and rounded.
+TEST_P(Cuda16Bit, RandomDrawsAreTheCpus) {
+  LOOM_REQUIRE_CUDA();
+  Generator on_cpu(5), on_gpu(5);
+  expect_equal(uniform({500}, -1, 1, {.dtype = GetParam(), .device = testing::gpu_device()}, &on_gpu).cpu(),
+               uniform({500}, -1, 1, {.dtype = GetParam()}, &on_cpu), "uniform");
+  expect_equal(bernoulli({500}, 0.3, {.dtype = GetParam(), .device = testing::gpu_device()}, &on_gpu).cpu(),
+               bernoulli({500}, 0.3, {.dtype = GetParam()}, &on_cpu), "bernoulli");
+}
+
+TEST_P(Cuda16Bit, ElementwiseOpsMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  Tensor a = rand({33, 17}, 2), b = rand({33, 17}, 3), row = rand({17}, 4);
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>>> ops = {
+      {"exp", [](const Tensor& x, const Tensor&, const Tensor&) { return exp(x); }},
+      {"tanh", [](const Tensor& x, const Tensor&, const Tensor&) { return tanh(x); }},
+      {"sigmoid", [](const Tensor& x, const Tensor&, const Tensor&) { return sigmoid(x); }},
+      {"relu", [](const Tensor& x, const Tensor&, const Tensor&) { return relu(x); }},
+      {"gelu", [](const Tensor& x, const Tensor&, const Tensor&) { return gelu(x, GeluApproximation::Tanh); }},
+      {"neg", [](const Tensor& x, const Tensor&, const Tensor&) { return -x; }},
+      {"add broadcast", [](const Tensor& x, const Tensor&, const Tensor& r) { return x + r; }},
+      {"mul", [](const Tensor& x, const Tensor& y, const Tensor&) { return x * y; }},
+      {"div", [](const Tensor& x, const Tensor& y, const Tensor&) { return x / (abs(y) + 1); }},
+      {"maximum", [](const Tensor& x, const Tensor& y, const Tensor&) { return maximum(x, y); }},
+      {"where", [](const Tensor& x, const Tensor& y, const Tensor&) { return where(x > y, x, y); }},
+      {"transposed copy", [](const Tensor& x, const Tensor&, const Tensor&) { return x.t().contiguous(); }},
+  };
+  for (const auto& [name, op] : ops)
+    expect_close(op(gpu(a), gpu(b), gpu(row)), op(a, b, row), tol(), name);
+  expect_equal((gpu(a) < gpu(b)).cpu(), a < b, "less than");
+}
+
+TEST_P(Cuda16Bit, ReductionsMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  Tensor a = rand({24, 300}, 5);
+  expect_close(gpu(a).sum({1}), a.sum({1}), tol() * 8, "sum of rows");  // |sum| reaches ~20
+  expect_close(gpu(a).sum({0}), a.sum({0}), tol() * 8, "sum of columns");
+  expect_close(gpu(a).max({1}), a.max({1}), 0, "max");
+  expect_equal(gpu(a).argmax(1).cpu(), a.argmax(1), "argmax");
+}
+
+TEST_P(Cuda16Bit, MatmulMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  Tensor a = rand({3, 40, 64}, 6), b = rand({64, 24}, 7);
+  // Sums of 64 products reach ~20: an ulp or two of that.
+  expect_close(matmul(gpu(a), gpu(b)), matmul(a, b), tol() * 16, "batched, broadcast");
+  expect_close(matmul(gpu(a), gpu(b).t().contiguous().t()), matmul(a, b), tol() * 16, "transposed operand");
+}
+
+TEST_P(Cuda16Bit, ConvolutionPoolingAndTheirGradientsMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  for (bool relu : {false, true}) {
+    auto run = [&](Device device) {
+      Tensor x = rand({4, 3, 10, 10}, 8).to(device).requires_grad_(true);
+      Tensor w = rand({6, 3, 3, 3}, 9).to(device).requires_grad_(true);
+      Tensor b = rand({6}, 10).to(device).requires_grad_(true);
+      const Conv2dParams p{.pad_h = 1, .pad_w = 1};
+      Tensor y = F::max_pool2d(relu ? F::conv2d_relu(x, w, b, p) : F::conv2d(x, w, b, p),
+                               {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2});
+      (y * rand(y.shape(), 11).to(device)).sum().backward();
+      return TensorList{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    const TensorList on_gpu = run(testing::gpu_device()), on_cpu = run(Device::cpu());
+    const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+    for (int k = 0; k < 4; ++k)  // sums of up to 27 (forward) and 200 (weight gradient) products
+      expect_close(on_gpu[k], on_cpu[k], tol() * 32, std::string(names[k]) + (relu ? " with relu" : ""));
+  }
+}
+
+// The demo's CNN, one step under autocast on both devices: the same loss.
+TEST_P(Cuda16Bit, AnAutocastTrainingStepMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  auto loss_on = [&](Device device) {
+    manual_seed(3);
+    nn::Sequential net(nn::Conv2d({.in_channels = 1, .out_channels = 8, .kernel_size = 3, .padding = 1}), nn::ReLU(),
+                       nn::MaxPool2d(2), nn::Flatten(), nn::Linear(8 * 14 * 14, 10));
+    net->to(device);
+    Tensor x = random({16, 1, 28, 28}, kFloat32, 12).to(device);
+    Tensor y = randint(0, 10, {16}, {.dtype = kInt64}).to(device);
+    Tensor loss;
+    {
+      AutocastGuard autocast(GetParam());
+      loss = F::cross_entropy(net->forward(x), y);
+    }
+    loss.backward();
+    return std::make_pair(loss.item(), net->parameters()[0].grad().cpu());
+  };
+  const auto [gpu_loss, gpu_grad] = loss_on(testing::gpu_device());
+  const auto [cpu_loss, cpu_grad] = loss_on(Device::cpu());
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-2 * cpu_loss);
+  EXPECT_EQ(gpu_grad.dtype(), kFloat32) << "parameters and their gradients stay float32";
+  EXPECT_LE(testing::max_rel_error(gpu_grad, cpu_grad), 5e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Cuda16Bit, ::testing::Values(kBFloat16, kFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace loom
