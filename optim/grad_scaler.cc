@@ -33,7 +33,7 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       non_finite = non_finite + (probe.device() == non_finite.device() ? probe : probe.to(non_finite.device()));
     }
   }
-  const bool inf = non_finite.defined() && !std::isfinite(non_finite.item());  // the one read-back
+  const bool inf = agree_on_inf(non_finite.defined() && !std::isfinite(non_finite.item()));  // the one read-back
   unscaled_.emplace_back(&optimizer, inf);
   found_inf_ = found_inf_ || inf;
 }

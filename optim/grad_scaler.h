@@ -41,6 +41,7 @@ struct GradScalerOptions {
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
+  virtual ~GradScaler() = default;
 
   // loss * scale.
   Tensor scale(const Tensor& loss) const;
@@ -57,6 +58,12 @@ class GradScaler {
   double get_scale() const { return scale_; }
   // Whether the gradients unscaled in the last step (of any optimizer) had an inf or NaN.
   bool found_inf() const { return found_inf_; }
+
+ protected:
+  // Whether to skip, given whether this process's gradients of one optimizer
+  // had an inf or NaN. Ranks that each hold part of a model's gradients must
+  // decide together (parallel::ShardedGradScaler).
+  virtual bool agree_on_inf(bool found_here) { return found_here; }
 
  private:
   GradScalerOptions options_;
