@@ -8,11 +8,14 @@
 // dweight and dbias are sums over rows: 32 x 8 thread blocks, threads along
 // the columns (coalesced), the rows split over blocks whose double partial
 // sums a second kernel adds up when there are many rows.
+// Kernels take a storage type S and compute in T: 16-bit floats are widened
+// to float on load and rounded once on store (half.cuh), as the CPU does.
 #include <algorithm>
 #include <cstdint>
 
 #include "tensor/creation.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
 #include "tensor/cuda/row_reduce.cuh"
 
@@ -26,72 +29,72 @@ constexpr int row_block() {
   return GROUP == 32 ? 128 : GROUP;
 }
 
-template <typename T, int GROUP>
+template <typename S, typename T, int GROUP>
 __global__ void __launch_bounds__(row_block<GROUP>())
-    layer_norm_kernel(const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd,
+    layer_norm_kernel(const S* x, const S* weight, const S* bias, double eps, S* y, S* mean, S* rstd,
                       int64_t rows, int64_t cols) {
   __shared__ double scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (row_block<GROUP>() / GROUP) + threadIdx.x / GROUP;
   const int lane = threadIdx.x % GROUP;
   if (row >= rows) return;  // whole warps only; a block row always exists
-  const T* xr = x + row * cols;
+  const S* xr = x + row * cols;
   double sum = 0;
-  for (int64_t c = lane; c < cols; c += GROUP) sum += xr[c];
+  for (int64_t c = lane; c < cols; c += GROUP) sum += widen(xr[c]);
   sum = row_allreduce<GROUP>(sum, Plus<double>(), scratch);
   const double mu = sum / cols;
   double sum_sq = 0;
   for (int64_t c = lane; c < cols; c += GROUP) {
-    const double d = xr[c] - mu;
+    const double d = widen(xr[c]) - mu;
     sum_sq += d * d;
   }
   sum_sq = row_allreduce<GROUP>(sum_sq, Plus<double>(), scratch);
   const T inv = T(1.0 / ::sqrt(sum_sq / cols + eps));
   const T mu_t = T(mu);
   if (lane == 0) {
-    mean[row] = mu_t;
-    rstd[row] = inv;
+    mean[row] = narrow_to<S>(mu_t);
+    rstd[row] = narrow_to<S>(inv);
   }
-  T* yr = y + row * cols;
+  S* yr = y + row * cols;
   for (int64_t c = lane; c < cols; c += GROUP) {
-    const T v = (xr[c] - mu_t) * inv;
-    yr[c] = (weight ? v * weight[c] : v) + (bias ? bias[c] : T(0));
+    const T v = (widen(xr[c]) - mu_t) * inv;
+    yr[c] = narrow_to<S>((weight ? v * widen(weight[c]) : v) + (bias ? widen(bias[c]) : T(0)));
   }
 }
 
 // dx = rstd (g - mean(g) - xhat mean(g xhat)), with g = dy * weight.
-template <typename T, int GROUP>
+template <typename S, typename T, int GROUP>
 __global__ void __launch_bounds__(row_block<GROUP>())
-    layer_norm_dx_kernel(const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx,
+    layer_norm_dx_kernel(const S* dy, const S* x, const S* weight, const S* mean, const S* rstd, S* dx,
                          int64_t rows, int64_t cols) {
   __shared__ double scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (row_block<GROUP>() / GROUP) + threadIdx.x / GROUP;
   const int lane = threadIdx.x % GROUP;
   if (row >= rows) return;
-  const T* xr = x + row * cols;
-  const T* dyr = dy + row * cols;
-  const T mu = mean[row], inv = rstd[row];
+  const S* xr = x + row * cols;
+  const S* dyr = dy + row * cols;
+  const T mu = widen(mean[row]), inv = widen(rstd[row]);
   double g_sum = 0, gx_sum = 0;
   for (int64_t c = lane; c < cols; c += GROUP) {
-    const T xhat = (xr[c] - mu) * inv;
-    const T g = weight ? dyr[c] * weight[c] : dyr[c];
+    const T xhat = (widen(xr[c]) - mu) * inv;
+    const T g = weight ? widen(dyr[c]) * widen(weight[c]) : widen(dyr[c]);
     g_sum += g;
     gx_sum += g * xhat;
   }
   g_sum = row_allreduce<GROUP>(g_sum, Plus<double>(), scratch);
   gx_sum = row_allreduce<GROUP>(gx_sum, Plus<double>(), scratch);
   const T g_mean = T(g_sum / cols), gx_mean = T(gx_sum / cols);
-  T* dxr = dx + row * cols;
+  S* dxr = dx + row * cols;
   for (int64_t c = lane; c < cols; c += GROUP) {
-    const T xhat = (xr[c] - mu) * inv;
-    const T g = weight ? dyr[c] * weight[c] : dyr[c];
-    dxr[c] = inv * (g - g_mean - xhat * gx_mean);
+    const T xhat = (widen(xr[c]) - mu) * inv;
+    const T g = weight ? widen(dyr[c]) * widen(weight[c]) : widen(dyr[c]);
+    dxr[c] = narrow_to<S>(inv * (g - g_mean - xhat * gx_mean));
   }
 }
 
 // Column sums of dy * xhat (dweight) and dy (dbias) over a chunk of rows.
-template <typename T>
+template <typename S, typename T>
 __global__ void __launch_bounds__(256)
-    layer_norm_params_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dweight, T* dbias,
+    layer_norm_params_kernel(const S* dy, const S* x, const S* mean, const S* rstd, S* dweight, S* dbias,
                              double* partial, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   __shared__ double sums[2][8][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
@@ -100,8 +103,8 @@ __global__ void __launch_bounds__(256)
   double dw = 0, db = 0;
   if (c < cols) {
     for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
-      const T g = dy[r * cols + c];
-      const T xhat = (x[r * cols + c] - mean[r]) * rstd[r];
+      const T g = widen(dy[r * cols + c]);
+      const T xhat = (widen(x[r * cols + c]) - widen(mean[r])) * widen(rstd[r]);
       dw += g * xhat;
       db += g;
     }
@@ -115,16 +118,16 @@ __global__ void __launch_bounds__(256)
     db += sums[1][k][threadIdx.x];
   }
   if (gridDim.y == 1) {
-    if (dweight) dweight[c] = T(dw);
-    if (dbias) dbias[c] = T(db);
+    if (dweight) dweight[c] = narrow_to<S>(T(dw));
+    if (dbias) dbias[c] = narrow_to<S>(T(db));
   } else {
     partial[(2 * static_cast<int64_t>(blockIdx.y)) * cols + c] = dw;
     partial[(2 * static_cast<int64_t>(blockIdx.y) + 1) * cols + c] = db;
   }
 }
 
-template <typename T>
-__global__ void layer_norm_params_finish(const double* partial, T* dweight, T* dbias, int64_t cols, int64_t chunks) {
+template <typename S, typename T>
+__global__ void layer_norm_params_finish(const double* partial, S* dweight, S* dbias, int64_t cols, int64_t chunks) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   double dw = 0, db = 0;
@@ -132,18 +135,14 @@ __global__ void layer_norm_params_finish(const double* partial, T* dweight, T* d
     dw += partial[(2 * k) * cols + c];
     db += partial[(2 * k + 1) * cols + c];
   }
-  if (dweight) dweight[c] = T(dw);
-  if (dbias) dbias[c] = T(db);
+  if (dweight) dweight[c] = narrow_to<S>(T(dw));
+  if (dbias) dbias[c] = narrow_to<S>(T(db));
 }
 
-template <typename T>
-const T* optional(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-
-template <typename T>
-T* optional_out(const Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
+// A tensor's data as S, or null for an undefined one.
+template <typename S>
+S* data_of(const Tensor& t) {
+  return t.defined() ? static_cast<S*>(t.raw_data()) : nullptr;
 }
 
 // Calls launch(GROUP) with the row width that suits `cols`.
@@ -160,16 +159,17 @@ void with_row_group(int64_t cols, Launch&& launch) {
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                              const Tensor& mean, const Tensor& rstd) {
   if (x.numel() == 0) return;
-  dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(x.dtype(), "layer_norm", [&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
     LaunchContext ctx(x);
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
       const int64_t blocks = ceil_div(rows, row_block<G>() / G);
-      layer_norm_kernel<T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
-          x.data_ptr<T>(), optional<T>(weight), optional<T>(bias), eps, y.data_ptr<T>(), mean.data_ptr<T>(),
-          rstd.data_ptr<T>(), rows, cols);
+      layer_norm_kernel<S, T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
+          data_of<const S>(x), data_of<const S>(weight), data_of<const S>(bias), eps, data_of<S>(y),
+          data_of<S>(mean), data_of<S>(rstd), rows, cols);
     });
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
@@ -179,16 +179,17 @@ void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
                                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                                       const Tensor& dbias) {
   if (x.numel() == 0) return;
-  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(x.dtype(), "layer_norm_backward", [&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
     LaunchContext ctx(x);
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
       const int64_t blocks = ceil_div(rows, row_block<G>() / G);
-      layer_norm_dx_kernel<T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
-          dy.data_ptr<T>(), x.data_ptr<T>(), optional<T>(weight), mean.data_ptr<T>(), rstd.data_ptr<T>(),
-          dx.data_ptr<T>(), rows, cols);
+      layer_norm_dx_kernel<S, T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
+          data_of<const S>(dy), data_of<const S>(x), data_of<const S>(weight), data_of<const S>(mean),
+          data_of<const S>(rstd), data_of<S>(dx), rows, cols);
     });
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     if (!dweight.defined() && !dbias.defined()) return;
@@ -205,14 +206,14 @@ void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
       scratch = empty({2 * chunks * cols}, {.dtype = kFloat64, .device = x.device()});
       partial = scratch.data_ptr<double>();
     }
-    layer_norm_params_kernel<T><<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)),
-                                  dim3(32, 8), 0, ctx.stream>>>(
-        dy.data_ptr<T>(), x.data_ptr<T>(), mean.data_ptr<T>(), rstd.data_ptr<T>(), optional_out<T>(dweight),
-        optional_out<T>(dbias), partial, rows, cols, rows_per_chunk);
+    layer_norm_params_kernel<S, T><<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)),
+                                     dim3(32, 8), 0, ctx.stream>>>(
+        data_of<const S>(dy), data_of<const S>(x), data_of<const S>(mean), data_of<const S>(rstd),
+        data_of<S>(dweight), data_of<S>(dbias), partial, rows, cols, rows_per_chunk);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     if (chunks > 1) {
-      layer_norm_params_finish<T><<<static_cast<unsigned>(ceil_div(cols, kBlockSize)), kBlockSize, 0, ctx.stream>>>(
-          partial, optional_out<T>(dweight), optional_out<T>(dbias), cols, chunks);
+      layer_norm_params_finish<S, T><<<static_cast<unsigned>(ceil_div(cols, kBlockSize)), kBlockSize, 0,
+                                       ctx.stream>>>(partial, data_of<S>(dweight), data_of<S>(dbias), cols, chunks);
       LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     }
   });

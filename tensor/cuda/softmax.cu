@@ -11,10 +11,13 @@
 // (neighbouring threads read neighbouring addresses).
 // The formulas are the CPU's: y = exp(x - max) / sum, log y = x - max - log(sum);
 // dx = y (dy - sum(dy y)) and, for log-softmax, dx = dy - exp(y) sum(dy).
+// Kernels take a storage type S and compute in T: 16-bit floats are read
+// into float registers and rounded once when written (half.cuh).
 #include <cstdint>
 
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device_math.cuh"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
 #include "tensor/cuda/loops.cuh"
 #include "tensor/cuda/row_reduce.cuh"
@@ -27,17 +30,17 @@ constexpr int kWarpRowsBlock = 128;
 
 // Loads row elements into v[ELEMS]: element j*GROUP + lane, or with `vec`,
 // elements 4 (g*GROUP + lane) + [0, 4) into v[4g, 4g+4). Missing ones get `pad`.
-template <typename T, int GROUP, int ELEMS>
-__device__ __forceinline__ void load_row(const T* row, int size, int lane, bool vec, T pad, T (&v)[ELEMS]) {
+template <typename S, typename T, int GROUP, int ELEMS>
+__device__ __forceinline__ void load_row(const S* row, int size, int lane, bool vec, T pad, T (&v)[ELEMS]) {
   if constexpr (ELEMS >= 4) {
     if (vec) {
 #pragma unroll
       for (int g = 0; g < ELEMS / 4; ++g) {
         const int index = (g * GROUP + lane) * 4;
-        Vec<T> q = splat(pad);
-        if (index < size) q = *reinterpret_cast<const Vec<T>*>(row + index);
+        Vec<S> q = splat(narrow_to<S>(pad));  // -inf or 0: exact in every S
+        if (index < size) q = *reinterpret_cast<const Vec<S>*>(row + index);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[g * 4 + j] = q.v[j];
+        for (int j = 0; j < 4; ++j) v[g * 4 + j] = widen(q.v[j]);
       }
       return;
     }
@@ -45,22 +48,22 @@ __device__ __forceinline__ void load_row(const T* row, int size, int lane, bool 
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) {
     const int index = j * GROUP + lane;
-    v[j] = index < size ? row[index] : pad;
+    v[j] = index < size ? widen(row[index]) : pad;
   }
 }
 
-template <typename T, int GROUP, int ELEMS>
-__device__ __forceinline__ void store_row(T* row, int size, int lane, bool vec, const T (&v)[ELEMS]) {
+template <typename S, typename T, int GROUP, int ELEMS>
+__device__ __forceinline__ void store_row(S* row, int size, int lane, bool vec, const T (&v)[ELEMS]) {
   if constexpr (ELEMS >= 4) {
     if (vec) {
 #pragma unroll
       for (int g = 0; g < ELEMS / 4; ++g) {
         const int index = (g * GROUP + lane) * 4;
         if (index >= size) continue;
-        Vec<T> q;
+        Vec<S> q;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) q.v[j] = v[g * 4 + j];
-        *reinterpret_cast<Vec<T>*>(row + index) = q;
+        for (int j = 0; j < 4; ++j) q.v[j] = narrow_to<S>(v[g * 4 + j]);
+        *reinterpret_cast<Vec<S>*>(row + index) = q;
       }
       return;
     }
@@ -68,7 +71,7 @@ __device__ __forceinline__ void store_row(T* row, int size, int lane, bool vec, 
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) {
     const int index = j * GROUP + lane;
-    if (index < size) row[index] = v[j];
+    if (index < size) row[index] = narrow_to<S>(v[j]);
   }
 }
 
@@ -78,16 +81,16 @@ constexpr int block_threads() {
 }
 
 // One row per GROUP threads, held in registers.
-template <typename T, int GROUP, int ELEMS>
+template <typename S, typename T, int GROUP, int ELEMS>
 __global__ void __launch_bounds__(block_threads<GROUP>())
-    softmax_rows(const T* x, T* y, int64_t rows, int size, bool log, bool vec) {
+    softmax_rows(const S* x, S* y, int64_t rows, int size, bool log, bool vec) {
   constexpr int kRowsPerBlock = block_threads<GROUP>() / GROUP;
   __shared__ T scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
   const int lane = threadIdx.x % GROUP;
   if (row >= rows) return;  // whole warps only (GROUP == 32); a block row always exists
   T v[ELEMS];
-  load_row<T, GROUP, ELEMS>(x + row * size, size, lane, vec, -math::infinity<T>(), v);
+  load_row<S, T, GROUP, ELEMS>(x + row * size, size, lane, vec, -math::infinity<T>(), v);
   T max = -math::infinity<T>();
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) max = Max<T>()(max, v[j]);
@@ -115,81 +118,85 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
 #pragma unroll
     for (int j = 0; j < ELEMS; ++j) v[j] /= sum;
   }
-  store_row<T, GROUP, ELEMS>(y + row * size, size, lane, vec, v);
+  store_row<S, T, GROUP, ELEMS>(y + row * size, size, lane, vec, v);
 }
 
-template <typename T, int GROUP, int ELEMS>
+template <typename S, typename T, int GROUP, int ELEMS>
 __global__ void __launch_bounds__(block_threads<GROUP>())
-    softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int size, bool log, bool vec) {
+    softmax_backward_rows(const S* y, const S* dy, S* dx, int64_t rows, int size, bool log, bool vec) {
   constexpr int kRowsPerBlock = block_threads<GROUP>() / GROUP;
   __shared__ T scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
   const int lane = threadIdx.x % GROUP;
   if (row >= rows) return;
   T vy[ELEMS], vdy[ELEMS];
-  load_row<T, GROUP, ELEMS>(y + row * size, size, lane, vec, T(0), vy);
-  load_row<T, GROUP, ELEMS>(dy + row * size, size, lane, vec, T(0), vdy);
+  load_row<S, T, GROUP, ELEMS>(y + row * size, size, lane, vec, T(0), vy);
+  load_row<S, T, GROUP, ELEMS>(dy + row * size, size, lane, vec, T(0), vdy);
   T dot = 0;
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) dot += log ? vdy[j] : vdy[j] * vy[j];
   dot = row_allreduce<GROUP>(dot, Plus<T>(), scratch);
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) vdy[j] = log ? vdy[j] - math::exp(vy[j]) * dot : vy[j] * (vdy[j] - dot);
-  store_row<T, GROUP, ELEMS>(dx + row * size, size, lane, vec, vdy);
+  store_row<S, T, GROUP, ELEMS>(dx + row * size, size, lane, vec, vdy);
 }
 
 // Rows too long for registers: a block reads its row three times.
-template <typename T>
-__global__ void __launch_bounds__(kRowBlock) softmax_long_rows(const T* x, T* y, int64_t size, bool log) {
+template <typename S, typename T>
+__global__ void __launch_bounds__(kRowBlock) softmax_long_rows(const S* x, S* y, int64_t size, bool log) {
   __shared__ T scratch[kMaxWarps];
-  const T* in = x + static_cast<int64_t>(blockIdx.x) * size;
-  T* out = y + static_cast<int64_t>(blockIdx.x) * size;
+  const S* in = x + static_cast<int64_t>(blockIdx.x) * size;
+  S* out = y + static_cast<int64_t>(blockIdx.x) * size;
   T max = -math::infinity<T>();
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) max = Max<T>()(max, in[j]);
+  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) max = Max<T>()(max, widen(in[j]));
   max = row_allreduce<kRowBlock>(max, Max<T>(), scratch);
   T sum = 0;
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) sum += math::exp(in[j] - max);
+  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) sum += math::exp(widen(in[j]) - max);
   sum = row_allreduce<kRowBlock>(sum, Plus<T>(), scratch);
   const T log_sum = math::log(sum);
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock)
-    out[j] = log ? in[j] - max - log_sum : math::exp(in[j] - max) / sum;
+  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) {
+    const T v = widen(in[j]) - max;
+    out[j] = narrow_to<S>(log ? v - log_sum : math::exp(v) / sum);
+  }
 }
 
-template <typename T>
+template <typename S, typename T>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_backward_long_rows(const T* y, const T* dy, T* dx, int64_t size, bool log) {
+    softmax_backward_long_rows(const S* y, const S* dy, S* dx, int64_t size, bool log) {
   __shared__ T scratch[kMaxWarps];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * size;
   T dot = 0;
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) dot += log ? dy[base + j] : dy[base + j] * y[base + j];
+  for (int64_t j = threadIdx.x; j < size; j += kRowBlock)
+    dot += log ? widen(dy[base + j]) : widen(dy[base + j]) * widen(y[base + j]);
   dot = row_allreduce<kRowBlock>(dot, Plus<T>(), scratch);
   for (int64_t j = threadIdx.x; j < size; j += kRowBlock) {
     const int64_t k = base + j;
-    dx[k] = log ? dy[k] - math::exp(y[k]) * dot : y[k] * (dy[k] - dot);
+    const T yk = widen(y[k]), dyk = widen(dy[k]);
+    dx[k] = narrow_to<S>(log ? dyk - math::exp(yk) * dot : yk * (dyk - dot));
   }
 }
 
 // The softmax dim is not the last: thread per (outer, inner) column.
-template <typename T>
-__global__ void softmax_columns(const T* x, T* y, int64_t outer, int64_t size, int64_t inner, bool log) {
+template <typename S, typename T>
+__global__ void softmax_columns(const S* x, S* y, int64_t outer, int64_t size, int64_t inner, bool log) {
   const int64_t columns = outer * inner;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += threads) {
     const int64_t base = (c / inner) * size * inner + c % inner;
     T max = -math::infinity<T>();
-    for (int64_t j = 0; j < size; ++j) max = Max<T>()(max, x[base + j * inner]);
+    for (int64_t j = 0; j < size; ++j) max = Max<T>()(max, widen(x[base + j * inner]));
     T sum = 0;
-    for (int64_t j = 0; j < size; ++j) sum += math::exp(x[base + j * inner] - max);
+    for (int64_t j = 0; j < size; ++j) sum += math::exp(widen(x[base + j * inner]) - max);
     const T log_sum = math::log(sum);
     for (int64_t j = 0; j < size; ++j) {
-      const T v = x[base + j * inner] - max;
-      y[base + j * inner] = log ? v - log_sum : math::exp(v) / sum;
+      const T v = widen(x[base + j * inner]) - max;
+      y[base + j * inner] = narrow_to<S>(log ? v - log_sum : math::exp(v) / sum);
     }
   }
 }
 
-template <typename T>
-__global__ void softmax_backward_columns(const T* y, const T* dy, T* dx, int64_t outer, int64_t size,
+template <typename S, typename T>
+__global__ void softmax_backward_columns(const S* y, const S* dy, S* dx, int64_t outer, int64_t size,
                                          int64_t inner, bool log) {
   const int64_t columns = outer * inner;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -198,11 +205,12 @@ __global__ void softmax_backward_columns(const T* y, const T* dy, T* dx, int64_t
     T dot = 0;
     for (int64_t j = 0; j < size; ++j) {
       const int64_t k = base + j * inner;
-      dot += log ? dy[k] : dy[k] * y[k];
+      dot += log ? widen(dy[k]) : widen(dy[k]) * widen(y[k]);
     }
     for (int64_t j = 0; j < size; ++j) {
       const int64_t k = base + j * inner;
-      dx[k] = log ? dy[k] - math::exp(y[k]) * dot : y[k] * (dy[k] - dot);
+      const T yk = widen(y[k]), dyk = widen(dy[k]);
+      dx[k] = narrow_to<S>(log ? dyk - math::exp(yk) * dot : yk * (dyk - dot));
     }
   }
 }
@@ -268,26 +276,27 @@ bool vector_rows(int64_t size, std::initializer_list<const void*> pointers) {
 
 void CudaBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) {
   if (out.numel() == 0) return;
-  dispatch_floating(a.dtype(), "softmax", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(a.dtype(), "softmax", [&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
     LaunchContext ctx(out);
     const RowShape s = row_shape(a, dim);
-    const T* x = a.data_ptr<T>();
-    T* y = out.data_ptr<T>();
+    const S* x = static_cast<const S*>(a.raw_data());
+    S* y = static_cast<S*>(out.raw_data());
     if (s.inner > 1) {
-      softmax_columns<T><<<ctx.grid(s.outer * s.inner), kBlockSize, 0, ctx.stream>>>(x, y, s.outer, s.size,
+      softmax_columns<S, T><<<ctx.grid(s.outer * s.inner), kBlockSize, 0, ctx.stream>>>(x, y, s.outer, s.size,
                                                                                      s.inner, log);
     } else if (s.size > kMaxBlockRow) {
       LOOM_CHECK(s.outer < (int64_t{1} << 31), "softmax: too many rows (", s.outer, ")");
-      softmax_long_rows<T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(x, y, s.size, log);
+      softmax_long_rows<S, T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(x, y, s.size, log);
     } else {
-      const bool vec = vector_rows<T>(s.size, {x, y});
+      const bool vec = vector_rows<S>(s.size, {x, y});
       with_row_config(s.size, [&](auto group, auto elems) {
         constexpr int G = decltype(group)::value, E = decltype(elems)::value;
         constexpr int rows_per_block = block_threads<G>() / G;
         const int64_t blocks = ceil_div(s.outer, rows_per_block);
         LOOM_CHECK(blocks < (int64_t{1} << 31), "softmax: too many rows (", s.outer, ")");
-        softmax_rows<T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
+        softmax_rows<S, T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
             x, y, s.outer, static_cast<int>(s.size), log, vec && E >= 4);
       });
     }
@@ -298,28 +307,29 @@ void CudaBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out)
 void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, bool log,
                                    const Tensor& dx_t) {
   if (dx_t.numel() == 0) return;
-  dispatch_floating(y_t.dtype(), "softmax_backward", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(y_t.dtype(), "softmax_backward", [&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
     LaunchContext ctx(dx_t);
     const RowShape s = row_shape(y_t, dim);
-    const T* y = y_t.data_ptr<T>();
-    const T* dy = dy_t.data_ptr<T>();
-    T* dx = dx_t.data_ptr<T>();
+    const S* y = static_cast<const S*>(y_t.raw_data());
+    const S* dy = static_cast<const S*>(dy_t.raw_data());
+    S* dx = static_cast<S*>(dx_t.raw_data());
     if (s.inner > 1) {
-      softmax_backward_columns<T><<<ctx.grid(s.outer * s.inner), kBlockSize, 0, ctx.stream>>>(
+      softmax_backward_columns<S, T><<<ctx.grid(s.outer * s.inner), kBlockSize, 0, ctx.stream>>>(
           y, dy, dx, s.outer, s.size, s.inner, log);
     } else if (s.size > kMaxBlockRowBackward) {
       LOOM_CHECK(s.outer < (int64_t{1} << 31), "softmax_backward: too many rows (", s.outer, ")");
-      softmax_backward_long_rows<T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(
+      softmax_backward_long_rows<S, T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(
           y, dy, dx, s.size, log);
     } else {
-      const bool vec = vector_rows<T>(s.size, {y, dy, dx});
+      const bool vec = vector_rows<S>(s.size, {y, dy, dx});
       with_backward_row_config(s.size, [&](auto group, auto elems) {
         constexpr int G = decltype(group)::value, E = decltype(elems)::value;
         constexpr int rows_per_block = block_threads<G>() / G;
         const int64_t blocks = ceil_div(s.outer, rows_per_block);
         LOOM_CHECK(blocks < (int64_t{1} << 31), "softmax_backward: too many rows (", s.outer, ")");
-        softmax_backward_rows<T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
+        softmax_backward_rows<S, T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
             y, dy, dx, s.outer, static_cast<int>(s.size), log, vec && E >= 4);
       });
     }

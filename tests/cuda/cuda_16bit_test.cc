@@ -80,6 +80,46 @@ TEST_P(Cuda16Bit, ReductionsMatchTheCpu) {
   expect_equal(gpu(a).argmax(1).cpu(), a.argmax(1), "argmax");
 }
 
+// Softmax over rows held by a warp, by a block, too long for registers, and
+// along a dim that is not the last; with their gradients.
+TEST_P(Cuda16Bit, SoftmaxAndLogSoftmaxMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  for (const Shape& shape : {Shape{6, 100}, Shape{3, 5000}, Shape{2, 20000}, Shape{4, 30, 5}})
+    for (bool log : {false, true}) {
+      const int dim = shape.size() == 3 ? 1 : -1;
+      auto run = [&](Device device) {
+        Tensor x = rand(shape, 13).to(device).requires_grad_(true);
+        Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+        (y * rand(shape, 14).to(device)).sum().backward();
+        return std::make_pair(y.detach(), x.grad());
+      };
+      const auto [y_gpu, dx_gpu] = run(testing::gpu_device());
+      const auto [y_cpu, dx_cpu] = run(Device::cpu());
+      const std::string name = std::string(log ? "log_softmax " : "softmax ") + ::testing::PrintToString(shape);
+      expect_close(y_gpu, y_cpu, tol() * (log ? 8 : 1), name);  // log-probabilities reach about -10
+      expect_close(dx_gpu, dx_cpu, tol() * 4, name + " gradient");
+    }
+}
+
+TEST_P(Cuda16Bit, LayerNormMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  for (int64_t cols : {64, 3000}) {  // a warp per row, a block per row
+    auto run = [&](Device device) {
+      Tensor x = rand({5, cols}, 15).to(device).requires_grad_(true);
+      Tensor w = rand({cols}, 16).to(device).requires_grad_(true);
+      Tensor b = rand({cols}, 17).to(device).requires_grad_(true);
+      Tensor y = F::layer_norm(x, {cols}, w, b, 1e-5);
+      (y * rand({5, cols}, 18).to(device)).sum().backward();
+      return TensorList{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    const TensorList on_gpu = run(testing::gpu_device()), on_cpu = run(Device::cpu());
+    const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+    for (int k = 0; k < 4; ++k)  // values reach ~8, gradients sum 5 rows
+      expect_close(on_gpu[k], on_cpu[k], tol() * 8, std::string("layer_norm ") + names[k] + " cols " +
+                                                        std::to_string(cols));
+  }
+}
+
 TEST_P(Cuda16Bit, MatmulMatchesTheCpu) {
   LOOM_REQUIRE_CUDA();
   Tensor a = rand({3, 40, 64}, 6), b = rand({64, 24}, 7);
