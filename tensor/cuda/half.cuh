@@ -67,6 +67,14 @@ OnStorage<Out, F> on_storage(F f) {
   return {f};
 }
 
+// The dtype of storage type S.
+template <typename S>
+constexpr DType storage_dtype() {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) return kBFloat16;
+  else if constexpr (std::is_same_v<S, __half>) return kFloat16;
+  else return dtype_of<S>();
+}
+
 // dispatch_floating, dispatch_numeric and dispatch_storage (tensor/dtype.h)
 // with the 16-bit floats as their device types: fn(storage, compute).
 template <typename F>

@@ -8,11 +8,14 @@
 // elements of one tensor and finds which tensor by a binary search over the
 // packed block offsets. A step of a typical model is then one launch per
 // dtype. The per-element formulas are the CPU's (tensor/cpu/optim.cc).
+// Parameters and state may be 16-bit floats (S): each element is updated in
+// float and rounded once (half.cuh), as on the CPU.
 #include <array>
 #include <cmath>
 #include <cstdint>
 
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
 
 namespace loom::cuda {
@@ -66,14 +69,16 @@ void multi_tensor_apply(const char* op, const std::array<const TensorList*, NPTR
     blocks = 0;
   };
   for (size_t t = 0; t < params.size(); ++t) {
-    if (params[t].dtype() != dtype_of<T>() || params[t].numel() == 0) continue;
+    if (params[t].dtype() != storage_dtype<T>() || params[t].numel() == 0) continue;
     for (int k = 0; k < NPTR; ++k) {
       const Tensor& x = (*lists[k])[t];
       LOOM_CHECK(x.device() == params[0].device(), op, ": tensor ", t, " is on ", x.device(),
                  " but the first parameter is on ", params[0].device());
       LOOM_CHECK(x.is_contiguous() && x.numel() == params[t].numel(), op, ": tensor ", t,
                  " of each list must be contiguous with ", params[t].numel(), " elements");
-      pack.ptrs[k][pack.count] = x.data_ptr<T>();
+      LOOM_CHECK(x.dtype() == params[t].dtype(), op, ": tensor ", t, " of list ", k, " is ", x.dtype(),
+                 " but its parameter is ", params[t].dtype());
+      pack.ptrs[k][pack.count] = static_cast<T*>(x.raw_data());
     }
     const int64_t chunks = ceil_div(params[t].numel(), kChunk);
     if (blocks + chunks >= (int64_t{1} << 30)) flush();
@@ -85,14 +90,15 @@ void multi_tensor_apply(const char* op, const std::array<const TensorList*, NPTR
   flush();
 }
 
-template <typename T>
+// S: the storage type; T: the type each element is updated in.
+template <typename S, typename T>
 struct AdamUpdate {
   T lr, beta1, beta2, eps, weight_decay, step_size, inv_sqrt_bias2;
   bool decoupled;
 
   // p: param, grad, exp_avg, exp_avg_sq
-  __device__ void operator()(T* const* p, int64_t i) const {
-    T w = p[0][i], grad = p[1][i], m = p[2][i], v = p[3][i];
+  __device__ void operator()(S* const* p, int64_t i) const {
+    T w = widen(p[0][i]), grad = widen(p[1][i]), m = widen(p[2][i]), v = widen(p[3][i]);
     if (decoupled)
       w *= T(1) - lr * weight_decay;  // AdamW: decay the weight itself
     else
@@ -100,43 +106,53 @@ struct AdamUpdate {
     m = beta1 * m + (T(1) - beta1) * grad;
     v = beta2 * v + (T(1) - beta2) * grad * grad;
     w -= step_size * m / (::sqrt(v) * inv_sqrt_bias2 + eps);
-    p[0][i] = w;
-    p[2][i] = m;
-    p[3][i] = v;
+    p[0][i] = narrow_to<S>(w);
+    p[2][i] = narrow_to<S>(m);
+    p[3][i] = narrow_to<S>(v);
   }
 };
 
-template <typename T>
+template <typename S, typename T>
 struct SgdUpdate {
   T lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
 
   // p: param, grad
-  __device__ void operator()(T* const* p, int64_t i) const {
-    p[0][i] -= lr * (p[1][i] + weight_decay * p[0][i]);
+  __device__ void operator()(S* const* p, int64_t i) const {
+    const T w = widen(p[0][i]);
+    p[0][i] = narrow_to<S>(w - lr * (widen(p[1][i]) + weight_decay * w));
   }
 };
 
-template <typename T>
+template <typename S, typename T>
 struct SgdMomentumUpdate {
   T lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
 
   // p: param, grad, momentum buffer
-  __device__ void operator()(T* const* p, int64_t i) const {
-    const T w = p[0][i];
-    T d = p[1][i] + weight_decay * w;
-    const T buf = first_step ? d : momentum * p[2][i] + (T(1) - dampening) * d;
-    p[2][i] = buf;
+  __device__ void operator()(S* const* p, int64_t i) const {
+    const T w = widen(p[0][i]);
+    T d = widen(p[1][i]) + weight_decay * w;
+    const T buf = first_step ? d : momentum * widen(p[2][i]) + (T(1) - dampening) * d;
+    p[2][i] = narrow_to<S>(buf);
     d = nesterov ? d + momentum * buf : buf;
-    p[0][i] = w - lr * d;
+    p[0][i] = narrow_to<S>(w - lr * d);
   }
 };
 
 void check_floating(const char* op, const TensorList& params) {
   for (size_t t = 0; t < params.size(); ++t)
     LOOM_CHECK(is_floating(params[t].dtype()), op, ": parameter ", t, " is ", params[t].dtype(),
-               "; expected float32 or float64");
+               "; expected a floating-point parameter");
+}
+
+// fn(storage, compute) for each floating dtype, in turn.
+template <typename F>
+void for_each_floating(F&& fn) {
+  fn(float{}, float{});
+  fn(double{}, double{});
+  fn(__nv_bfloat16{}, float{});
+  fn(__half{}, float{});
 }
 
 }  // namespace
@@ -150,14 +166,13 @@ void CudaBackend::adam_step(const TensorList& params, const TensorList& grads, c
   check_floating("adam_step", params);
   const double bias1 = 1 - std::pow(p.beta1, static_cast<double>(p.step));
   const double bias2 = 1 - std::pow(p.beta2, static_cast<double>(p.step));
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    const AdamUpdate<T> update{T(p.lr), T(p.beta1), T(p.beta2), T(p.eps), T(p.weight_decay),
-                               T(p.lr / bias1), T(1 / std::sqrt(bias2)), p.decoupled_weight_decay};
-    multi_tensor_apply<T, 4>("adam_step", {&params, &grads, &exp_avg, &exp_avg_sq}, update);
-  };
-  run(float{});
-  run(double{});
+  for_each_floating([&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
+    const AdamUpdate<S, T> update{T(p.lr), T(p.beta1), T(p.beta2), T(p.eps), T(p.weight_decay),
+                                  T(p.lr / bias1), T(1 / std::sqrt(bias2)), p.decoupled_weight_decay};
+    multi_tensor_apply<S, 4>("adam_step", {&params, &grads, &exp_avg, &exp_avg_sq}, update);
+  });
 }
 
 void CudaBackend::sgd_step(const TensorList& params, const TensorList& grads, const TensorList& momentum_buffers,
@@ -168,20 +183,19 @@ void CudaBackend::sgd_step(const TensorList& params, const TensorList& grads, co
   const bool momentum = p.momentum != 0;
   LOOM_CHECK(!momentum || momentum_buffers.size() == params.size(), "sgd_step: ", params.size(),
              " parameters but ", momentum_buffers.size(), " momentum buffers");
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
+  for_each_floating([&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
     if (momentum) {
-      const SgdMomentumUpdate<T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
-                                        p.first_step};
-      multi_tensor_apply<T, 3>("sgd_step", {&params, &grads, &momentum_buffers}, update);
+      const SgdMomentumUpdate<S, T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
+                                           p.first_step};
+      multi_tensor_apply<S, 3>("sgd_step", {&params, &grads, &momentum_buffers}, update);
     } else {
-      const SgdUpdate<T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
-                                p.first_step};
-      multi_tensor_apply<T, 2>("sgd_step", {&params, &grads}, update);
+      const SgdUpdate<S, T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
+                                   p.first_step};
+      multi_tensor_apply<S, 2>("sgd_step", {&params, &grads}, update);
     }
-  };
-  run(float{});
-  run(double{});
+  });
 }
 
 }  // namespace loom::cuda

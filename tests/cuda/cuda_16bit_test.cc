@@ -148,6 +148,49 @@ TEST_P(Cuda16Bit, ConvolutionPoolingAndTheirGradientsMatchTheCpu) {
   }
 }
 
+// Parameters and optimizer state in 16 bits (pure bf16/fp16 training): each
+// element updated in float and rounded once on both devices.
+TEST_P(Cuda16Bit, OptimizerStepsOn16BitParametersMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  Backend& cpu = backend_for(DeviceType::CPU);
+  Backend& cuda = backend_for(DeviceType::CUDA);
+  auto list = [&](uint64_t seed, double scale) {
+    TensorList out;
+    for (const Shape& shape : {Shape{5000}, Shape{7}, Shape{33, 65}})
+      out.push_back((random(shape, kFloat32, seed++) * scale).to(GetParam()));
+    return out;
+  };
+  auto on_gpu = [](const TensorList& l) {
+    TensorList out;
+    for (const Tensor& t : l) out.push_back(gpu(t));
+    return out;
+  };
+  auto expect_lists = [&](const TensorList& g, const TensorList& c, const std::string& what) {
+    for (size_t k = 0; k < c.size(); ++k) expect_close(g[k], c[k], tol(), what + " tensor " + std::to_string(k));
+  };
+  TensorList w = list(100, 1), g = list(200, 1), m = list(300, 0.1), v = list(400, 0.01);
+  for (Tensor& t : v) t = abs(t);
+  TensorList w_gpu = on_gpu(w), g_gpu = on_gpu(g), m_gpu = on_gpu(m), v_gpu = on_gpu(v);
+  for (int step = 1; step <= 3; ++step) {
+    const AdamParams p{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1,
+                       .decoupled_weight_decay = true, .step = step};
+    cpu.adam_step(w, g, m, v, p);
+    cuda.adam_step(w_gpu, g_gpu, m_gpu, v_gpu, p);
+  }
+  expect_lists(w_gpu, w, "adamw params");
+  expect_lists(m_gpu, m, "adamw exp_avg");
+  expect_lists(v_gpu, v, "adamw exp_avg_sq");
+
+  TensorList buf = list(500, 1), buf_gpu = on_gpu(buf);
+  for (int step = 0; step < 3; ++step) {
+    const SgdParams p{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true, .first_step = step == 0};
+    cpu.sgd_step(w, g, buf, p);
+    cuda.sgd_step(w_gpu, g_gpu, buf_gpu, p);
+  }
+  expect_lists(w_gpu, w, "sgd params");
+  expect_lists(buf_gpu, buf, "sgd momentum");
+}
+
 // The demo's CNN, one step under autocast on both devices: the same loss.
 TEST_P(Cuda16Bit, AnAutocastTrainingStepMatchesTheCpu) {
   LOOM_REQUIRE_CUDA();
