@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/half.cuh"
 #include "tensor/cuda/index_error.h"
 #include "tensor/cuda/launch.h"
 
@@ -18,12 +19,14 @@ namespace {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);       \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// atomicAdd for every numeric dtype: float, double and int64 natively (int64
-// as unsigned 64-bit, the same bits in two's complement); uint8 through a
+// atomicAdd for every numeric dtype: float, double, bfloat16 and float16
+// natively (sm_90; the 16-bit adds round at each add), int64 as unsigned
+// 64-bit (the same bits in two's complement); uint8 through a
 // compare-and-swap on its aligned 32-bit word.
 template <typename T>
 __device__ __forceinline__ void atomic_add(T* address, T value) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, __nv_bfloat16> ||
+                std::is_same_v<T, __half>) {
     atomicAdd(address, value);
   } else if constexpr (std::is_same_v<T, int64_t>) {
     atomicAdd(reinterpret_cast<unsigned long long*>(address), static_cast<unsigned long long>(value));
@@ -43,6 +46,7 @@ __device__ __forceinline__ void atomic_add(T* address, T value) {
 // Element-sized stand-ins: index_select and gather only move bytes.
 template <size_t N> struct Bits;
 template <> struct Bits<1> { using type = uint8_t; };
+template <> struct Bits<2> { using type = uint16_t; };
 template <> struct Bits<4> { using type = uint32_t; };
 template <> struct Bits<8> { using type = uint64_t; };
 
@@ -143,6 +147,19 @@ GatherGeometry geometry(const Tensor& index, const Tensor& indexed, int dim) {
   return g;
 }
 
+// launch(B{}) with B the unsigned type of an element's size: the kernels
+// that only move elements move bits.
+template <typename Launch>
+void with_element_bits(size_t element_size, Launch&& launch) {
+  switch (element_size) {
+    case 1: return launch(Bits<1>::type{});
+    case 2: return launch(Bits<2>::type{});
+    case 4: return launch(Bits<4>::type{});
+    case 8: return launch(Bits<8>::type{});
+  }
+  LOOM_INTERNAL_ASSERT(false, "no element of ", element_size, " bytes");
+}
+
 }  // namespace
 
 void CudaBackend::index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) {
@@ -152,16 +169,12 @@ void CudaBackend::index_select(const Tensor& a, int dim, const Tensor& index, co
   int64_t outer, inner;
   split_around(a, dim, outer, inner);
   const IndexErrorSlot error = index_error_slot(ctx.device);
-  const size_t element = a.element_size();
-  auto launch = [&](auto tag) {
+  with_element_bits(a.element_size(), [&](auto tag) {
     using B = decltype(tag);
     index_select_kernel<B><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
         static_cast<const B*>(a.raw_data()), index.data_ptr<int64_t>(), static_cast<B*>(out.raw_data()), n,
         index.numel(), inner, a.size(dim), dim, error);
-  };
-  if (element == 1) launch(Bits<1>::type{});
-  else if (element == 4) launch(Bits<4>::type{});
-  else launch(Bits<8>::type{});
+  });
   LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }
 
@@ -172,10 +185,11 @@ void CudaBackend::index_add(const Tensor& out, int dim, const Tensor& index, con
   int64_t outer, inner;
   split_around(out, dim, outer, inner);
   const IndexErrorSlot error = index_error_slot(ctx.device);
-  dispatch_numeric(out.dtype(), "index_add", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_numeric_or_16bit(out.dtype(), "index_add", [&](auto storage, auto) {
+    using T = decltype(storage);
     index_add_kernel<T><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
-        out.data_ptr<T>(), index.data_ptr<int64_t>(), src.data_ptr<T>(), n, index.numel(), inner,
+        static_cast<T*>(out.raw_data()), index.data_ptr<int64_t>(), static_cast<const T*>(src.raw_data()), n,
+        index.numel(), inner,
         out.size(dim), dim, error);
   });
   LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
@@ -187,16 +201,12 @@ void CudaBackend::gather(const Tensor& a, int dim, const Tensor& index, const Te
   LaunchContext ctx(out);
   const IndexErrorSlot error = index_error_slot(ctx.device);
   const GatherGeometry g = geometry(index, a, dim);
-  const size_t element = a.element_size();
-  auto launch = [&](auto tag) {
+  with_element_bits(a.element_size(), [&](auto tag) {
     using B = decltype(tag);
     gather_kernel<B><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
         static_cast<const B*>(a.raw_data()), index.data_ptr<int64_t>(), static_cast<B*>(out.raw_data()), n, g,
         error);
-  };
-  if (element == 1) launch(Bits<1>::type{});
-  else if (element == 4) launch(Bits<4>::type{});
-  else launch(Bits<8>::type{});
+  });
   LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }
 
@@ -206,10 +216,11 @@ void CudaBackend::scatter_add(const Tensor& out, int dim, const Tensor& index, c
   LaunchContext ctx(out);
   const IndexErrorSlot error = index_error_slot(ctx.device);
   const GatherGeometry g = geometry(index, out, dim);
-  dispatch_numeric(out.dtype(), "scatter_add", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_numeric_or_16bit(out.dtype(), "scatter_add", [&](auto storage, auto) {
+    using T = decltype(storage);
     scatter_add_kernel<T><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
-        out.data_ptr<T>(), index.data_ptr<int64_t>(), src.data_ptr<T>(), n, g, error);
+        static_cast<T*>(out.raw_data()), index.data_ptr<int64_t>(), static_cast<const T*>(src.raw_data()), n, g,
+        error);
   });
   LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }

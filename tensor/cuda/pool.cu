@@ -3,10 +3,11 @@
 // adaptive average. One thread per output element forward. Backward: max
 // pooling and adaptive pooling add into dx with atomics (windows may overlap),
 // after zeroing it; average pooling gathers, one thread per input element,
-// from the windows that cover it. Max pooling also takes the 16-bit floats
-// (what a convolution under autocast returns): compared as float, stored as
-// they were; its backward's atomic adds then round at each add where
-// windows overlap (the CPU adds in float and rounds once).
+// from the windows that cover it. The 16-bit floats (what a convolution
+// under autocast returns) are read as float and each result rounded once;
+// the backward passes that add with atomics (max and adaptive pooling)
+// round at each add where windows overlap (the CPU adds in float and rounds
+// once).
 #include <cstdint>
 
 #include "tensor/cuda/cuda_backend.h"
@@ -76,23 +77,23 @@ __global__ void max_pool_backward_kernel(const S* dy, const int64_t* indices, S*
   }
 }
 
-template <typename T>
-__global__ void avg_pool_kernel(const T* x, T* out, Planes s, Pool2dParams p) {
+template <typename S, typename T>
+__global__ void avg_pool_kernel(const S* x, S* out, Planes s, Pool2dParams p) {
   const int64_t n = s.count * s.ho * s.wo;
   const T divisor = T(p.kernel_h * p.kernel_w);
   LOOM_FOR_EACH(o, n) {
     const int64_t ow = o % s.wo, oh = (o / s.wo) % s.ho, plane = o / (s.wo * s.ho);
-    const T* in = x + plane * s.h * s.w;
+    const S* in = x + plane * s.h * s.w;
     T total = 0;
     for (int i = 0; i < p.kernel_h; ++i) {
       const int64_t ih = oh * p.stride_h - p.pad_h + i;
       if (ih < 0 || ih >= s.h) continue;
       for (int j = 0; j < p.kernel_w; ++j) {
         const int64_t iw = ow * p.stride_w - p.pad_w + j;
-        if (iw >= 0 && iw < s.w) total += in[ih * s.w + iw];
+        if (iw >= 0 && iw < s.w) total += widen(in[ih * s.w + iw]);
       }
     }
-    out[o] = total / divisor;
+    out[o] = narrow_to<S>(total / divisor);
   }
 }
 
@@ -102,13 +103,13 @@ __device__ __forceinline__ int64_t first_window(int64_t i, int pad, int kernel, 
   return lowest_start <= 0 ? 0 : (lowest_start + stride - 1) / stride;
 }
 
-template <typename T>
-__global__ void avg_pool_backward_kernel(const T* dy, T* dx, Planes s, Pool2dParams p) {
+template <typename S, typename T>
+__global__ void avg_pool_backward_kernel(const S* dy, S* dx, Planes s, Pool2dParams p) {
   const int64_t n = s.count * s.h * s.w;
   const T divisor = T(p.kernel_h * p.kernel_w);
   LOOM_FOR_EACH(q, n) {
     const int64_t iw = q % s.w, ih = (q / s.w) % s.h, plane = q / (s.w * s.h);
-    const T* g = dy + plane * s.ho * s.wo;
+    const S* g = dy + plane * s.ho * s.wo;
     const int64_t oh0 = first_window(ih, p.pad_h, p.kernel_h, p.stride_h);
     const int64_t ow0 = first_window(iw, p.pad_w, p.kernel_w, p.stride_w);
     const int64_t oh_last = (ih + p.pad_h) / p.stride_h, ow_last = (iw + p.pad_w) / p.stride_w;
@@ -116,35 +117,35 @@ __global__ void avg_pool_backward_kernel(const T* dy, T* dx, Planes s, Pool2dPar
     const int64_t ow1 = ow_last < s.wo - 1 ? ow_last : s.wo - 1;
     T total = 0;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
-      for (int64_t ow = ow0; ow <= ow1; ++ow) total += g[oh * s.wo + ow] / divisor;
-    dx[q] = total;
+      for (int64_t ow = ow0; ow <= ow1; ++ow) total += widen(g[oh * s.wo + ow]) / divisor;
+    dx[q] = narrow_to<S>(total);
   }
 }
 
-template <typename T>
-__global__ void adaptive_avg_pool_kernel(const T* x, T* out, Planes s) {
+template <typename S, typename T>
+__global__ void adaptive_avg_pool_kernel(const S* x, S* out, Planes s) {
   const int64_t n = s.count * s.ho * s.wo;
   LOOM_FOR_EACH(o, n) {
     const int64_t ow = o % s.wo, oh = (o / s.wo) % s.ho, plane = o / (s.wo * s.ho);
-    const T* in = x + plane * s.h * s.w;
+    const S* in = x + plane * s.h * s.w;
     const int64_t h0 = adaptive_start(oh, s.h, s.ho), h1 = adaptive_end(oh, s.h, s.ho);
     const int64_t w0 = adaptive_start(ow, s.w, s.wo), w1 = adaptive_end(ow, s.w, s.wo);
     T total = 0;
     for (int64_t ih = h0; ih < h1; ++ih)
-      for (int64_t iw = w0; iw < w1; ++iw) total += in[ih * s.w + iw];
-    out[o] = total / T((h1 - h0) * (w1 - w0));
+      for (int64_t iw = w0; iw < w1; ++iw) total += widen(in[ih * s.w + iw]);
+    out[o] = narrow_to<S>(total / T((h1 - h0) * (w1 - w0)));
   }
 }
 
-template <typename T>
-__global__ void adaptive_avg_pool_backward_kernel(const T* dy, T* dx, Planes s) {
+template <typename S, typename T>
+__global__ void adaptive_avg_pool_backward_kernel(const S* dy, S* dx, Planes s) {
   const int64_t n = s.count * s.ho * s.wo;
   LOOM_FOR_EACH(o, n) {
     const int64_t ow = o % s.wo, oh = (o / s.wo) % s.ho, plane = o / (s.wo * s.ho);
-    T* d = dx + plane * s.h * s.w;
+    S* d = dx + plane * s.h * s.w;
     const int64_t h0 = adaptive_start(oh, s.h, s.ho), h1 = adaptive_end(oh, s.h, s.ho);
     const int64_t w0 = adaptive_start(ow, s.w, s.wo), w1 = adaptive_end(ow, s.w, s.wo);
-    const T g = dy[o] / T((h1 - h0) * (w1 - w0));
+    const S g = narrow_to<S>(widen(dy[o]) / T((h1 - h0) * (w1 - w0)));
     for (int64_t ih = h0; ih < h1; ++ih)
       for (int64_t iw = w0; iw < w1; ++iw) atomicAdd(d + ih * s.w + iw, g);
   }
@@ -184,47 +185,47 @@ void CudaBackend::max_pool2d_backward(const Tensor& dy, const Tensor& indices, c
 
 void CudaBackend::avg_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out) {
   if (out.numel() == 0) return;
-  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(x.dtype(), "avg_pool2d", [&](auto storage, auto compute) {
+    using S = decltype(storage);
     LaunchContext ctx(out);
-    avg_pool_kernel<T><<<ctx.grid(out.numel()), kBlockSize, 0, ctx.stream>>>(x.data_ptr<T>(), out.data_ptr<T>(),
-                                                                           planes(x, out), p);
+    avg_pool_kernel<S, decltype(compute)><<<ctx.grid(out.numel()), kBlockSize, 0, ctx.stream>>>(
+        static_cast<const S*>(x.raw_data()), static_cast<S*>(out.raw_data()), planes(x, out), p);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }
 
 void CudaBackend::avg_pool2d_backward(const Tensor& dy, const Pool2dParams& p, const Tensor& dx) {
   if (dx.numel() == 0) return;
-  dispatch_floating(dy.dtype(), "avg_pool2d_backward", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(dy.dtype(), "avg_pool2d_backward", [&](auto storage, auto compute) {
+    using S = decltype(storage);
     LaunchContext ctx(dx);
     if (dy.numel() == 0) return zero(dx, ctx.stream);
-    avg_pool_backward_kernel<T><<<ctx.grid(dx.numel()), kBlockSize, 0, ctx.stream>>>(
-        dy.data_ptr<T>(), dx.data_ptr<T>(), planes(dx, dy), p);
+    avg_pool_backward_kernel<S, decltype(compute)><<<ctx.grid(dx.numel()), kBlockSize, 0, ctx.stream>>>(
+        static_cast<const S*>(dy.raw_data()), static_cast<S*>(dx.raw_data()), planes(dx, dy), p);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }
 
 void CudaBackend::adaptive_avg_pool2d(const Tensor& x, const Tensor& out) {
   if (out.numel() == 0) return;
-  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(x.dtype(), "adaptive_avg_pool2d", [&](auto storage, auto compute) {
+    using S = decltype(storage);
     LaunchContext ctx(out);
-    adaptive_avg_pool_kernel<T><<<ctx.grid(out.numel()), kBlockSize, 0, ctx.stream>>>(
-        x.data_ptr<T>(), out.data_ptr<T>(), planes(x, out));
+    adaptive_avg_pool_kernel<S, decltype(compute)><<<ctx.grid(out.numel()), kBlockSize, 0, ctx.stream>>>(
+        static_cast<const S*>(x.raw_data()), static_cast<S*>(out.raw_data()), planes(x, out));
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }
 
 void CudaBackend::adaptive_avg_pool2d_backward(const Tensor& dy, const Tensor& dx) {
   if (dx.numel() == 0) return;
-  dispatch_floating(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_floating_or_16bit(dy.dtype(), "adaptive_avg_pool2d_backward", [&](auto storage, auto compute) {
+    using S = decltype(storage);
     LaunchContext ctx(dx);
     zero(dx, ctx.stream);
     if (dy.numel() == 0) return;
-    adaptive_avg_pool_backward_kernel<T><<<ctx.grid(dy.numel()), kBlockSize, 0, ctx.stream>>>(
-        dy.data_ptr<T>(), dx.data_ptr<T>(), planes(dx, dy));
+    adaptive_avg_pool_backward_kernel<S, decltype(compute)><<<ctx.grid(dy.numel()), kBlockSize, 0, ctx.stream>>>(
+        static_cast<const S*>(dy.raw_data()), static_cast<S*>(dx.raw_data()), planes(dx, dy));
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }

@@ -120,6 +120,31 @@ TEST_P(Cuda16Bit, LayerNormMatchesTheCpu) {
   }
 }
 
+// Average and adaptive pooling, an embedding lookup (index_select, and
+// index_add backward: 2-byte elements) and gather (scatter_add backward).
+TEST_P(Cuda16Bit, AveragePoolingAndIndexOpsMatchTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  Tensor idx = from_vector<int64_t>({3, 0, 3, 7, 1}, {5}, {.dtype = kInt64});
+  Tensor picks = from_vector<int64_t>({2, 0, 1, 2}, {4, 1}, {.dtype = kInt64});
+  auto run = [&](Device device) {
+    Tensor x = rand({2, 3, 9, 9}, 19).to(device).requires_grad_(true);
+    Tensor table = rand({8, 6}, 20).to(device).requires_grad_(true);
+    Tensor rows = rand({4, 3}, 21).to(device).requires_grad_(true);
+    Tensor pooled = F::avg_pool2d(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1,
+                                      .pad_w = 1});
+    Tensor adaptive = F::adaptive_avg_pool2d(x, 4, 4);
+    Tensor looked_up = F::embedding(idx.to(device), table);
+    Tensor gathered = gather(rows, 1, picks.to(device));
+    (pooled.sum() + 2 * adaptive.sum() + (looked_up * looked_up).sum() + 3 * gathered.sum()).backward();
+    return TensorList{pooled.detach(), adaptive.detach(), looked_up.detach(), gathered.detach(),
+                      x.grad(), table.grad(), rows.grad()};
+  };
+  const TensorList on_gpu = run(testing::gpu_device()), on_cpu = run(Device::cpu());
+  const char* names[] = {"avg_pool2d", "adaptive_avg_pool2d", "embedding", "gather",
+                         "pooling input gradient", "embedding gradient", "gather gradient"};
+  for (int k = 0; k < 7; ++k) expect_close(on_gpu[k], on_cpu[k], tol() * 2, names[k]);
+}
+
 TEST_P(Cuda16Bit, MatmulMatchesTheCpu) {
   LOOM_REQUIRE_CUDA();
   Tensor a = rand({3, 40, 64}, 6), b = rand({64, 24}, 7);
