@@ -33,6 +33,11 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       non_finite = non_finite + (probe.device() == non_finite.device() ? probe : probe.to(non_finite.device()));
     }
   }
+  // Scaled gradients the scaler cannot see would be stepped on scaled.
+  LOOM_CHECK(non_finite.defined() || optimizer.params().empty(), "GradScaler::unscale_: none of the optimizer's ",
+             optimizer.params().size(),
+             " parameters has a gradient to unscale. Call it after backward; an optimizer that reduces the "
+             "gradients inside step() (ZeroRedundancyOptimizer at stage 2) cannot take a GradScaler");
   const bool inf = agree_on_inf(non_finite.defined() && !std::isfinite(non_finite.item()));  // the one read-back
   unscaled_.emplace_back(&optimizer, inf);
   found_inf_ = found_inf_ || inf;

@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "optim/optimizer.h"
+#include "parallel/sharding/zero.h"
+#include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/thread_ranks.h"
 #include "tests/test_util.h"
 
@@ -15,6 +17,7 @@ namespace loom::parallel {
 namespace {
 
 using loom::testing::values;
+using Models = std::pair<nn::ModulePtr, nn::ModulePtr>;
 
 // Rank `bad_rank`'s gradient holds an inf (-1: none); returns this rank's
 // parameter after one step, and the scale after update().
@@ -64,6 +67,53 @@ TEST(ShardedGradScaler, EveryRankStepsWhenAllGradientsAreFinite) {
     EXPECT_EQ(sharded[r].param, (std::vector<double>{0.5, 0.5})) << "rank " << r;  // 1 - 0.5 * (4 / 4)
     EXPECT_EQ(sharded[r].scale, 4.0) << "rank " << r;
   }
+}
+
+// ZeRO-1 reduces the gradients in step(), after the scaler has unscaled
+// this rank's own: with a power-of-two scale the training is the same, bit
+// for bit, as without a scaler.
+TEST(ShardedGradScaler, ZeroStage1TrainsAsWithoutAScaler) {
+  namespace F = nn::functional;
+  std::vector<Models> scaled(2), plain(2);
+  for (int r = 0; r < 2; ++r) scaled[r] = plain[r] = testing::sharded_models(r);
+  for (int r = 0; r < 2; ++r) plain[r].second = scaled[r].second->clone();  // the same start, trained apart
+  // SGD, whose step is proportional to the gradient: a scale left in would show.
+  auto make_sgd = [](TensorList shard) { return std::make_unique<optim::SGD>(shard, optim::SGDOptions{.lr = 0.1}); };
+  testing::run_rank_threads(2, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    ZeroRedundancyOptimizer opt_scaled(scaled[rank].second->parameters(), group, make_sgd, {.stage = 1});
+    ZeroRedundancyOptimizer opt_plain(plain[rank].second->parameters(), group, make_sgd, {.stage = 1});
+    ShardedGradScaler scaler(group);
+    Generator gen(5);
+    for (int step = 0; step < 3; ++step) {
+      Tensor x = randn({6, 2, 6, 6}, {.dtype = kFloat64}, &gen).narrow(0, 3 * rank, 3);
+      Tensor y = randint(0, 3, {6}, {.dtype = kInt64}, &gen).narrow(0, 3 * rank, 3);
+      opt_scaled.zero_grad();
+      scaler.scale(F::cross_entropy(scaled[rank].second->forward(x), y)).backward();
+      EXPECT_TRUE(scaler.step(opt_scaled));
+      scaler.update();
+      opt_plain.zero_grad();
+      F::cross_entropy(plain[rank].second->forward(x), y).backward();
+      opt_plain.step();
+    }
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(testing::max_param_difference(*scaled[r].second, *plain[r].second), 0) << "rank " << r;
+}
+
+// ZeRO-2 scatters the gradients during backward: the scaler would see none,
+// and the step would use gradients 65536 times too large. A clear error.
+TEST(ShardedGradScaler, ZeroStage2IsAClearError) {
+  namespace F = nn::functional;
+  Models models = testing::sharded_models(0);
+  testing::run_rank_threads(1, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    ZeroRedundancyOptimizer opt(models.second->parameters(), group, testing::make_adamw, {.stage = 2});
+    ShardedGradScaler scaler(group);
+    opt.zero_grad();
+    Tensor x = randn({3, 2, 6, 6}, {.dtype = kFloat64});
+    scaler.scale(F::cross_entropy(models.second->forward(x), randint(0, 3, {3}, {.dtype = kInt64}))).backward();
+    EXPECT_THROW_MSG(scaler.step(opt), "an optimizer that reduces the gradients inside step() (ZeroRedundancyOptimizer "
+                                       "at stage 2) cannot take a GradScaler");
+  });
 }
 
 }  // namespace
