@@ -5,7 +5,7 @@
 
 namespace loom::cpu {
 
-TensorList widen_16bit(std::initializer_list<Tensor> tensors) {
+TensorList widen_16bit(TensorRefs tensors) {
   TensorList wide;
   wide.reserve(tensors.size());
   for (const Tensor& t : tensors) {
@@ -20,9 +20,9 @@ TensorList widen_16bit(std::initializer_list<Tensor> tensors) {
   return wide;
 }
 
-void round_into_16bit(const TensorList& wide, std::initializer_list<Tensor> tensors, std::initializer_list<int> outputs) {
+void round_into_16bit(const TensorList& wide, TensorRefs tensors, std::initializer_list<int> outputs) {
   for (int i : outputs) {
-    const Tensor& out = tensors.begin()[i];
+    const Tensor& out = tensors.begin()[i].get();
     if (wide[i].defined() && wide[i].impl() != out.impl()) cpu_backend().copy(wide[i], out);
   }
 }

@@ -9,6 +9,7 @@
 //     ... the float32 / float64 kernel ...
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 
 #include "tensor/tensor.h"
@@ -23,11 +24,15 @@ bool any_16bit(const Tensors& tensors) {
   return false;
 }
 
+// A kernel's tensor arguments, by reference: this runs on every CPU kernel
+// call, and copying a Tensor handle costs two atomic operations.
+using TensorRefs = std::initializer_list<std::reference_wrapper<const Tensor>>;
+
 // `tensors` with each 16-bit one replaced by a float32 copy.
-TensorList widen_16bit(std::initializer_list<Tensor> tensors);
+TensorList widen_16bit(TensorRefs tensors);
 
 // Rounds `wide[i]` into `tensors[i]` for each i in `outputs` that was widened.
-void round_into_16bit(const TensorList& wide, std::initializer_list<Tensor> tensors, std::initializer_list<int> outputs);
+void round_into_16bit(const TensorList& wide, TensorRefs tensors, std::initializer_list<int> outputs);
 
 // When any of `tensors` is a 16-bit float: runs kernel(float32 stand-ins),
 // rounds the stand-ins of the tensors at `outputs` (indices) back into them,
@@ -35,7 +40,7 @@ void round_into_16bit(const TensorList& wide, std::initializer_list<Tensor> tens
 // them in place. Otherwise returns false and runs nothing (and allocates
 // nothing: every CPU kernel call passes through here).
 template <typename Kernel>
-bool run_in_float32(std::initializer_list<Tensor> tensors, std::initializer_list<int> outputs, Kernel&& kernel) {
+bool run_in_float32(TensorRefs tensors, std::initializer_list<int> outputs, Kernel&& kernel) {
   if (!any_16bit(tensors)) return false;
   const TensorList wide = widen_16bit(tensors);
   kernel(wide);
