@@ -29,7 +29,7 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   auto ring = [&](double n, double bytes, double k) {
     return n == 1 ? 0 : 2 * (n - 1) * (k * link.latency_s + bytes / (n * link.bandwidth_bytes_per_s));
   };
-  if (strategy == "ddp" || strategy == "ddp_bf16" || strategy == "ddp_fp16") {
+  if (is_ddp(strategy)) {
     const double k = std::max(1, s.ddp_buckets);
     const double bytes = strategy == "ddp" ? p.parameter_bytes : p.parameter_bytes / 2;  // 16-bit buckets
     const double c = ring(n, bytes, k);

@@ -63,6 +63,11 @@ struct ProjectionSettings {
   Link link = Link::pcie();
 };
 
+// "ddp", or DDP with its gradient buckets sent in 16 bits: "ddp_bf16", "ddp_fp16".
+inline bool is_ddp(const std::string& strategy) {
+  return strategy == "ddp" || strategy == "ddp_bf16" || strategy == "ddp_fp16";
+}
+
 // Predicted seconds per step for "single", "dp", "ddp" (and "ddp_bf16",
 // "ddp_fp16": half the bytes), "zero1", "zero2",
 // "fsdp", "layer_split", "gpipe", "1f1b" (the stages in the profile are the N

@@ -292,7 +292,7 @@ DataTrainer make_data_trainer(const std::string& strategy, nn::ModulePtr model,
   auto adamw = [](TensorList params) {
     return std::make_unique<optim::AdamW>(params, optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.01});
   };
-  if (strategy == "ddp" || strategy == "ddp_bf16" || strategy == "ddp_fp16") {
+  if (is_ddp(strategy)) {
     t.ddp = parallel::DistributedDataParallel(std::move(model), group);
     if (strategy != "ddp") t.ddp->register_comm_hook(parallel::compress_hook(strategy == "ddp_bf16" ? kBFloat16 : kFloat16));
     t.module = t.ddp;
@@ -450,7 +450,7 @@ Measurement run_data_parallel(const std::string& strategy, const Workload& w, co
       [](const DataRank& r) { return r.values(); }, DataRank::from);
   Measurement m = combine_data_ranks(strategy, ranks);
   // The compressed variants hold DDP's state (and a 16-bit copy of the buckets, not counted).
-  m.modeled_state_bytes = modeled_state_bytes(strategy.rfind("ddp", 0) == 0 ? "ddp" : strategy, w, c.devices, largest_unit);
+  m.modeled_state_bytes = modeled_state_bytes(is_ddp(strategy) ? "ddp" : strategy, w, c.devices, largest_unit);
   return m;
 }
 
@@ -893,8 +893,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   }
   if (strategy == "single") return run_single(w, config);
   if (strategy == "dp") return run_dp(w, config);
-  if (strategy == "ddp" || strategy == "ddp_bf16" || strategy == "ddp_fp16" || strategy == "zero1" ||
-      strategy == "zero2" || strategy == "fsdp")
+  if (is_ddp(strategy) || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
     return run_data_parallel(strategy, w, config);
   if (strategy == "hybrid") return run_hybrid(w, config);
   if (strategy == "tp") return run_tensor_parallel(w, config);

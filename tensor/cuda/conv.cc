@@ -232,6 +232,14 @@ void add_bias(cudnnHandle_t handle, const Tensor& bias, const Tensor& out, const
   CUDNN_CHECK(cudnnAddTensor(handle, s.one(), bd.get(), bias.raw_data(), s.one(), yd.get(), out.raw_data()));
 }
 
+// dy where the fused ReLU's output is positive, else 0 (dy itself without one).
+Tensor through_relu_mask(CudaBackend& backend, const Tensor& dy, const Tensor& relu_out) {
+  if (!relu_out.defined()) return dy;
+  Tensor masked = empty(dy.shape(), dy.options());
+  backend.binary(BinaryOp::ReluBackward, dy, relu_out, masked, 0);
+  return masked;
+}
+
 // The same for every dtype: the 16-bit ones through loom's broadcast add.
 void add_conv_bias(CudaBackend& backend, cudnnHandle_t handle, const Tensor& bias, const Tensor& out) {
   if (!bias.defined()) return;
@@ -275,20 +283,12 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   if (p.relu) unary(UnaryOp::Relu, out, out, 0, 0);
 }
 
-// dy where the fused ReLU's output is positive, else 0 (dy itself without one).
-Tensor CudaBackend::through_relu_mask(const Tensor& dy, const Tensor& relu_out) {
-  if (!relu_out.defined()) return dy;
-  Tensor masked = empty(dy.shape(), dy.options());
-  binary(BinaryOp::ReluBackward, dy, relu_out, masked, 0);
-  return masked;
-}
-
 void CudaBackend::conv2d_backward_input(const Tensor& dy_in, const Tensor& relu_out, const Tensor& w,
                                         const Conv2dParams& p, const Tensor& dx) {
   const char* op = "conv2d_backward_input";
   if (dx.numel() == 0) return;
   LaunchContext ctx(dx);
-  const Tensor dy = through_relu_mask(dy_in, relu_out);
+  const Tensor dy = through_relu_mask(*this, dy_in, relu_out);
   if (dy.numel() == 0 || w.numel() == 0) return fill(dx, 0);
   cudnnHandle_t handle = cudnn_handle(ctx.device);
   TensorDescriptor dyd(dy, op), dxd(dx, op);
@@ -314,7 +314,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy_in, const Tensor& relu_
 void CudaBackend::conv2d_backward_weight(const Tensor& dy_in, const Tensor& relu_out, const Tensor& x,
                                          const Conv2dParams& p, const Tensor& dw, const Tensor& dbias) {
   const char* op = "conv2d_backward_weight";
-  const Tensor dy = through_relu_mask(dy_in, relu_out);
+  const Tensor dy = through_relu_mask(*this, dy_in, relu_out);
   if (dbias.defined() && dbias.numel() > 0) {
     LaunchContext ctx(dbias);
     if (dy.numel() == 0) {

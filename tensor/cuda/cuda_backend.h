@@ -77,9 +77,6 @@ class CudaBackend final : public Backend {
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads,
                 const TensorList& momentum_buffers, const SgdParams& p) override;
-
- private:
-  Tensor through_relu_mask(const Tensor& dy, const Tensor& relu_out);  // conv.cc
 };
 
 // dst = src converted to dst's dtype, both on one GPU, any strides (convert.cu).

@@ -75,45 +75,34 @@ constexpr DType storage_dtype() {
   else return dtype_of<S>();
 }
 
-// dispatch_floating, dispatch_numeric and dispatch_storage (tensor/dtype.h)
-// with the 16-bit floats as their device types: fn(storage, compute).
+// fn(storage, compute) for `dtype`: the 16-bit floats as their device types
+// computed in float; any other dtype through `dispatch` (one of tensor/dtype.h's
+// dispatchers), stored and computed as itself.
+template <typename Dispatch, typename F>
+decltype(auto) with_16bit(DType dtype, Dispatch&& dispatch, F&& fn) {
+  switch (dtype) {
+    case kBFloat16: return fn(__nv_bfloat16{}, float{});
+    case kFloat16: return fn(__half{}, float{});
+    default:
+      return dispatch([&](auto tag) {
+        using T = decltype(tag);
+        return fn(T{}, T{});
+      });
+  }
+}
+
+// dispatch_floating, dispatch_numeric and dispatch_all with the 16-bit floats.
 template <typename F>
 decltype(auto) dispatch_floating_or_16bit(DType dtype, const char* op, F&& fn) {
-  switch (dtype) {
-    case kBFloat16: return fn(__nv_bfloat16{}, float{});
-    case kFloat16: return fn(__half{}, float{});
-    default:
-      return dispatch_floating(dtype, op, [&](auto tag) {
-        using T = decltype(tag);
-        return fn(T{}, T{});
-      });
-  }
+  return with_16bit(dtype, [&](auto&& g) -> decltype(auto) { return dispatch_floating(dtype, op, g); }, fn);
 }
-
 template <typename F>
 decltype(auto) dispatch_numeric_or_16bit(DType dtype, const char* op, F&& fn) {
-  switch (dtype) {
-    case kBFloat16: return fn(__nv_bfloat16{}, float{});
-    case kFloat16: return fn(__half{}, float{});
-    default:
-      return dispatch_numeric(dtype, op, [&](auto tag) {
-        using T = decltype(tag);
-        return fn(T{}, T{});
-      });
-  }
+  return with_16bit(dtype, [&](auto&& g) -> decltype(auto) { return dispatch_numeric(dtype, op, g); }, fn);
 }
-
 template <typename F>
 decltype(auto) dispatch_any_storage(DType dtype, const char* op, F&& fn) {
-  switch (dtype) {
-    case kBFloat16: return fn(__nv_bfloat16{}, float{});
-    case kFloat16: return fn(__half{}, float{});
-    default:
-      return dispatch_all(dtype, op, [&](auto tag) {
-        using T = decltype(tag);
-        return fn(T{}, T{});
-      });
-  }
+  return with_16bit(dtype, [&](auto&& g) -> decltype(auto) { return dispatch_all(dtype, op, g); }, fn);
 }
 
 }  // namespace loom::cuda
