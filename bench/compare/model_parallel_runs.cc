@@ -1,0 +1,314 @@
+// The model-parallel runners: tensor parallel, the hybrid mesh, layer split
+// and the pipelines (in one process, or over ranks).
+#include "bench/compare/measuring.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "autograd/engine.h"
+#include "nn/nn.h"
+#include "optim/optimizer.h"
+#include "autograd/checkpoint.h"
+#include "examples/models/models.h"
+#include "examples/models/tensor_parallel_gpt.h"
+#include "parallel/comm/device_mesh.h"
+#include "parallel/comm/for_device.h"
+#include "parallel/comm/thread_group.h"
+#include "parallel/data_parallel.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/pipeline/distributed_pipeline.h"
+#include "parallel/pipeline/layer_split.h"
+#include "parallel/pipeline/pipeline.h"
+#include "parallel/sharding/fsdp.h"
+#include "parallel/sharding/memory_model.h"
+#include "parallel/sharding/zero.h"
+#include "parallel/trace.h"
+#include "tensor/allocator.h"
+#include "tensor/backend.h"
+#include "tensor/stopwatch.h"
+
+namespace loom::bench {
+
+// Tensor parallel (Megatron) GPT over N ranks, every rank on the whole
+// batch: the workload's GPT shape with the vocabulary padded to a multiple
+// of N, its own weights (a benchmark: equality with one device is what
+// tests/parallel/tensor_parallel_test.cc checks). The step is the slowest
+// rank's; bytes are each rank's all-reduces.
+Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c) {
+  Measurement m{"tp"};
+  auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
+  if (!gpt) {
+    m.skipped = "tensor parallelism here splits a GPT (--model gpt)";
+    return m;
+  }
+  models::GPTConfig config = gpt->config;
+  if (config.n_head % c.devices != 0) {
+    m.skipped = std::to_string(config.n_head) + " heads do not split over " + std::to_string(c.devices) + " ranks";
+    return m;
+  }
+  config.vocab_size = (config.vocab_size + c.devices - 1) / c.devices * c.devices;
+  struct TpRank {
+    double step_s = 0, bus_bytes = 0, peak_bytes = 0;
+  };
+  const std::vector<TpRank> ranks = on_ranks<TpRank>(
+      c, c.devices,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
+        models::TensorParallelGPT model(config, group);
+        model->to(device);
+        optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+        Tensor x = w.input.to(device), y = w.target.to(device);
+        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+        auto step = [&] {
+          Tensor loss;
+          {
+            trace::Span span("forward", "compute", lane, device);
+            loss = model->loss(x, y);
+          }
+          opt.zero_grad();
+          {
+            trace::Span span("backward", "compute", lane, device);
+            loss.backward();
+          }
+          trace::Span span("optimizer", "compute", lane, device);
+          opt.step();
+        };
+        for (int i = 0; i < c.warmup; ++i) step();
+        synchronize(device);
+        group->barrier()->wait();
+        const bool owns = c.group || r == 0;
+        if (owns) {
+          reset_peak_memory_stats(device);
+          trace::clear();
+          trace::enable(true);
+        }
+        group->barrier()->wait();
+        const int64_t bus_before = group->stats().bus_bytes;
+        const auto start = Clock::now();
+        for (int i = 0; i < c.steps; ++i) step();
+        synchronize(device);
+        TpRank result{seconds_since(start) / c.steps,
+                      static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps, 0};
+        group->barrier()->wait();
+        if (owns) {
+          trace::enable(false);
+          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("tp", c) + ".json");
+        }
+        return result;
+      },
+      [](const TpRank& t) { return std::vector<double>{t.step_s, t.bus_bytes, t.peak_bytes}; },
+      [](const std::vector<double>& v) { return TpRank{v[0], v[1], v[2]}; });
+  double peak = 0;
+  for (const TpRank& t : ranks) {
+    m.step_s = std::max(m.step_s, t.step_s);
+    peak = std::max(peak, t.peak_bytes);
+  }
+  m.compute_s = m.step_s;
+  m.split_known = false;  // the all-reduces sit inside forward and backward: the trace shows them
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes = ranks[0].bus_bytes;
+  m.comm_bytes_measured = true;
+  return m;
+}
+
+// Hybrid data x pipeline on a D x P mesh: P-stage pipelines (1F1B), each on
+// its 1/D of the batch, each stage's gradients averaged over its data group.
+// The step is the slowest rank's; idle is each rank's time outside its
+// passes, averaged; bytes are each rank's bus bytes (pipeline and data
+// groups), averaged.
+Measurement run_hybrid(const Workload& w, const CompareConfig& c) {
+  Measurement m{"hybrid"};
+  const int data = c.mesh_data, stages = c.mesh_pipeline;
+  if (data < 1 || stages < 2) {
+    m.skipped = "needs --mesh DxP (data x pipeline, P >= 2)";
+    return m;
+  }
+  if (c.group && c.group->size() != data * stages) {
+    m.skipped = "--mesh " + std::to_string(data) + "x" + std::to_string(stages) + " needs mpirun -np " +
+                std::to_string(data * stages);
+    return m;
+  }
+  const int64_t batch = w.input.size(0);
+  if (batch % data != 0 || batch / data < c.micro_batches) {
+    m.skipped = "batch " + std::to_string(batch) + " does not split into " + std::to_string(data) + " shares of at least " +
+                std::to_string(c.micro_batches) + " micro-batches";
+    return m;
+  }
+  const std::vector<int>& boundaries = c.mesh_boundaries;
+  if (boundaries.empty()) {
+    m.skipped = "the model is not a Sequential of at least " + std::to_string(stages) + " children";
+    return m;
+  }
+  std::vector<nn::ModulePtr> models;
+  for (int r = 0; r < (c.group ? 1 : data * stages); ++r) models.push_back(w.model->clone(c.device));
+  struct HybridRank {
+    double step_s = 0, idle_s = 0, bus_bytes = 0, peak_bytes = 0;
+  };
+  const std::vector<HybridRank> ranks = on_ranks<HybridRank>(
+      c, data * stages,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
+        parallel::DeviceMesh mesh(world, {{"data", data}, {"pipeline", stages}});
+        const int d = mesh.coordinate("data"), p = mesh.coordinate("pipeline");
+        const bool first = p == 0, last = p == stages - 1;
+        auto model = nn::Sequential(as_sequential(models[c.group ? 0 : r]));
+        parallel::DistributedPipeline pipe(parallel::split_sequential(model, boundaries)[p], mesh.group("pipeline"),
+                                           mesh.group("data"), {.micro_batches = c.micro_batches}, device);
+        std::optional<optim::AdamW> opt;
+        if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});
+        const int64_t share = batch / data;
+        Tensor x = w.input.narrow(0, d * share, share).to(device), y = w.target.narrow(0, d * share, share).to(device);
+        auto step = [&] {
+          if (opt) opt->zero_grad();
+          pipe.train_step(first ? x : Tensor(), last ? y : Tensor(), w.loss);
+          if (opt) opt->step();
+        };
+        for (int i = 0; i < c.warmup; ++i) step();
+        world->barrier()->wait();
+        const bool owns = c.group || r == 0;  // one rank per process turns tracing on and writes the file
+        if (owns) {
+          reset_peak_memory_stats(device);
+          trace::clear();
+          trace::enable(true);
+        }
+        world->barrier()->wait();
+        const int64_t bus_before = mesh.group("pipeline")->stats().bus_bytes + mesh.group("data")->stats().bus_bytes;
+        HybridRank result;
+        const auto start = Clock::now();
+        for (int i = 0; i < c.steps; ++i) {
+          step();
+          result.idle_s += (pipe.step_seconds() - pipe.stats().busy_seconds) / c.steps;
+        }
+        synchronize(device);
+        result.step_s = seconds_since(start) / c.steps;
+        result.bus_bytes = static_cast<double>(mesh.group("pipeline")->stats().bus_bytes +
+                                               mesh.group("data")->stats().bus_bytes - bus_before) /
+                           c.steps;
+        world->barrier()->wait();
+        if (owns) {
+          trace::enable(false);
+          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("hybrid", c) + ".json");
+        }
+        return result;
+      },
+      [](const HybridRank& h) { return std::vector<double>{h.step_s, h.idle_s, h.bus_bytes, h.peak_bytes}; },
+      [](const std::vector<double>& v) { return HybridRank{v[0], v[1], v[2], v[3]}; });
+  double idle = 0, peak = 0;
+  for (const HybridRank& h : ranks) {
+    m.step_s = std::max(m.step_s, h.step_s);
+    idle += h.idle_s / ranks.size();
+    m.comm_bytes += h.bus_bytes / ranks.size();
+    peak = std::max(peak, h.peak_bytes);
+  }
+  split_step(m, 0, idle);
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes_measured = true;
+  return m;
+}
+
+Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c) {
+  auto model = nn::Sequential(as_sequential(w.model->clone()));
+  parallel::LayerSplit split(parallel::split_sequential(model, plan.boundaries), repeated(c));
+  optim::AdamW opt(split->parameters(), {.lr = 1e-3});
+  const int lane = trace::lane("layer split step");
+  Timed t = time_steps([&] { traced_step(*split, opt, w, w.input, w.target, lane); }, c, "layer_split");
+  Measurement m{"layer_split"};
+  m.step_s = t.step_s;
+  m.peak_bytes = t.peak_bytes;
+  // One device works at a time: each waits (N-1)/N of the step.
+  if (!(c.device.is_cuda() && split_on_gpu(m, t.events, {lane}, "-", c.steps)))
+    split_step(m, 0, t.step_s * (c.devices - 1) / c.devices);
+  else  // the GPU's compute is the whole model's; each device has its share of it
+    split_step(m, 0, t.step_s - m.compute_s / c.devices);
+  // Computed: each boundary's activations forward, their gradients back.
+  for (double bytes : plan.profile.boundary_bytes) m.comm_bytes += 2 * bytes;
+  return m;
+}
+
+Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
+                         const CompareConfig& c) {
+  auto model = nn::Sequential(as_sequential(w.model->clone()));
+  parallel::Pipeline pipe(parallel::split_sequential(model, boundaries), repeated(c),
+                          {.micro_batches = c.micro_batches, .schedule = schedule_kind(name)});
+  optim::AdamW opt(pipe.parameters(), {.lr = 1e-3});
+  double bubble = 0, bytes = 0;
+  int counted = 0;
+  Timed t = time_steps(
+      [&] {
+        opt.zero_grad();
+        pipe.train_step(w.input, w.target, w.loss);
+        opt.step();
+        if (trace::enabled()) {  // the timed steps
+          bubble += pipe.stats().bubble_fraction * pipe.stats().step_seconds;
+          for (const auto& s : pipe.stats().stages) bytes += s.bytes_sent;
+          ++counted;
+        }
+      },
+      c, name);
+  Measurement m{name};
+  m.step_s = t.step_s;
+  m.peak_bytes = t.peak_bytes;
+  std::vector<int> stage_lanes;
+  const std::vector<Device> devices = repeated(c);
+  for (size_t s = 0; s < devices.size(); ++s)
+    stage_lanes.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices[s].str() + ")"));
+  if (!(c.device.is_cuda() && split_on_gpu(m, t.events, stage_lanes, "-", c.steps)))
+    split_step(m, 0, bubble / std::max(1, counted));
+  m.comm_bytes = bytes / std::max(1, counted);
+  m.comm_bytes_measured = true;
+  return m;
+}
+
+// GPipe or 1F1B with one stage per MPI rank (DistributedPipeline). Idle is
+// the time each rank's train_step spends outside its forward and backward
+// passes (the bubble and its messages), averaged over ranks; the step is the
+// slowest rank's.
+Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
+                               const CompareConfig& c) {
+  parallel::ProcessGroup& group = *c.group;
+  const int r = group.rank();
+  const bool first = r == 0, last = r == group.size() - 1;
+  auto model = nn::Sequential(as_sequential(w.model->clone()));
+  parallel::DistributedPipeline pipe(parallel::split_sequential(model, boundaries)[r], c.group,
+                                     {.micro_batches = c.micro_batches, .schedule = schedule_kind(name)}, c.device);
+  // A stage of only activations (a ReLU between cuts) has nothing to optimise.
+  std::optional<optim::AdamW> opt;
+  if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});
+  double idle = 0, bytes = 0;
+  int counted = 0;
+  Timed t = time_steps(
+      [&] {
+        if (opt) opt->zero_grad();
+        pipe.train_step(first ? w.input : Tensor(), last ? w.target : Tensor(), w.loss);
+        if (opt) opt->step();
+        if (trace::enabled()) {  // the timed steps
+          idle += pipe.step_seconds() - pipe.stats().busy_seconds;
+          bytes += static_cast<double>(pipe.stats().bytes_sent);
+          ++counted;
+        }
+      },
+      c, trace_name(name, c));
+  std::vector<double> mine{t.step_s, idle / std::max(1, counted), bytes / std::max(1, counted),
+                           static_cast<double>(t.peak_bytes)};
+  Measurement m{name};
+  double mean_idle = 0, peak = 0;
+  const auto ranks = gather(group, mine);
+  for (const auto& v : ranks) {
+    m.step_s = std::max(m.step_s, v[0]);
+    mean_idle += v[1] / ranks.size();
+    m.comm_bytes += v[2];
+    peak = std::max(peak, v[3]);
+  }
+  split_step(m, 0, mean_idle);
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes_measured = true;
+  return m;
+}
+}  // namespace loom::bench
