@@ -1,8 +1,9 @@
 // A GradScaler for ranks that each hold part of the gradients: PyTorch's
 // ShardedGradScaler. Used by char_gpt --tp (tensor parallelism); with
-// ZeroRedundancyOptimizer at stage 1 it trains as without a scaler; stage 2
-// reduces the gradients during backward, where no scaler sees them, and
-// unscale_ says so; FSDP has not been tried. Every rank must
+// FullyShardedDataParallel (it unscales the gradient shards the optimizer
+// steps) and ZeroRedundancyOptimizer at stage 1 it trains as without a
+// scaler. Stage 2 reduces the gradients during backward, where no scaler
+// sees them, and unscale_ says so. Every rank must
 // skip the same steps and keep the same scale, but each sees only its own
 // gradients, so the inf/NaN check is combined over the group (one
 // all_reduce(Max) of a flag per optimizer and step).

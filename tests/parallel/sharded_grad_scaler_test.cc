@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "optim/optimizer.h"
+#include "parallel/sharding/fsdp.h"
 #include "parallel/sharding/zero.h"
 #include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/thread_ranks.h"
@@ -98,6 +99,48 @@ TEST(ShardedGradScaler, ZeroStage1TrainsAsWithoutAScaler) {
   });
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(testing::max_param_difference(*scaled[r].second, *plain[r].second), 0) << "rank " << r;
+}
+
+// FSDP reduce-scatters the gradients during backward into the shards the
+// optimizer steps, and the scaler unscales those shards: with a power-of-two
+// scale the training is the same, bit for bit, as without a scaler, while
+// every rank checks only its own piece of the gradients.
+TEST(ShardedGradScaler, FsdpTrainsAsWithoutAScaler) {
+  namespace F = nn::functional;
+  const testing::FsdpCase c{.units = testing::Units::Layers};
+  std::vector<nn::StateDict> scaled(2), plain(2);
+  std::vector<double> scales(2);
+  testing::run_rank_threads(2, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    FullyShardedDataParallel fsdp_scaled(testing::fsdp_models(rank, c.units).second, group, testing::fsdp_options(c));
+    FullyShardedDataParallel fsdp_plain(testing::fsdp_models(rank, c.units).second, group, testing::fsdp_options(c));
+    // SGD, whose step is proportional to the gradient: a scale left in would show.
+    optim::SGD opt_scaled(fsdp_scaled->parameters(), {.lr = 0.1});
+    optim::SGD opt_plain(fsdp_plain->parameters(), {.lr = 0.1});
+    ShardedGradScaler scaler(group, {.growth_interval = 2});  // the scale grows mid-run
+    for (int step = 0; step < 4; ++step) {
+      auto [x, y] = testing::stream_batch(step, 0);
+      Tensor mine_x = x.narrow(0, 6 * rank, 6), mine_y = y.narrow(0, 6 * rank, 6);
+      opt_scaled.zero_grad();
+      scaler.scale(F::cross_entropy(fsdp_scaled->forward(mine_x), mine_y)).backward();
+      EXPECT_TRUE(scaler.step(opt_scaled)) << "rank " << rank << ", step " << step;
+      scaler.update();
+      opt_plain.zero_grad();
+      F::cross_entropy(fsdp_plain->forward(mine_x), mine_y).backward();
+      opt_plain.step();
+    }
+    scales[rank] = scaler.get_scale();
+    scaled[rank] = fsdp_scaled->full_state_dict();
+    plain[rank] = fsdp_plain->full_state_dict();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(scales[r], 65536.0 * 4) << "rank " << r;  // doubled after steps 2 and 4
+    ASSERT_EQ(scaled[r].size(), plain[r].size());
+    for (size_t i = 0; i < plain[r].size(); ++i)
+      EXPECT_EQ(values(scaled[r][i].second), values(plain[r][i].second)) << "rank " << r << ", " << plain[r][i].first;
+  }
+  // The training moved the parameters: the comparison above is not of two untouched models.
+  const nn::StateDict start = testing::fsdp_models(0, c.units).first->state_dict();
+  EXPECT_NE(values(start[0].second), values(plain[0][0].second));
 }
 
 // ZeRO-2 scatters the gradients during backward: the scaler would see none,
