@@ -34,14 +34,17 @@ namespace loom::testing {
 
 inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
-// Max |a - b| / max(1, |b|) over all elements; shapes must match.
+// Max |a - b| / max(1, |b|) over all elements; shapes must match. NaN
+// against NaN and equal infinities agree; NaN against a number, and an
+// infinity against anything else, are infinitely far apart.
 inline double max_rel_error(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
   std::vector<double> x = values(a), y = values(b);
   double worst = 0;
   for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
     if (std::isnan(x[i]) != std::isnan(y[i])) return INFINITY;
-    if (std::isnan(x[i])) continue;
+    if (std::isnan(x[i]) || x[i] == y[i]) continue;
+    if (std::isinf(x[i]) || std::isinf(y[i])) return INFINITY;
     worst = std::max(worst, std::abs(x[i] - y[i]) / std::max(1.0, std::abs(y[i])));
   }
   return worst;

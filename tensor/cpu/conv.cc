@@ -178,7 +178,7 @@ void write_output_row(T* dst, const T* src, T bias, int64_t n, bool relu) {
 #pragma omp simd
     for (int64_t q = 0; q < n; ++q) {
       const T v = src[q] + bias;
-      dst[q] = v > T(0) ? v : T(0);
+      dst[q] = (v > T(0) || v != v) ? v : T(0);  // relu's rule: NaN stays
     }
   } else {
 #pragma omp simd
@@ -205,7 +205,7 @@ const T* gather_dy_block(const T* dy, const T* relu_out, const ConvShape& s, int
       }
       const T* y_row = y + o * s.pixels();
 #pragma omp simd
-      for (int64_t q = 0; q < s.pixels(); ++q) dst[q] = y_row[q] > T(0) ? src_row[q] : T(0);
+      for (int64_t q = 0; q < s.pixels(); ++q) dst[q] = y_row[q] <= T(0) ? T(0) : src_row[q];
     }
   }
   return block;

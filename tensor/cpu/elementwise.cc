@@ -13,6 +13,7 @@
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/element_cast.h"
 
 namespace loom::cpu {
 namespace {
@@ -50,9 +51,9 @@ void unary_numeric(UnaryOp op, const Tensor& a, const Tensor& out, T alpha, T be
     case UnaryOp::Clamp:
       return run([=](T x) { return x < alpha ? alpha : (x > beta ? beta : x); },
                  [=](const auto& x) { return x.max(alpha).min(beta); });
-    case UnaryOp::Relu:
-      return run([](T x) { return x > T(0) ? x : T(0); },
-                 [](const auto& x) { return x.max(T(0)); });
+    case UnaryOp::Relu:  // NaN stays NaN, as in PyTorch and on the GPU
+      return run([](T x) { return (x > T(0) || x != x) ? x : T(0); },
+                 [](const auto& x) { return (x != x).select(x, x.max(T(0))); });
     default:
       LOOM_INTERNAL_ASSERT(false, "unary op ", static_cast<int>(op), " is not numeric");
   }
@@ -139,10 +140,14 @@ void binary_arith(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
       return run([](T x, T y) { return T(x * y); }, [](const auto& x, const auto& y) { return x * y; });
     case BinaryOp::Div:
       return run([](T x, T y) { return T(x / y); }, [](const auto& x, const auto& y) { return x / y; });
+    // A NaN on either side wins, as in PyTorch and on the GPU (Eigen's max
+    // returns whichever operand its SIMD instruction does).
     case BinaryOp::Maximum:
-      return run([](T x, T y) { return x > y ? x : y; }, [](const auto& x, const auto& y) { return x.max(y); });
+      return run([](T x, T y) { return (x > y || x != x) ? x : y; },
+                 [](const auto& x, const auto& y) { return (y != y).select(y, (x != x).select(x, x.max(y))); });
     case BinaryOp::Minimum:
-      return run([](T x, T y) { return x < y ? x : y; }, [](const auto& x, const auto& y) { return x.min(y); });
+      return run([](T x, T y) { return (x < y || x != x) ? x : y; },
+                 [](const auto& x, const auto& y) { return (y != y).select(y, (x != x).select(x, x.min(y))); });
     default:
       LOOM_INTERNAL_ASSERT(false, "binary op ", static_cast<int>(op), " is not arithmetic");
   }
@@ -156,9 +161,9 @@ void binary_floating(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor
       return run([](T x, T y) { return std::pow(x, y); }, [](const auto& x, const auto& y) { return x.pow(y); });
     case BinaryOp::Lerp:
       return run([=](T x, T y) { return x + alpha * (y - x); }, [=](const auto& x, const auto& y) { return x + alpha * (y - x); });
-    case BinaryOp::ReluBackward:  // a = dy, b = y
-      return run([](T dy, T y) { return y > T(0) ? dy : T(0); },
-                 [](const auto& dy, const auto& y) { return dy * (y > T(0)).template cast<T>(); });
+    case BinaryOp::ReluBackward:  // a = dy, b = y; 0 where y <= 0 even if dy is NaN (PyTorch's rule)
+      return run([](T dy, T y) { return y <= T(0) ? T(0) : dy; },
+                 [](const auto& dy, const auto& y) { return (y <= T(0)).select(T(0), dy); });
     case BinaryOp::TanhBackward:  // dy (1 - y^2)
       return run([](T dy, T y) { return dy * (T(1) - y * y); },
                  [](const auto& dy, const auto& y) { return dy * (T(1) - y.square()); });
@@ -296,7 +301,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
           if constexpr (std::is_same_v<D, bool>)
             at<D>(p[0], i * s[0]) = x != S(0);
           else
-            at<D>(p[0], i * s[0]) = static_cast<D>(x);
+            at<D>(p[0], i * s[0]) = element_cast<D>(x);
         }
       });
     });
@@ -306,7 +311,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 void CpuBackend::fill(const Tensor& out, double value) {
   dispatch_storage(out.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
-    T v = static_cast<T>(value);
+    T v = element_cast<T>(value);
     for_each_strided<1>({&out}, out.shape(), [&](char** p, const int64_t* s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) at<T>(p[0], i * s[0]) = v;
     });

@@ -3,6 +3,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/element_cast.h"
 #include "tensor/random_draw.h"
 
 namespace loom::cpu {
@@ -17,10 +18,10 @@ void CpuBackend::random(RandomOp op, const Tensor& out, double a, double b, uint
       for (int64_t i = begin; i < end; ++i) {
         switch (op) {
           case RandomOp::Uniform:
-            o[i] = static_cast<T>(random_draw::uniform(seed, offset, i, a, b));
+            o[i] = element_cast<T>(random_draw::uniform(seed, offset, i, a, b));
             break;
           case RandomOp::Normal:
-            o[i] = static_cast<T>(random_draw::normal(seed, offset, i, a, b));
+            o[i] = element_cast<T>(random_draw::normal(seed, offset, i, a, b));
             break;
           case RandomOp::RandInt:
             o[i] = static_cast<T>(random_draw::randint(seed, offset, i, static_cast<int64_t>(a),

@@ -32,8 +32,8 @@ struct BinaryFn {
     else if constexpr (OP == BinaryOp::Sub) return T(x - alpha * y);
     else if constexpr (OP == BinaryOp::Mul) return T(x * y);
     else if constexpr (OP == BinaryOp::Div) return T(x / y);
-    else if constexpr (OP == BinaryOp::Maximum) return x > y ? x : y;
-    else if constexpr (OP == BinaryOp::Minimum) return x < y ? x : y;
+    else if constexpr (OP == BinaryOp::Maximum) return (x > y || math::isnan(x)) ? x : y;  // a NaN wins
+    else if constexpr (OP == BinaryOp::Minimum) return (x < y || math::isnan(x)) ? x : y;
     else if constexpr (OP == BinaryOp::Eq) return x == y;
     else if constexpr (OP == BinaryOp::Ne) return x != y;
     else if constexpr (OP == BinaryOp::Lt) return x < y;
@@ -42,7 +42,7 @@ struct BinaryFn {
     else if constexpr (OP == BinaryOp::Ge) return x >= y;
     else if constexpr (OP == BinaryOp::Pow) return math::pow(x, y);
     else if constexpr (OP == BinaryOp::Lerp) return x + alpha * (y - x);
-    else if constexpr (OP == BinaryOp::ReluBackward) return y > T(0) ? x : T(0);  // x = dy, y = out
+    else if constexpr (OP == BinaryOp::ReluBackward) return y <= T(0) ? T(0) : x;  // x = dy, y = out
     else if constexpr (OP == BinaryOp::TanhBackward) return x * (T(1) - y * y);
     else if constexpr (OP == BinaryOp::SigmoidBackward) return x * y * (T(1) - y);
     else if constexpr (OP == BinaryOp::GeluTanhBackward) {  // x = dy, y = the forward input

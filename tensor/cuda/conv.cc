@@ -166,43 +166,53 @@ std::vector<Candidate> usable(const Perf* perf, int count, DType dtype) {
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     if (exact_fp32(dtype) && uses_tensor_ops(perf[i].mathType)) continue;
+    // For float32 data, "allow conversion" lets cuDNN compute in float16:
+    // less range and precision than even TF32 promises.
+    if (dtype == kFloat32 && perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     out.push_back({static_cast<int>(perf[i].algo), exact_fp32(dtype) ? CUDNN_FMA_MATH : perf[i].mathType,
                    perf[i].memory});
   }
   return out;
 }
 
+// Whether cuDNN refused an algorithm for this call rather than failed:
+// cuDNN 9 says "not supported" with a family of codes (shape, layout, shared
+// memory, ...), and a vectorised algorithm refuses a misaligned pointer.
+bool refused(cudnnStatus_t status) {
+  return CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED ||
+         status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
+}
+
 // Runs `call(candidate, workspace, bytes)` with the remembered algorithm, or
-// with each ranked candidate until one runs; cuDNN answers NOT_SUPPORTED for
-// an algorithm it cannot run on this problem, which is not an error here.
+// with each ranked candidate until one runs. An algorithm cuDNN refuses, or
+// whose workspace does not fit, is not an error: the next one is tried. The
+// remembered one may refuse a call its first call did not (a view at an odd
+// offset); then the ranking runs for this call, and the memory stays.
 template <typename Rank, typename Call>
 void run_convolution(const char* op, const std::string& key, const ConvolutionDescriptor& conv, DType dtype,
                      const Device& device, Rank rank, Call call) {
-  std::vector<Candidate> candidates;
-  Candidate remembered{};
-  const bool known = algorithm_cache().find(key, &remembered);
-  if (known) {
-    candidates.push_back(remembered);
-  } else {
-    CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), exact_fp32(dtype) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
-    candidates = rank();
-  }
-  for (const Candidate& c : candidates) {
+  auto runs = [&](const Candidate& c) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), c.math));
     Tensor workspace;
     if (c.workspace > 0) {
       try {
         workspace = empty({static_cast<int64_t>(c.workspace)}, {.dtype = kUInt8, .device = device});
       } catch (const Error&) {
-        continue;  // out of memory for this one: try a leaner algorithm
+        return false;  // out of memory for this one: try a leaner algorithm
       }
     }
     const cudnnStatus_t status = call(c, workspace.defined() ? workspace.raw_data() : nullptr, c.workspace);
-    if (status == CUDNN_STATUS_SUCCESS) {
-      if (!known) algorithm_cache().remember(key, c);
-      return;
-    }
-    if (status != CUDNN_STATUS_NOT_SUPPORTED) CUDNN_CHECK(status);
+    if (status != CUDNN_STATUS_SUCCESS && !refused(status)) CUDNN_CHECK(status);
+    return status == CUDNN_STATUS_SUCCESS;
+  };
+  Candidate remembered{};
+  const bool known = algorithm_cache().find(key, &remembered);
+  if (known && runs(remembered)) return;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), exact_fp32(dtype) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  for (const Candidate& c : rank()) {
+    if (!runs(c)) continue;
+    if (!known) algorithm_cache().remember(key, c);
+    return;
   }
   LOOM_FAIL(op, ": cuDNN found no algorithm it can run for this convolution (", key, ")");
 }

@@ -1,4 +1,4 @@
-// CUDA fill (any strides, any dtype) and arange (contiguous, numeric dtypes).
+// CUDA fill (any strides, any dtype) and arange (contiguous, numeric and 16-bit dtypes).
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/half.cuh"
 #include "tensor/cuda/loops.cuh"
@@ -12,12 +12,12 @@ struct Constant {
   __device__ T operator()() const { return value; }
 };
 
-// Computed in double, as the CPU does, then converted.
-template <typename T>
-__global__ void arange_kernel(T* out, int64_t n, double start, double step) {
+// Computed in double, as the CPU does, then converted (16-bit floats through float).
+template <typename S>
+__global__ void arange_kernel(S* out, int64_t n, double start, double step) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads)
-    out[i] = static_cast<T>(start + step * static_cast<double>(i));
+    out[i] = narrow_to<S>(static_cast<compute_of_t<S>>(start + step * static_cast<double>(i)));
 }
 
 }  // namespace
@@ -29,18 +29,18 @@ void CudaBackend::fill(const Tensor& out, double value) {
     if constexpr (std::is_same_v<S, __nv_bfloat16> || std::is_same_v<S, __half>)
       v = S(static_cast<float>(value));  // through float, as the CPU's conversion
     else
-      v = static_cast<S>(value);
+      v = element_cast<S>(value);
     launch_elementwise<0, S>(out, {}, Constant<S>{v});
   });
 }
 
 void CudaBackend::arange(const Tensor& out, double start, double step) {
-  dispatch_numeric(out.dtype(), "arange", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_numeric_or_16bit(out.dtype(), "arange", [&](auto storage, auto) {
+    using S = decltype(storage);
     const int64_t n = out.numel();
     if (n == 0) return;
     LaunchContext ctx(out);
-    arange_kernel<T><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(out.data_ptr<T>(), n, start, step);
+    arange_kernel<S><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(static_cast<S*>(out.raw_data()), n, start, step);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "tensor/dtype.h"
+#include "tensor/element_cast.h"
 
 namespace loom::cuda {
 
@@ -42,13 +43,14 @@ __device__ __forceinline__ compute_of_t<S> widen(S x) {
 }
 
 // A value of compute type stored as Out (rounded to nearest even for 16 bits).
-// Integers and doubles reach the 16-bit types through float, as on the CPU.
+// Integers and doubles reach the 16-bit types through float, and the rest
+// as the CPU casts (tensor/element_cast.h).
 template <typename Out, typename T>
 __device__ __forceinline__ Out narrow_to(T x) {
   if constexpr (std::is_same_v<Out, __nv_bfloat16> || std::is_same_v<Out, __half>)
     return Out(static_cast<float>(x));
   else
-    return static_cast<Out>(x);
+    return element_cast<Out>(x);
 }
 
 // An elementwise functor written for the compute type, run on storage: its

@@ -68,6 +68,11 @@ cublasHandle_t cublas_handle(int device) {
     if (!cublas_pool().take(device, &handle)) {
       DeviceGuard guard(device);
       CUBLAS_CHECK(cublasCreate(&handle));
+      // 16-bit outputs: split-K partial sums add in the FP32 compute type,
+      // not in bf16/fp16, so a product rounds once, as on the CPU (PyTorch
+      // allows the 16-bit reduction by default; loom prefers the exact sum).
+      CUBLAS_CHECK(cublasSetMathMode(
+          handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     }
     mine[device] = handle;
   }

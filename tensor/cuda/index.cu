@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tensor/creation.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/half.cuh"
 #include "tensor/cuda/index_error.h"
@@ -20,7 +21,8 @@ namespace {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // atomicAdd for every numeric dtype: float, double, bfloat16 and float16
-// natively (sm_90; the 16-bit adds round at each add), int64 as unsigned
+// natively (sm_90; the 16-bit adds round at each add, which is why the adds
+// here go into float: add_in_compute_type), int64 as unsigned
 // 64-bit (the same bits in two's complement); uint8 through a
 // compare-and-swap on its aligned 32-bit word.
 template <typename T>
@@ -66,8 +68,9 @@ __global__ void index_select_kernel(const T* a, const int64_t* index, T* out, in
 }
 
 // out (outer, size, inner) at rows index[count] += src (outer, count, inner).
-template <typename T>
-__global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int64_t n, int64_t count,
+// A: what out holds (the compute type); S: what src holds.
+template <typename A, typename S>
+__global__ void index_add_kernel(A* out, const int64_t* index, const S* src, int64_t n, int64_t count,
                                  int64_t inner, int64_t size, int dim, IndexErrorSlot error) {
   LOOM_FOR_EACH(p, n) {
     const int64_t c = p % inner, i = (p / inner) % count, o = p / (inner * count);
@@ -76,7 +79,7 @@ __global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int
       report_bad_index(error, IndexOpCode::IndexAdd, dim, row, size);
       continue;
     }
-    atomic_add(out + (o * size + row) * inner + c, src[p]);
+    atomic_add(out + (o * size + row) * inner + c, widen(src[p]));
   }
 }
 
@@ -116,8 +119,8 @@ __global__ void gather_kernel(const T* a, const int64_t* index, T* out, int64_t 
   }
 }
 
-template <typename T>
-__global__ void scatter_add_kernel(T* out, const int64_t* index, const T* src, int64_t n, GatherGeometry g,
+template <typename A, typename S>
+__global__ void scatter_add_kernel(A* out, const int64_t* index, const S* src, int64_t n, GatherGeometry g,
                                    IndexErrorSlot error) {
   LOOM_FOR_EACH(p, n) {
     const int64_t at = index[p];
@@ -125,7 +128,24 @@ __global__ void scatter_add_kernel(T* out, const int64_t* index, const T* src, i
       report_bad_index(error, IndexOpCode::ScatterAdd, g.dim, at, g.dim_size);
       continue;
     }
-    atomic_add(out + offset_with(g, p, at), src[p]);
+    atomic_add(out + offset_with(g, p, at), widen(src[p]));
+  }
+}
+
+// Runs add(acc), where acc is the tensor the adds go into: `out` itself, or
+// for 16-bit floats a float32 copy, rounded back into `out` once at the end,
+// as the CPU does. (An embedding's gradient adds many rows into one; rounded
+// at each add, a bfloat16 sum of ones stops growing at 256.)
+template <typename S, typename Add>
+void add_in_compute_type(const Tensor& out, Add add) {
+  using A = compute_of_t<S>;
+  if constexpr (std::is_same_v<A, S>) {
+    add(out);
+  } else {
+    Tensor acc = empty(out.shape(), {.dtype = storage_dtype<A>(), .device = out.device()});
+    convert_on_device(out, acc);
+    add(acc);
+    convert_on_device(acc, out);
   }
 }
 
@@ -185,14 +205,16 @@ void CudaBackend::index_add(const Tensor& out, int dim, const Tensor& index, con
   int64_t outer, inner;
   split_around(out, dim, outer, inner);
   const IndexErrorSlot error = index_error_slot(ctx.device);
-  dispatch_numeric_or_16bit(out.dtype(), "index_add", [&](auto storage, auto) {
-    using T = decltype(storage);
-    index_add_kernel<T><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
-        static_cast<T*>(out.raw_data()), index.data_ptr<int64_t>(), static_cast<const T*>(src.raw_data()), n,
-        index.numel(), inner,
-        out.size(dim), dim, error);
+  dispatch_numeric_or_16bit(out.dtype(), "index_add", [&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using A = decltype(compute);
+    add_in_compute_type<S>(out, [&](const Tensor& acc) {
+      index_add_kernel<A, S><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
+          static_cast<A*>(acc.raw_data()), index.data_ptr<int64_t>(), static_cast<const S*>(src.raw_data()), n,
+          index.numel(), inner, out.size(dim), dim, error);
+      LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    });
   });
-  LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }
 
 void CudaBackend::gather(const Tensor& a, int dim, const Tensor& index, const Tensor& out) {
@@ -215,14 +237,17 @@ void CudaBackend::scatter_add(const Tensor& out, int dim, const Tensor& index, c
   if (n == 0) return;
   LaunchContext ctx(out);
   const IndexErrorSlot error = index_error_slot(ctx.device);
-  const GatherGeometry g = geometry(index, out, dim);
-  dispatch_numeric_or_16bit(out.dtype(), "scatter_add", [&](auto storage, auto) {
-    using T = decltype(storage);
-    scatter_add_kernel<T><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
-        static_cast<T*>(out.raw_data()), index.data_ptr<int64_t>(), static_cast<const T*>(src.raw_data()), n, g,
-        error);
+  dispatch_numeric_or_16bit(out.dtype(), "scatter_add", [&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using A = decltype(compute);
+    add_in_compute_type<S>(out, [&](const Tensor& acc) {
+      const GatherGeometry g = geometry(index, acc, dim);  // acc's strides: a copy of out is contiguous
+      scatter_add_kernel<A, S><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(
+          static_cast<A*>(acc.raw_data()), index.data_ptr<int64_t>(), static_cast<const S*>(src.raw_data()), n, g,
+          error);
+      LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    });
   });
-  LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }
 
 }  // namespace loom::cuda

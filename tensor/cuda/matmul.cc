@@ -10,7 +10,8 @@
 // float32 is exact FP32 (CUBLAS_COMPUTE_32F) unless set_allow_tf32(true)
 // (CUBLAS_COMPUTE_32F_FAST_TF32); float64 uses FP64 (cuBLAS's Dgemm path);
 // bfloat16 and float16 multiply on the tensor cores, accumulate in FP32
-// (CUBLAS_COMPUTE_32F) and round the result once, as the CPU does.
+// (CUBLAS_COMPUTE_32F) and round the result once, as the CPU does (the
+// handle disallows 16-bit split-K reductions: handles.cc).
 #include <cublas_v2.h>
 
 #include <algorithm>

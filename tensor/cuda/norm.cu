@@ -178,7 +178,11 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
 void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                                       const Tensor& dbias) {
-  if (x.numel() == 0) return;
+  if (x.numel() == 0) {  // no rows: the parameter gradients are sums of nothing
+    if (dweight.defined()) fill(dweight, 0);
+    if (dbias.defined()) fill(dbias, 0);
+    return;
+  }
   dispatch_floating_or_16bit(x.dtype(), "layer_norm_backward", [&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);

@@ -70,6 +70,8 @@ void multi_tensor_apply(const char* op, const std::array<const TensorList*, NPTR
   };
   for (size_t t = 0; t < params.size(); ++t) {
     if (params[t].dtype() != storage_dtype<T>() || params[t].numel() == 0) continue;
+    const int64_t chunks = ceil_div(params[t].numel(), kChunk);
+    if (blocks + chunks >= (int64_t{1} << 30)) flush();  // before this tensor's pointers go in: flush clears them
     for (int k = 0; k < NPTR; ++k) {
       const Tensor& x = (*lists[k])[t];
       LOOM_CHECK(x.device() == params[0].device(), op, ": tensor ", t, " is on ", x.device(),
@@ -80,8 +82,6 @@ void multi_tensor_apply(const char* op, const std::array<const TensorList*, NPTR
                  " but its parameter is ", params[t].dtype());
       pack.ptrs[k][pack.count] = static_cast<T*>(x.raw_data());
     }
-    const int64_t chunks = ceil_div(params[t].numel(), kChunk);
-    if (blocks + chunks >= (int64_t{1} << 30)) flush();
     pack.sizes[pack.count] = params[t].numel();
     pack.first_block[pack.count] = static_cast<int>(blocks);
     blocks += chunks;

@@ -37,8 +37,8 @@ __device__ __forceinline__ int64_t adaptive_end(int64_t i, int64_t in, int64_t o
   return ((i + 1) * in + out - 1) / out;
 }
 
-// The CPU's scan order and NaN rule: the first NaN of a window row wins, and
-// a later row can replace it only with another NaN.
+// The CPU's scan order and NaN rule: larger values replace the maximum, and
+// the first NaN of the window (in row-major order) wins and stays.
 // S: the storage type; T: the type values are compared in.
 template <typename S, typename T>
 __global__ void max_pool_kernel(const S* x, S* out, int64_t* indices, Planes s, Pool2dParams p) {
@@ -55,7 +55,7 @@ __global__ void max_pool_kernel(const S* x, S* out, int64_t* indices, Planes s, 
         const int64_t iw = ow * p.stride_w - p.pad_w + j;
         if (iw < 0 || iw >= s.w) continue;
         const T v = widen(in[ih * s.w + iw]);
-        if (best_at < 0 || v > best || math::isnan(v)) {
+        if (best_at < 0 || ((v > best || math::isnan(v)) && !math::isnan(best))) {
           best = v;
           best_at = ih * s.w + iw;
           if (math::isnan(v)) break;

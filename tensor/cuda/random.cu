@@ -16,10 +16,10 @@
 namespace loom::cuda {
 namespace {
 
-// A draw stored as S: converted to S's compute type, then rounded to S.
+// A draw stored as S, as the CPU stores it (16-bit floats through float).
 template <typename S, typename V>
 __device__ __forceinline__ S store(V draw) {
-  return narrow_to<S>(static_cast<compute_of_t<S>>(draw));
+  return narrow_to<S>(draw);
 }
 
 template <typename S, RandomOp OP>

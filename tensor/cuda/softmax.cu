@@ -255,12 +255,21 @@ void with_row_config(int64_t size, Launch&& launch) {
   return launch(integral_constant<int, kRowBlock>(), integral_constant<int, 32>());
 }
 
-// The same, for rows of at most kMaxBlockRowBackward (no 32-per-thread kernel).
+// The same, for rows of at most kMaxBlockRowBackward: no layout holds 32 per
+// thread, so rows of 513..1024, a warp's 32 per lane forward, go to a block.
 template <typename Launch>
 void with_backward_row_config(int64_t size, Launch&& launch) {
+  bool launched = false;
   with_row_config(size, [&](auto group, auto elems) {
-    if constexpr (decltype(elems)::value <= 16) launch(group, elems);
+    if constexpr (decltype(elems)::value <= 16) {
+      launch(group, elems);
+      launched = true;
+    } else if constexpr (decltype(group)::value == 32) {
+      launch(std::integral_constant<int, kRowBlock>(), std::integral_constant<int, 4>());
+      launched = true;
+    }
   });
+  LOOM_INTERNAL_ASSERT(launched, "softmax backward: no kernel for rows of ", size);
 }
 
 // Whether rows of `size` starting at each pointer can be moved 4 elements at a time.

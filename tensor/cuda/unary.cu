@@ -27,7 +27,7 @@ struct UnaryFn {
     else if constexpr (OP == UnaryOp::Sign && std::is_unsigned_v<T>) return T(x > T(0));
     else if constexpr (OP == UnaryOp::Sign) return T((T(0) < x) - (x < T(0)));
     else if constexpr (OP == UnaryOp::Clamp) return x < alpha ? alpha : (x > beta ? beta : x);
-    else if constexpr (OP == UnaryOp::Relu) return x > T(0) ? x : T(0);
+    else if constexpr (OP == UnaryOp::Relu) return (x > T(0) || math::isnan(x)) ? x : T(0);  // NaN stays
     else if constexpr (OP == UnaryOp::Reciprocal) return T(1) / x;
     else if constexpr (OP == UnaryOp::Exp) return math::exp(x);
     else if constexpr (OP == UnaryOp::Log) return math::log(x);

@@ -16,6 +16,7 @@ using testing::expect_close;
 using testing::expect_equal;
 using testing::gpu;
 using testing::random;
+using testing::values;
 namespace F = nn::functional;
 
 class Cuda16Bit : public ::testing::TestWithParam<DType> {
@@ -143,6 +144,34 @@ TEST_P(Cuda16Bit, AveragePoolingAndIndexOpsMatchTheCpu) {
   const char* names[] = {"avg_pool2d", "adaptive_avg_pool2d", "embedding", "gather",
                          "pooling input gradient", "embedding gradient", "gather gradient"};
   for (int k = 0; k < 7; ++k) expect_close(on_gpu[k], on_cpu[k], tol() * 2, names[k]);
+}
+
+// An embedding's gradient adds many rows into one: summed in float and
+// rounded once, as on the CPU. (Rounded at each add, a bfloat16 sum of ones
+// stops at 256, a float16 one at 2048.)
+TEST_P(Cuda16Bit, ManyAddsIntoOneElementRoundOnce) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  auto run = [&](Device device) {
+    Tensor table = zeros({4, 3}, {.dtype = dtype, .device = device}).requires_grad_(true);
+    Tensor rows = zeros({2, 5}, {.dtype = dtype, .device = device}).requires_grad_(true);
+    F::embedding(zeros({3000}, {.dtype = kInt64, .device = device}), table).sum().backward();  // index_add
+    gather(rows, 1, zeros({2, 3000}, {.dtype = kInt64, .device = device})).sum().backward();   // scatter_add
+    return std::make_pair(table.grad(), rows.grad());
+  };
+  const auto [table_gpu, rows_gpu] = run(testing::gpu_device());
+  const auto [table_cpu, rows_cpu] = run(Device::cpu());
+  // 3000 rounded once: float16 holds it, bfloat16 (8 significant bits) rounds it to 3008.
+  EXPECT_EQ(values(table_cpu)[0], dtype == kBFloat16 ? 3008 : 3000);
+  expect_equal(table_gpu, table_cpu, "embedding gradient (index_add)");
+  expect_equal(rows_gpu, rows_cpu, "gather gradient (scatter_add)");
+}
+
+TEST_P(Cuda16Bit, ArangeRoundsAsTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  expect_equal(arange(-3, 3000, 7.5, {.dtype = dtype, .device = testing::gpu_device()}),
+               arange(-3, 3000, 7.5, {.dtype = dtype}), "arange");
 }
 
 TEST_P(Cuda16Bit, MatmulMatchesTheCpu) {

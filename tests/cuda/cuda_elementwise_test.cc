@@ -5,6 +5,7 @@
 // and row broadcasts), and tensors large enough that threads loop.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -243,6 +244,34 @@ TEST(CudaConversions, EveryDtypePairInEveryLayout) {
         expect_equal(gpu(input).to(to), x.to(to),
                      std::string(dtype_name(from)) + " -> " + dtype_name(to) + " " + layout);
   }
+}
+
+// NaN as the CPU (and PyTorch) treat it: maximum and minimum return it from
+// either side, relu keeps it, relu's gradient is 0 where the output is <= 0.
+TEST(CudaNaN, MaximumMinimumAndReluPropagateItAsTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  const float nan = NAN;
+  Tensor a = from_vector<float>({nan, 1, 2, nan, -1, 0}), b = from_vector<float>({1, nan, 3, nan, 0, -1});
+  expect_close(maximum(gpu(a), gpu(b)), maximum(a, b), 0, "maximum");
+  expect_close(minimum(gpu(a), gpu(b)), minimum(a, b), 0, "minimum");
+  expect_close(relu(gpu(a)), relu(a), 0, "relu");
+  auto relu_grad = [&](const Tensor& x, const Tensor& dy) {
+    Tensor leaf = x.detach().requires_grad_(true);
+    relu(leaf).backward(dy);
+    return leaf.grad();
+  };
+  expect_close(relu_grad(gpu(a), gpu(b)), relu_grad(a, b), 0, "relu gradient");
+  EXPECT_TRUE(std::isnan(maximum(gpu(a), gpu(b)).to(Device::cpu()).to_vector<float>()[1]));  // not a vacuous match
+}
+
+// Negative floats reach uint8 through int64 (wrapping), as on the CPU.
+TEST(CudaConversions, NegativeFloatsToUint8WrapAsOnTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  Tensor x = from_vector<float>({-1, -2.5, 300, 255.9, 7});
+  expect_equal(gpu(x).to(kUInt8), x.to(kUInt8), "float -> uint8");
+  expect_equal(gpu(x.to(kFloat64)).to(kUInt8), x.to(kFloat64).to(kUInt8), "double -> uint8");
+  expect_equal(full({3}, -3.0, {.dtype = kUInt8, .device = testing::gpu_device()}), full({3}, -3.0, {.dtype = kUInt8}),
+               "fill");
 }
 
 TEST(CudaCreation, FillArangeAndFull) {

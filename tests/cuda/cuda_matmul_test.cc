@@ -86,13 +86,17 @@ TEST(CudaMatmulPrecision, Float32IsExactUnlessTf32IsAllowed) {
   ASSERT_FALSE(allow_tf32()) << "TF32 must be off by default";
   Tensor a = random({512, 1024}, kFloat32, 10), b = random({1024, 256}, kFloat32, 11);
   Tensor exact = matmul(a.to(kFloat64), b.to(kFloat64));
-  // FP32 accumulation over 1024 terms: far below TF32's ~1e-3 relative error.
+  // FP32 accumulation over 1024 terms whose partial sums reach ~40: ~1e-4
+  // at worst (outputs near 0 are measured against 1), however cuBLAS splits
+  // the sum. TF32 keeps 10 mantissa bits of each input: errors ~100x larger,
+  // which shows that the switch, and only the switch, turns it on.
   const double fp32_error = testing::max_rel_error(mm(gpu(a), gpu(b)).to(kFloat64), exact);
-  EXPECT_LT(fp32_error, 2e-5);
+  EXPECT_LT(fp32_error, 3e-4);
   set_allow_tf32(true);
   const double tf32_error = testing::max_rel_error(mm(gpu(a), gpu(b)).to(kFloat64), exact);
   set_allow_tf32(false);
-  EXPECT_LT(tf32_error, 5e-2) << "TF32 result far off";
+  EXPECT_LT(tf32_error, 1e-1) << "TF32 result far off";
+  EXPECT_GT(tf32_error, 10 * fp32_error) << "TF32 was allowed, but the product looks exact";
   RecordProperty("fp32_error", std::to_string(fp32_error));
   RecordProperty("tf32_error", std::to_string(tf32_error));
   std::cout << "matmul max rel error vs float64: fp32 " << fp32_error << ", tf32 " << tf32_error << "\n";

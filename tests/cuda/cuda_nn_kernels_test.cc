@@ -129,6 +129,37 @@ TEST_P(CudaNnKernels, PoolingForwardAndBackward) {
   }
 }
 
+// NaN in two rows of one window: the first, in row-major order, is the
+// maximum on both devices, so the backward sends dy to the same element.
+TEST_P(CudaNnKernels, MaxPoolPicksTheFirstNaNOfAWindow) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = random({1, 1, 4, 4}, dtype, 750);
+  {
+    NoGradGuard no_grad;
+    x.narrow(2, 1, 1).narrow(3, 1, 1).fill_(NAN);  // (1, 1) and (2, 0): rows 1 and 2 of the window at (1, 0)
+    x.narrow(2, 2, 1).narrow(3, 0, 1).fill_(NAN);
+  }
+  const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1};
+  Tensor y_cpu = empty({1, 1, 3, 3}, {.dtype = dtype}), i_cpu = empty({1, 1, 3, 3}, {.dtype = kInt64});
+  Tensor y_gpu = gpu(y_cpu), i_gpu = gpu(i_cpu);
+  cpu().max_pool2d(x, p, y_cpu, i_cpu);
+  cuda().max_pool2d(gpu(x), p, y_gpu, i_gpu);
+  EXPECT_EQ(i_cpu.to_vector<int64_t>()[3], 5) << "the window at (1, 0) picks (1, 1) on the CPU";
+  expect_equal(i_gpu, i_cpu, "max_pool2d indices with NaNs");
+}
+
+// No rows: the parameter gradients are sums of nothing, 0 on both devices.
+TEST_P(CudaNnKernels, LayerNormBackwardOfNoRowsGivesZeroParameterGradients) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = empty({0, 5}, {.dtype = dtype}), w = random({5}, dtype, 760), stats = empty({0}, {.dtype = dtype});
+  Tensor dw = gpu(full({5}, 7, {.dtype = dtype})), db = gpu(full({5}, 7, {.dtype = dtype}));
+  cuda().layer_norm_backward(gpu(x), gpu(x), gpu(w), gpu(stats), gpu(stats), gpu(x), dw, db);
+  expect_equal(dw, zeros({5}, {.dtype = dtype}), "dweight");
+  expect_equal(db, zeros({5}, {.dtype = dtype}), "dbias");
+}
+
 TEST_P(CudaNnKernels, LayerNormForwardAndBackward) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();

@@ -38,7 +38,9 @@ inline void check_split(ProcessGroup& pg) {
   // Not every rank joins: a negative color gets nothing.
   std::shared_ptr<ProcessGroup> first_only = pg.split(r == 0 ? 0 : -1);
   EXPECT_EQ(first_only != nullptr, r == 0);
-  if (first_only) EXPECT_EQ(first_only->size(), 1);
+  if (first_only) {
+    EXPECT_EQ(first_only->size(), 1);
+  }
 
   // new_group in a chosen order: the last rank first.
   std::shared_ptr<ProcessGroup> pair = n > 1 ? pg.new_group({n - 1, 0}) : pg.new_group({0});

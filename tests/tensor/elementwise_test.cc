@@ -163,6 +163,53 @@ TEST(Binary, ShapeErrorsNameTheOpAndShapes) {
   EXPECT_THROW_MSG(zeros({2}) + Tensor(), "add: got an undefined tensor");
 }
 
+// NaN as PyTorch treats it, on contiguous rows (Eigen's SIMD path, whose
+// max returns whichever operand its instruction picks) and strided views:
+// maximum and minimum return it from either side, relu keeps it, and relu's
+// gradient is 0 wherever the output is <= 0, even where dy is NaN.
+TEST(Binary, NaNPropagatesAsInPyTorch) {
+  const float nan = NAN;
+  // The pattern 9 times over: whole SIMD registers and a tail.
+  auto repeated = [](const std::vector<double>& pattern) {
+    std::vector<double> out;
+    for (int k = 0; k < 9; ++k) out.insert(out.end(), pattern.begin(), pattern.end());
+    return out;
+  };
+  auto expect_same = [](const Tensor& t, const std::vector<double>& expected, const char* what) {
+    const std::vector<double> got = values(t);
+    ASSERT_EQ(got.size(), expected.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(expected[i])) EXPECT_TRUE(std::isnan(got[i])) << what << ", element " << i << ": " << got[i];
+      else EXPECT_EQ(got[i], expected[i]) << what << ", element " << i;
+    }
+  };
+  for (bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "strided" : "contiguous");
+    auto make = [&](const std::vector<float>& pattern) {
+      std::vector<float> all;
+      for (int k = 0; k < 9; ++k) all.insert(all.end(), pattern.begin(), pattern.end());
+      Tensor t = from_vector<float>(all, {9, 4});
+      return strided ? t.t().contiguous().t() : t;  // the same values, column-major
+    };
+    Tensor a = make({nan, 1, 2, nan}), b = make({1, nan, 3, nan});
+    expect_same(maximum(a, b), repeated({NAN, NAN, 3, NAN}), "maximum");
+    expect_same(minimum(a, b), repeated({NAN, NAN, 2, NAN}), "minimum");
+    Tensor x = make({nan, -1, 2, 0}).requires_grad_(true);
+    Tensor y = relu(x);
+    expect_same(y, repeated({NAN, 0, 2, 0}), "relu");
+    y.backward(make({1, nan, 1, 1}));
+    expect_same(x.grad(), repeated({1, 0, 1, 0}), "relu gradient");
+  }
+}
+
+// Floating values become uint8 through int64, as in PyTorch: negative ones
+// wrap instead of being undefined (GCC's code wrapped, nvcc's clamped).
+TEST(Conversions, FloatsToUint8WrapThroughInt64) {
+  expect_values(from_vector<float>({-1, -2.5, 300, 255.9, 7}).to(kUInt8), {255, 254, 44, 255, 7});
+  expect_values(from_vector<double>({-1, 256}, {2, 1}).expand({2, 3}).to(kUInt8), {255, 255, 255, 0, 0, 0});
+  expect_values(full({3}, -3.0, {.dtype = kUInt8}), {253, 253, 253});
+}
+
 TEST(Binary, LogicalOps) {
   Tensor a = from_vector<bool>({true, true, false, false});
   Tensor b = from_vector<bool>({true, false, true, false});
