@@ -34,8 +34,14 @@ NcclComm::NcclComm(const std::string& id, int size, int rank) {
 
 NcclComm::~NcclComm() {
   if (comm_ == nullptr || aborted_) return;
-  // Pending work was waited for by the group; destroying frees the rest.
-  ncclCommDestroy(comm_);
+  // ncclCommDestroy refuses, and so leaks, a communicator still joining or
+  // carrying an error (ncclCommEnsureReady): abort those. A ready one has no
+  // pending work (the group waited for it): destroying frees the rest.
+  ncclResult_t state = ncclInProgress;
+  if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess)
+    abort();
+  else
+    ncclCommDestroy(comm_);
 }
 
 void NcclComm::call(ncclResult_t result, const std::string& what) {

@@ -29,7 +29,7 @@ class NcclComm {
   // Starts joining communicator `id` as `rank` of `size` on the calling
   // thread's current CUDA device; returns at once.
   NcclComm(const std::string& id, int size, int rank);
-  ~NcclComm();  // destroys it, or nothing more after abort()
+  ~NcclComm();  // destroys it (aborts it if still joining or failed), or nothing more after abort()
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 

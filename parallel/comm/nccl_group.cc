@@ -23,6 +23,7 @@
 #include "tensor/creation.h"
 #include "tensor/cuda/caching_allocator.h"
 #include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device.h"
 
 namespace loom::parallel {
 namespace nccl {
@@ -90,15 +91,13 @@ NcclGroup::State::State(NcclGroup* g, std::shared_ptr<ProcessGroup> b, Device d,
       sends(size),
       recvs(size),
       listening(size) {
-  CUDA_CHECK(cudaSetDevice(device));
+  cuda::set_thread_device(device);  // NCCL joins on the current device
   collectives.name = "collectives";
-  collectives.stream = cuda::Stream::from_pool(device);
+  collectives.stream = cuda::Stream::dedicated(device);
   collectives.comm = std::make_unique<NcclComm>(id, size, rank);
-  for (int p = 0; p < size; ++p) {
+  for (int p = 0; p < size; ++p) {  // their streams: at their first operation (stream_of)
     to[p].name = detail::concat("sends to rank ", p);
     from[p].name = detail::concat("receives from rank ", p);
-    to[p].stream = cuda::Stream::from_pool(device);
-    from[p].stream = cuda::Stream::from_pool(device);
   }
   thread = std::thread([this] { run(); });
 }
@@ -119,12 +118,14 @@ void NcclGroup::State::issue(OpPtr op) {
   if (on_gpu(*op)) {
     ready = std::make_shared<cuda::Event>();
     ready->record(cuda::current_stream(device));
-    const cuda::Stream& stream = op->kind == OpKind::Send   ? to[op->peer].stream
-                                 : op->kind == OpKind::Recv ? from[op->peer].stream
-                                                            : collectives.stream;
-    for (const Tensor& t : {op->input, op->output})
-      if (t.defined()) cuda::record_stream(t, stream);
-    for (const Tensor& t : op->outputs) cuda::record_stream(t, stream);
+    const cuda::Stream stream = stream_of(*op);
+    // A tensor on another device is accept()'s to refuse, with the operation's name.
+    auto record = [&](const Tensor& t) {
+      if (t.defined() && t.device() == Device::cuda(device)) cuda::record_stream(t, stream);
+    };
+    record(op->input);
+    record(op->output);
+    for (const Tensor& t : op->outputs) record(t);
   }
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -133,8 +134,23 @@ void NcclGroup::State::issue(OpPtr op) {
   wake.notify_all();
 }
 
+// The stream of the lane `op` goes on. A channel's is made at its first
+// operation, as most groups never send point to point; the communication
+// thread first reads it after taking that operation from `incoming`, under
+// the same mutex.
+cuda::Stream NcclGroup::State::stream_of(const Op& op) {
+  Lane& lane = op.kind == OpKind::Send ? to[op.peer] : op.kind == OpKind::Recv ? from[op.peer] : collectives;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (lane.stream.handle() == nullptr) lane.stream = cuda::Stream::dedicated(device);
+  return lane.stream;
+}
+
 void NcclGroup::State::run() {
-  cudaSetDevice(device);
+  try {
+    cuda::set_thread_device(device);  // the channels' communicators are made on this thread
+  } catch (const std::exception& e) {
+    fail_group(e.what());
+  }
   for (;;) {
     std::deque<Issued> taken;
     {
@@ -157,8 +173,11 @@ void NcclGroup::State::run() {
 
 bool NcclGroup::State::busy() const {
   if (!ordered.empty() || !forwarded_p2p.empty() || !running.empty() || !handshake_deadlines.empty()) return true;
-  for (const auto& l : listening)
-    if (l.second) return true;
+  // After a failure a posted handshake recv may never complete (its peer is
+  // gone): closing must not wait for it. Its op keeps its buffer alive.
+  if (failure.empty())
+    for (const auto& l : listening)
+      if (l.second) return true;
   if (!collectives.idle()) return true;
   for (int p = 0; p < size; ++p)
     if (!to[p].idle() || !from[p].idle()) return true;
@@ -187,10 +206,14 @@ void NcclGroup::State::accept(OpPtr op, std::shared_ptr<cuda::Event> ready, Cloc
     finish(*op, error_of(detail::concat(op->where(), ": not run, the process group failed earlier: ", failure)));
     return;
   }
-  for (const Tensor& t : {op->input, op->output})
-    if (t.defined() && t.device() != (on_gpu(*op) ? Device::cuda(device) : Device::cpu())) {
+  const Device expected = on_gpu(*op) ? Device::cuda(device) : Device::cpu();
+  std::vector<Tensor> tensors = op->outputs;  // all_gather's list too: complete() copies into it on the lane's stream
+  tensors.push_back(op->input);
+  tensors.push_back(op->output);
+  for (const Tensor& t : tensors)
+    if (t.defined() && t.device() != expected) {
       finish(*op, error_of(detail::concat(op->where(), ": the nccl backend needs all of an operation's tensors on one "
-                                          "device; got ", op->input.device(), " and ", op->output.device())));
+                                          "device; got ", expected, " and ", t.device())));
       return;
     }
   if (!is_p2p(op->kind)) {

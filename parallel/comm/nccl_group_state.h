@@ -71,7 +71,7 @@ struct Transfer {
 struct Lane {
   std::string name;
   std::unique_ptr<NcclComm> comm;  // a channel's: made on its first transfer
-  cuda::Stream stream{0, nullptr};  // set by the group, before its thread starts
+  cuda::Stream stream{0, nullptr};  // its own (Stream::dedicated): made with the group, or a channel's by stream_of()
   std::deque<std::shared_ptr<Transfer>> queue;
   std::shared_ptr<Transfer> calling;  // its NCCL calls made, maybe still in progress
   bool idle() const { return queue.empty() && !calling; }
@@ -95,6 +95,7 @@ struct NcclGroup::State {
 
   // ---- the caller's side ----
   void issue(OpPtr op);
+  cuda::Stream stream_of(const Op& op);
 
   // ---- the communication thread ----
   void run();

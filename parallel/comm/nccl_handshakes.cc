@@ -63,9 +63,9 @@ bool NcclGroup::State::advance_handshakes() {
   for (int p = 0; p < size; ++p) {
     auto& [buffer, work] = listening[p];
     if (work && work->is_completed()) {
-      work->wait();  // a broken bootstrap group fails this one (run())
+      const WorkPtr done = std::move(work);  // cleared first, so that a failure is reported once
+      done->wait();  // a broken bootstrap group fails this one (run())
       const rendezvous::Message m = rendezvous::decode(buffer.data_ptr<uint8_t>(), buffer.numel(), p);
-      work.reset();
       progress = true;
       if (m.kind == rendezvous::Message::kRequest) {
         sends[p].add_request(m.request);
@@ -113,8 +113,9 @@ bool NcclGroup::State::advance_handshakes() {
       ++it;
       continue;
     }
-    (*it)->wait();
-    it = handshakes_sent.erase(it);
+    const WorkPtr sent = *it;
+    it = handshakes_sent.erase(it);  // first, so that a failure is reported once
+    sent->wait();
   }
   for (auto it = forwarded_p2p.begin(); it != forwarded_p2p.end();) {
     if (!it->second->is_completed()) {

@@ -101,12 +101,12 @@ class CudaCachingAllocator final : public Allocator {
     const size_t size = round_size(nbytes);
     cudaStream_t stream = current_stream(device_).handle();
     DeviceGuard guard(device_);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     process_events();
     const bool small = size <= kSmallRequest;
     FreeBlocks& pool = small ? small_free_ : large_free_;
     Block* block = take_best_fit(pool, stream, size);
-    if (block == nullptr) block = new_segment(size, stream, small, nbytes);
+    if (block == nullptr) block = new_segment(size, stream, small, nbytes, lock);
     split(block, size, pool);
     block->allocated = true;
     allocated_[block->ptr] = block;
@@ -127,9 +127,7 @@ class CudaCachingAllocator final : public Allocator {
     if (!block->used_on.empty()) {
       // Other streams may still read or write the block: it is free only
       // once the work they have queued so far is done.
-      int previous = -1;
-      cudaGetDevice(&previous);
-      if (previous != device_) cudaSetDevice(device_);
+      DeviceGuard on_device(device_, std::nothrow);  // events are made and recorded on the block's device
       for (cudaStream_t other : block->used_on) {
         cudaEvent_t event = take_event();
         if (event == nullptr || cudaEventRecord(event, other) != cudaSuccess) {
@@ -141,7 +139,6 @@ class CudaCachingAllocator final : public Allocator {
         ++block->pending_events;
       }
       block->used_on.clear();
-      if (previous >= 0 && previous != device_) cudaSetDevice(previous);
       if (block->pending_events > 0) return;
     }
     free_block(block);
@@ -160,8 +157,8 @@ class CudaCachingAllocator final : public Allocator {
   void empty_cache() override {
     if (!caching_) return;
     DeviceGuard guard(device_);
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cached();
+    std::unique_lock<std::mutex> lock(mutex_);
+    release_cached(lock);
   }
 
   void record_stream(void* ptr, cudaStream_t stream) {
@@ -193,14 +190,14 @@ class CudaCachingAllocator final : public Allocator {
     return ptr;
   }
 
-  // cudaFree waits for all work on the device, so no stream can still use ptr.
+  // cudaFree waits for all work on the device, so no stream can still use
+  // ptr; it waits outside the lock, as release_cached does.
   void deallocate_uncached(void* ptr, size_t nbytes) {
+    {
+      DeviceGuard on_device(device_, std::nothrow);
+      if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
+    }
     std::lock_guard<std::mutex> lock(mutex_);
-    int previous = -1;
-    cudaGetDevice(&previous);
-    if (previous != device_) cudaSetDevice(device_);
-    if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
-    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
     ++stats_.system_frees;
     stats_.freed(nbytes);
     stats_.reserved_bytes -= static_cast<int64_t>(nbytes);
@@ -218,14 +215,16 @@ class CudaCachingAllocator final : public Allocator {
     return block;
   }
 
-  Block* new_segment(size_t size, cudaStream_t stream, bool small, size_t requested) {
+  // Called with `lock` held; may release it for a while (release_cached).
+  Block* new_segment(size_t size, cudaStream_t stream, bool small, size_t requested,
+                     std::unique_lock<std::mutex>& lock) {
     const size_t bytes = segment_size(size);
     void* ptr = nullptr;
     cudaError_t status = cudaMalloc(&ptr, bytes);
     if (status == cudaErrorMemoryAllocation) {
       // Give the cache back and try once more.
       cudaGetLastError();
-      release_cached();
+      release_cached(lock);
       status = cudaMalloc(&ptr, bytes);
     }
     if (status != cudaSuccess) {
@@ -315,13 +314,32 @@ class CudaCachingAllocator final : public Allocator {
     if (--block->pending_events == 0) free_block(block);
   }
 
-  // Waits for pending blocks, then gives every wholly free segment back to CUDA.
-  void release_cached() {
-    for (const auto& entry : pending_) {
+  // Waits for pending blocks, then gives every wholly free segment back to
+  // CUDA. Called with `lock` held; it waits (cudaEventSynchronize, and
+  // cudaFree, which waits for the whole device) with the lock released: a
+  // kernel that never ends by itself (an NCCL collective whose peer died)
+  // must not block every other thread's frees, among them the NCCL
+  // watchdog's, which would then never abort that kernel.
+  void release_cached(std::unique_lock<std::mutex>& lock) {
+    std::deque<std::pair<cudaEvent_t, Block*>> waiting;
+    waiting.swap(pending_);  // their blocks stay out of the pools until finish_event
+    lock.unlock();
+    for (const auto& entry : waiting)
       if (cudaEventSynchronize(entry.first) != cudaSuccess) cudaGetLastError();
-      finish_event(entry);
+    lock.lock();
+    for (const auto& entry : waiting) finish_event(entry);
+    const std::vector<Block*> segments = take_free_segments();
+    lock.unlock();
+    for (Block* segment : segments) {
+      if (cudaFree(segment->ptr) != cudaSuccess) cudaGetLastError();
+      delete segment;
     }
-    pending_.clear();
+    lock.lock();
+  }
+
+  // Takes every wholly free segment out of the pools, counted as given back.
+  std::vector<Block*> take_free_segments() {
+    std::vector<Block*> segments;
     for (FreeBlocks* pool : {&small_free_, &large_free_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* block = *it;
@@ -329,13 +347,13 @@ class CudaCachingAllocator final : public Allocator {
           ++it;
           continue;
         }
-        if (cudaFree(block->ptr) != cudaSuccess) cudaGetLastError();
         ++stats_.system_frees;
         stats_.reserved_bytes -= static_cast<int64_t>(block->size);
         it = pool->erase(it);
-        delete block;
+        segments.push_back(block);
       }
     }
+    return segments;
   }
 
   cudaEvent_t take_event() {

@@ -42,6 +42,10 @@ DeviceTable& table() {
   return *t;
 }
 
+// Whether the calling thread has chosen a device through loom (DeviceGuard,
+// set_thread_device): only then is there a device worth restoring.
+thread_local bool chose_device = false;
+
 }  // namespace
 
 int device_count() { return table().count; }
@@ -77,13 +81,31 @@ DeviceGuard::DeviceGuard(int index) {
   if (current != index) {
     check_device(index);
     CUDA_CHECK(cudaSetDevice(index));
-    previous_ = current;
+    if (chose_device) previous_ = current;
   }
+  chose_device = true;
+}
+
+DeviceGuard::DeviceGuard(int index, std::nothrow_t) noexcept {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || (current != index && cudaSetDevice(index) != cudaSuccess)) {
+    cudaGetLastError();
+    ok_ = false;
+    return;
+  }
+  if (current != index && chose_device) previous_ = current;
+  chose_device = true;
 }
 
 DeviceGuard::~DeviceGuard() {
   // A destructor must not throw; restoring can only fail if the context is gone.
   if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+void set_thread_device(int index) {
+  check_device(index);
+  CUDA_CHECK(cudaSetDevice(index));
+  chose_device = true;
 }
 
 }  // namespace loom::cuda

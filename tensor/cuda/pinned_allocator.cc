@@ -74,24 +74,17 @@ class PinnedHostAllocator final : public Allocator {
     PinnedBlock& block = it->second;
     block.allocated = false;
     stats_.freed(block.size);
-    int previous = -1;
-    cudaGetDevice(&previous);
     for (const auto& [stream, device] : block.used_on) {
-      if (cudaSetDevice(device) != cudaSuccess) {
-        cudaGetLastError();
-        ++block.pending_events;  // cannot tell when it is safe: keep it out of use
-        continue;
-      }
-      cudaEvent_t event = take_event(device);
+      DeviceGuard on_device(device, std::nothrow);  // the event is made and recorded on the stream's device
+      cudaEvent_t event = on_device.ok() ? take_event(device) : nullptr;
       if (event == nullptr || cudaEventRecord(event, stream) != cudaSuccess) {
         cudaGetLastError();
-        ++block.pending_events;
+        ++block.pending_events;  // cannot tell when it is safe: keep it out of use
         continue;
       }
       pending_.push_back({event, device, ptr});
       ++block.pending_events;
     }
-    if (previous >= 0 && !block.used_on.empty()) cudaSetDevice(previous);
     block.used_on.clear();
     if (block.pending_events == 0) free_[block.size].push_back(ptr);
   }

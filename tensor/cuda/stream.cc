@@ -68,6 +68,8 @@ Stream Stream::for_purpose(int device, const std::string& purpose) {
   return it->second;
 }
 
+Stream Stream::dedicated(int device) { return Stream(device, create_stream(device)); }
+
 void Stream::synchronize() const {
   CUDA_CHECK(cudaStreamSynchronize(handle_));
   check_index_errors(device_);

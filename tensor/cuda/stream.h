@@ -49,6 +49,12 @@ class Stream {
   // copies"): the same stream on every call, so that the work of that
   // purpose is ordered on it.
   static Stream for_purpose(int device, const std::string& purpose);
+  // A new stream of `device` that is handed to nothing else: for work that
+  // must not queue behind, or ahead of, unrelated work, such as NCCL kernels,
+  // which wait for their peers. Never destroyed either (a tensor used on it
+  // may die later, and its block then waits for an event recorded on it), so
+  // make one per long-lived purpose, not one per operation.
+  static Stream dedicated(int device);
 
   int device() const { return device_; }
   CUstream_st* handle() const { return handle_; }

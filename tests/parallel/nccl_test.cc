@@ -65,14 +65,33 @@ TEST(Nccl, CpuTensorsPassThrough) {
   });
 }
 
-// wait() only orders the waiting stream after the collective: with seconds of
-// work queued ahead of it, the stream is still busy when wait() returns.
+// A CUDA operation with a tensor elsewhere fails by its own name (not from
+// record_stream inside the issuing call), and the group goes on.
+TEST(Nccl, ATensorOnAnotherDeviceFailsItsOperation) {
+  REQUIRE_GPUS(1);
+  run_nccl(1, [](ProcessGroup& pg, Device d) {
+    std::vector<Tensor> on_cpu = {zeros({4})};
+    WorkPtr work = pg.all_gather(on_cpu, ones({4}, {.device = d}));
+    EXPECT_THROW_MSG(work->wait(), "all_gather #1");
+    EXPECT_THROW_MSG(work->wait(), "needs all of an operation's tensors on one device; got cuda:0 and cpu");
+    Tensor x = ones({4}, {.device = d});
+    pg.all_reduce(x)->wait();
+    loom::testing::expect_values(x.to(Device::cpu()), {1, 1, 1, 1});
+  });
+}
+
+// wait() only orders the waiting stream after the collective: with GPU work
+// queued ahead of it, the stream is still busy when wait() returns.
 TEST(Nccl, WaitNeverBlocksTheHost) {
   REQUIRE_GPUS(1);
   run_nccl(1, [](ProcessGroup& pg, Device d) {
-    Tensor a = randn({4096, 4096}, {.device = d}), acc = zeros({4096, 4096}, {.device = d});
-    for (int i = 0; i < 50; ++i) acc.add_(a.matmul(a));  // ~7 TFLOP queued
+    // The communicator joins first (NCCL's setup can take longer than the
+    // work below), so that the wait() under test measures only the enqueue.
     Tensor x = full({1 << 20}, 1.0, {.device = d});
+    pg.all_reduce(x)->wait();
+    synchronize(d);
+    Tensor a = randn({4096, 4096}, {.device = d}), acc = zeros({4096, 4096}, {.device = d});
+    for (int i = 0; i < 50; ++i) acc.add_(a.matmul(a));  // ~7 TFLOP queued: ~0.1 s of exact FP32 on an H100
     pg.all_reduce(x)->wait();
     EXPECT_FALSE(cuda::current_stream(d.index()).query()) << "wait() returned only after the GPU caught up";
     loom::testing::expect_values(x.narrow(0, 0, 3).to(Device::cpu()), {1, 1, 1});
