@@ -3,30 +3,41 @@
 #
 #   tools/gpu_run.sh build                     # here: Bazel + CUDA toolkit, no GPU needed
 #   tools/gpu_run.sh run [options]             # on the GPU machine: no Bazel needed
-#     --sanitize[=TOOL]   run the tests under compute-sanitizer (memcheck by default;
-#                         also racecheck, synccheck, initcheck) with loom's caching
-#                         allocator off (LOOM_CUDA_NO_CACHING=1), so that the tool sees
-#                         every allocation's real bounds; no benchmark then
-#     --filter REGEX      only test binaries whose name matches REGEX
-#     --no-bench          skip the benchmark
+#     --no-tests          skip the test binaries
 #     --no-examples       skip the example runs (one epoch each of the Fashion-MNIST
 #                         examples on the GPU: single, DataParallel on a repeated GPU,
 #                         DDP and pipeline under mpirun -np 2, in-process pipeline)
+#     --no-bench          skip the benchmarks
+#     --filter REGEX      only test binaries whose name matches REGEX
+#     --sanitize[=TOOL]   run the tests under compute-sanitizer (memcheck by default;
+#                         also racecheck, synccheck, initcheck) with loom's caching
+#                         allocator off (LOOM_CUDA_NO_CACHING=1), so that the tool sees
+#                         every allocation's real bounds; no examples or benchmarks then
+#     --budget SECONDS    stop starting work after this long (default 540, or
+#                         $LOOM_GPU_BUDGET): what is left is reported NOT RUN
+#     --jobs N            test binaries run side by side (default 6)
 #
-# build: builds every GoogleTest binary (the cc_tests, and the *_mpi_test_bin programs
-#   that run under mpirun), the Fashion-MNIST examples and //bench:cuda_bench with the
-#   CUDA backend (with cuda_bench, allreduce_bench, compare_parallel and train_bench, and
-#   bench/compare_torch.sh with torch_reference.py), takes the Fashion-MNIST files along (the GPU machine lacks them),
-#   strips them, and packs them (with libgomp, in case the GPU machine lacks it) into
-#   .gpu/bundle.tar.xz. The binaries share most of their bytes, so the solid archive is a
-#   few MiB: small enough to carry to the GPU machine. It also copies this script to
-#   .gpu/gpu_run.sh and writes .gpu/MANIFEST (commit, date, files).
-# run: unpacks the bundle, sets LD_LIBRARY_PATH from the pip nvidia packages (see
-#   docs/cuda.md), runs every test binary (the MPI ones under mpirun -np 2, two ranks
-#   sharing the GPU) and the benchmarks (compare_torch against the machine's PyTorch,
-#   and gpt under bf16 autocast on both sides), writes all logs, GoogleTest
-#   XML and the benchmark's JSON lines under $OUT (default .gpu/out/<time>), and prints a
-#   short summary table last. Exit status: 0 when every test binary passed.
+# build: builds the GoogleTest binaries that have GPU cases (the cc_tests, and the
+#   *_mpi_test_bin programs that run under mpirun), the Fashion-MNIST examples and the benchmarks (cuda_bench,
+#   allreduce_bench, compare_parallel, train_bench, and bench/compare_torch.sh with
+#   torch_reference.py) with the CUDA backend, takes the Fashion-MNIST files along (the
+#   GPU machine lacks them), the shared libraries the binaries need beyond glibc and
+#   CUDA (Open MPI's, libgomp) and Debian's Open MPI packages (for mpirun, in case the
+#   GPU machine has none), strips the binaries and packs everything into one solid
+#   .gpu/bundle.tar.xz (the binaries share most of their bytes), with this script beside
+#   it and .gpu/MANIFEST (commit, date, files).
+# run: unpacks the bundle, sets LD_LIBRARY_PATH (the pip nvidia packages PyTorch uses
+#   first, then the toolkit's, then the carried libraries), runs the test binaries
+#   (--jobs at a time; the MPI ones under mpirun -np 2, two ranks sharing the GPU), the
+#   examples and the benchmarks (cuda_bench, NCCL on one rank, compare_parallel on the
+#   GPU, compare_torch against the machine's PyTorch, gpt under bf16 autocast on both
+#   sides), inside the time budget. On a GPU machine a skipped test is a failure (it
+#   did not run what it is there for), except those that need more GPUs than the
+#   machine has, or caching under --sanitize. Results: summary.txt (a line per binary,
+#   written as each ends, so a run cut short still returns it) and results.tgz (every
+#   log, GoogleTest XML and benchmark's JSON lines) in $OUT; the device tool brings back
+#   at most 8 files, so nothing else goes there. Exit status: 0 when every test passed,
+#   none was skipped or left unrun, and every example and benchmark ran to its end.
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -37,9 +48,13 @@ else
 fi
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
+
+# Open MPI as Debian packages it: unpacked on the GPU machine only if it has no mpirun.
+MPI_PACKAGES="openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15 libevent-2.1-7 libevent-core-2.1-7
+              libevent-pthreads-2.1-7"
 
 build() {
   cd "$here/.." || exit 1
@@ -54,97 +69,168 @@ build() {
   targets=$(bazel query 'kind(cc_test, tests(//...)) except //tests/parallel:mpi_failure_test
                          + attr(name, ".*mpi.*_test_bin$", //tests/...)' 2>/dev/null) \
     || { echo "gpu_run build: bazel query failed" >&2; exit 1; }
+  # Only the tests with something to run on a GPU travel: those whose sources,
+  # or the test helpers they use, ask for one. The rest are CPU-only (CI runs
+  # them), and each binary carries loom whole: 89 of them made 1.5 GB.
+  local gpu_sources
+  gpu_sources=$(grep -l -E 'LOOM_REQUIRE_CUDA|REQUIRE_GPUS|cuda_available\(\)|Device::cuda' \
+                  $(git ls-files 'tests/*.cc' 'tests/*.h') | grep -v '^tests/test_util.h$' |
+                sed -E 's|^(.*)/([^/]*)$|//\1:\2|')
+  targets=$(bazel query "rdeps(set($targets), set($gpu_sources)) intersect set($targets)" 2>/dev/null) \
+    || { echo "gpu_run build: bazel query for the GPU tests failed" >&2; exit 1; }
   # --//:cuda=true: fail loudly rather than quietly build a CPU-only bundle.
   local examples="//examples:fashion_mnist_cnn //examples:dp_fashion_mnist //examples:ddp_fashion_mnist
                   //examples:pipeline_fashion_mnist"
   local benches="//bench:cuda_bench //bench:allreduce_bench //bench:compare_parallel //bench:train_bench"
   bazel build --//:cuda=true $targets $examples $benches || exit 1
 
-  rm -rf "$gpu_dir" && mkdir -p "$gpu_dir/stage/bin" "$gpu_dir/stage/lib" "$gpu_dir/stage/data"
-  cp -r /usr/share/datasets/fashion-mnist "$gpu_dir/stage/data/" || exit 1
+  local stage="$gpu_dir/stage"
+  rm -rf "$gpu_dir" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data" "$stage/debs" "$stage/bench"
+  cp -r /usr/share/datasets/fashion-mnist "$stage/data/" || exit 1
   # loom against PyTorch on the GPU machine's own PyTorch (bench/compare_torch.sh).
-  mkdir -p "$gpu_dir/stage/bench" && cp bench/compare_torch.sh bench/torch_reference.py "$gpu_dir/stage/bench/"
+  cp bench/compare_torch.sh bench/torch_reference.py "$stage/bench/"
   local label path name
   for label in $targets $examples $benches; do
     path="bazel-bin/${label#//}"
     path="${path/://}"
     name="$(basename "$path")"
-    if [ -e "$gpu_dir/stage/bin/$name" ]; then
+    if [ -e "$stage/bin/$name" ]; then
       echo "gpu_run build: two targets are named $name" >&2
       exit 1
     fi
-    cp "$path" "$gpu_dir/stage/bin/$name" && chmod u+w "$gpu_dir/stage/bin/$name"
-    strip "$gpu_dir/stage/bin/$name"
+    cp "$path" "$stage/bin/$name" && chmod u+w "$stage/bin/$name"
+    strip "$stage/bin/$name"
   done
-  # OpenMP's runtime ships with GCC; the GPU machine has it when it has gcc, but carry it.
-  cp "$(ldd "$gpu_dir/stage/bin/cuda_bench" | awk '/libgomp/ {print $3}')" "$gpu_dir/stage/lib/" 2>/dev/null
+  # Shared libraries beyond glibc, the C++ runtime and CUDA's (which the GPU
+  # machine has): Open MPI's and OpenMP's. run() puts them last on the path.
+  ldd "$stage"/bin/* 2>/dev/null | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
+    grep -v -E '^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s)\.so|^(libcu|libnccl|libnv)' |
+    awk '{print $2}' | xargs -r cp -L -t "$stage/lib/" || exit 1
+  # mpirun and Open MPI's plugins, as packages: carried, used only where missing.
+  (cd "$stage/debs" && apt-get download $MPI_PACKAGES > /dev/null 2>&1) ||
+    echo "gpu_run build: could not download Open MPI's packages: the GPU machine's own mpirun must do" >&2
   {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- . || echo ' (with uncommitted changes)')"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) with $("${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" --version | tail -1)"
-    (cd "$gpu_dir/stage" && find . -type f | sort)
-  } > "$gpu_dir/stage/MANIFEST"
-  cp "$gpu_dir/stage/MANIFEST" "$gpu_dir/MANIFEST"
-  # A solid archive with a dictionary larger than one binary stores the bytes
-  # they share once: ~250 MB of binaries become ~5 MiB, in under a minute.
-  tar -C "$gpu_dir/stage" -cf - . | xz --lzma2=preset=1,dict=128MiB -T1 > "$gpu_dir/bundle.tar.xz" || exit 1
-  rm -rf "$gpu_dir/stage"
+    (cd "$stage" && find . -type f | sort)
+  } > "$stage/MANIFEST"
+  cp "$stage/MANIFEST" "$gpu_dir/MANIFEST"
+  # A solid archive with a dictionary larger than the binaries stores the
+  # bytes they share (loom's kernels, linked into each) once.
+  tar -C "$stage" -cf - . | xz --lzma2=preset=6,dict=512MiB -T1 > "$gpu_dir/bundle.tar.xz" || exit 1
+  rm -rf "$stage"
   cp "$0" "$gpu_dir/gpu_run.sh"
   echo "gpu_run build: $(du -sh "$gpu_dir" | cut -f1) in $gpu_dir ($(grep -c '^./bin/' "$gpu_dir/MANIFEST") binaries)."
   echo "On the GPU machine: bash .gpu/gpu_run.sh run   (or tools/gpu_run.sh run in the checkout)"
 }
 
-# Passed/failed/skipped counts from a GoogleTest XML file, as "P F S".
+# From a GoogleTest XML file: "passed failed skipped unexpected_skips"; the
+# names and messages of unexpected skips are appended to $2. A skip is
+# expected where the test needs more GPUs than this machine has ($3), or
+# where a sanitizer run turned caching off.
 count_xml() {
-  python3 - "$1" <<'EOF'
-import sys, xml.etree.ElementTree as ET
-p = f = s = 0
+  python3 - "$1" "$2" "$3" <<'EOF'
+import re, sys, xml.etree.ElementTree as ET
+gpus = int(sys.argv[3])
+def expected(message):
+    needs = re.search(r"needs (\d+) GPUs|needs a GPU per rank \((\d+)\)", message)
+    if needs:
+        return int(needs.group(1) or needs.group(2)) > gpus
+    return "LOOM_CUDA_NO_CACHING is set" in message
+p = f = s = u = 0
 try:
     for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+        skipped = case.find("skipped")
         if case.find("failure") is not None or case.find("error") is not None:
             f += 1
-        elif case.get("result") == "skipped" or case.find("skipped") is not None:
+        elif case.get("result") == "skipped" or skipped is not None:
             s += 1
+            message = (skipped.get("message") or skipped.text or "") if skipped is not None else ""
+            if not expected(message):
+                u += 1
+                with open(sys.argv[2], "a") as out:
+                    message = " ".join(message.split())[:300]
+                    out.write(f"{case.get('classname')}.{case.get('name')}: {message}\n")
         else:
             p += 1
 except Exception:
     pass
-print(p, f, s)
+print(p, f, s, u)
 EOF
 }
 
 run() {
-  local sanitize="" filter="." bench=1 examples=1
+  local sanitize="" filter="." tests=1 bench=1 examples=1 budget="${LOOM_GPU_BUDGET:-540}" jobs=6
   while [ $# -gt 0 ]; do
     case "$1" in
       --sanitize) sanitize=memcheck ;;
       --sanitize=*) sanitize="${1#--sanitize=}" ;;
       --filter) shift; filter="${1:-.}" ;;
+      --no-tests) tests=0 ;;
       --no-bench) bench=0 ;;
       --no-examples) examples=0 ;;
+      --budget) shift; budget="${1:?--budget needs seconds}" ;;
+      --jobs) shift; jobs="${1:?--jobs needs a number}" ;;
       *) usage ;;
     esac
     shift
   done
   [ -f "$gpu_dir/bundle.tar.xz" ] || { echo "gpu_run run: no $gpu_dir/bundle.tar.xz: run 'tools/gpu_run.sh build' first" >&2; exit 1; }
-  local out="${OUT:-$gpu_dir/out/$(date +%Y%m%d-%H%M%S)}"
-  local work="$gpu_dir/unpacked"
+  local deadline=$(( $(date +%s) + budget ))
+  left() { echo $(( deadline - $(date +%s) )); }
+  # At most `cap` seconds, and never past the deadline (less a margin to pack the results).
+  clip() { local t=$(( $(left) - 20 )); [ "$t" -gt "$1" ] && t=$1; [ "$t" -lt 1 ] && t=1; echo "$t"; }
+
+  # Logs go to a scratch folder; $OUT gets summary.txt as it grows and results.tgz at the end.
+  local ret="${OUT:-}" out="$gpu_dir/out/$(date +%Y%m%d-%H%M%S)" work="$gpu_dir/unpacked"
   rm -rf "$work" && mkdir -p "$work" "$out/tests" || exit 1
+  local summary="$out/summary.txt"
+  [ -n "$ret" ] && summary="$ret/summary.txt"
+  # shellcheck disable=SC2064
+  trap "[ -n '$ret' ] && { cp '$summary' '$out/' 2>/dev/null; tar -C '$out' -czf '$ret/results.tgz' . 2>/dev/null; }" EXIT
   tar -C "$work" -xJf "$gpu_dir/bundle.tar.xz" || exit 1
   cp "$work/MANIFEST" "$out/MANIFEST"
 
-  # The CUDA libraries: from the pip nvidia packages when there are any
-  # (PyTorch's), then the toolkit's.
-  local pip_root
-  pip_root=$(python3 -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null)
-  if [ -n "$pip_root" ]; then
-    LD_LIBRARY_PATH="$(ls -d "$pip_root"/nvidia/*/lib | tr '\n' ':')/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  else
-    LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  {
+    echo "# gpu_run $(head -1 "$work/MANIFEST"), $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${budget} s"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/# gpu: /'
+  } > "$summary"
+  if [ "$gpus" -lt 1 ]; then
+    echo "gpu_run run: nvidia-smi sees no GPU: nothing here would test the CUDA backend" | tee -a "$summary" >&2
+    exit 1
   fi
-  ldconfig -p 2>/dev/null | grep -q 'libgomp.so.1 ' || LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$work/lib"
-  export LD_LIBRARY_PATH
-  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$out/environment.txt"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$out/environment.txt" 2>&1
+
+  # No mpirun here: unpack the carried Open MPI (Debian's, the one the
+  # binaries were linked with), adding files, never replacing one.
+  if ! command -v mpirun > /dev/null && ls "$work"/debs/*.deb > /dev/null 2>&1; then
+    local unpacked="$work/openmpi-root"
+    mkdir -p "$unpacked" && for deb in "$work"/debs/*.deb; do dpkg-deb -x "$deb" "$unpacked" 2>/dev/null; done
+    cp -rn "$unpacked"/. / 2>/dev/null && ldconfig 2>/dev/null
+    # Debian names it mpirun.openmpi; its install scripts (not run here) link mpirun.
+    [ -e /usr/bin/mpirun ] || ln -s mpirun.openmpi /usr/bin/mpirun
+    echo "# mpirun: none on the machine; Open MPI unpacked from the bundle" >> "$summary"
+  fi
+  # Without ssh, Open MPI's default launcher refuses to start even on one node.
+  command -v ssh > /dev/null || export OMPI_MCA_plm=isolated
+  # The CUDA libraries PyTorch uses (pip nvidia packages) first, then the
+  # toolkit's; the libraries the bundle carries only if the machine lacks one.
+  local pip_root lib_path=""
+  pip_root=$(python3 -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null)
+  [ -n "$pip_root" ] && lib_path="$(find "$pip_root/nvidia" -maxdepth 3 -type d -name lib | sort | tr '\n' ':')"
+  export LD_LIBRARY_PATH="${lib_path}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ldd "$work"/bin/* 2>/dev/null | grep -q 'not found' && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$work/lib"
+  local missing
+  missing=$(ldd "$work"/bin/* 2>/dev/null | grep 'not found' | sort -u | tr -s ' \t' ' ')
+  [ -n "$missing" ] && echo "# missing libraries: $missing" >> "$summary"
+  {
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "mpirun: $(command -v mpirun || echo none) $(mpirun --version 2>/dev/null | head -1)"
+    echo "python3: $(command -v python3) $(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -1)"
+    nvidia-smi 2>&1
+  } > "$out/environment.txt"
+  echo "# $(grep '^mpirun' "$out/environment.txt")" >> "$summary"
 
   local sanitizer=()
   if [ -n "$sanitize" ]; then
@@ -157,91 +243,128 @@ run() {
     examples=0
   fi
 
-  local summary="$out/summary.txt" total_p=0 total_f=0 total_s=0 failed_binaries=0
-  printf '%-34s %7s %7s %7s %5s %7s\n' binary passed failed skipped rc seconds > "$summary"
-  local bin name start rc secs counts p f s missing
-  for bin in "$work"/bin/*_test; do
-    name=$(basename "$bin")
-    [[ "$name" =~ $filter ]] || continue
-    missing=$(ldd "$bin" | grep 'not found')
+  printf '%-34s %6s %6s %7s %10s %4s %5s\n' binary passed failed skipped unexpected rc secs >> "$summary"
+  local rows="$out/tests/rows" skips="$out/unexpected_skips.txt"
+  : > "$rows"
+
+  # One test binary, its row appended to the summary and to $rows when it ends.
+  # An unexpected skip, a crash or a timeout with no failure recorded counts as one.
+  run_binary() {
+    local bin="$1" name="$2" np="$3" xml log start rc p f s u limit
+    log="$out/tests/$name.log"
+    limit=$(clip "${TEST_TIMEOUT:-300}")
     start=$(date +%s)
-    timeout "${TEST_TIMEOUT:-1800}" "${sanitizer[@]}" "$bin" --gtest_output="xml:$out/tests/$name.xml" \
-      > "$out/tests/$name.log" 2>&1
-    rc=$?
-    secs=$(( $(date +%s) - start ))
-    [ -n "$missing" ] && echo "missing libraries: $missing" >> "$out/tests/$name.log"
-    read -r p f s <<< "$(count_xml "$out/tests/$name.xml")"
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, timed out or sanitizer errors
-    [ "$rc" -ne 0 ] && failed_binaries=$((failed_binaries + 1))
-    total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
-    printf '%-34s %7d %7d %7d %5d %7d\n' "$name" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
-  done
+    if [ "$np" = 1 ]; then
+      xml="$out/tests/$name.xml"
+      timeout -k 5 "$limit" "${sanitizer[@]}" "$bin" --gtest_output="xml:$xml" > "$log" 2>&1
+      rc=$?
+    else
+      local ranks="$out/tests/$name.ranks"
+      mkdir -p "$ranks" && xml="$ranks/rank0.xml"
+      LOOM_RANK_XML_DIR="$ranks" TEST_TMPDIR="$ranks" timeout -k 5 "$limit" \
+        mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$bin" > "$log" 2>&1
+      rc=$?
+    fi
+    read -r p f s u <<< "$(count_xml "$xml" "$skips" "$gpus")"
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1  # crashed, timed out or sanitizer errors
+    f=$((f + u))
+    [ "$np" = 1 ] || name="$name (np $np)"
+    printf '%-34s %6d %6d %7d %10d %4d %5d\n' "$name" "$p" "$f" "$s" "$u" "$rc" "$(( $(date +%s) - start ))" |
+      tee -a "$rows" >> "$summary"
+  }
+  not_run() {
+    printf '%-34s %s\n' "$1" "NOT RUN: $2" | tee -a "$rows" >> "$summary"
+  }
 
-  # The MPI test programs: two ranks sharing the GPU; each rank writes its XML.
-  local ranks_dir
-  for bin in "$work"/bin/*_test_bin; do
-    name=$(basename "$bin")
-    [[ "$name" =~ $filter ]] || continue
-    [ -n "$sanitize" ] && continue  # compute-sanitizer under mpirun: not set up
-    command -v mpirun > /dev/null || { echo "no mpirun: $name not run" >> "$summary"; continue; }
-    ranks_dir="$out/tests/$name.ranks" && mkdir -p "$ranks_dir"
-    start=$(date +%s)
-    LOOM_RANK_XML_DIR="$ranks_dir" TEST_TMPDIR="$ranks_dir" timeout "${TEST_TIMEOUT:-1800}" \
-      mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$bin" > "$out/tests/$name.log" 2>&1
-    rc=$?
-    secs=$(( $(date +%s) - start ))
-    read -r p f s <<< "$(count_xml "$ranks_dir/rank0.xml")"
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    [ "$rc" -ne 0 ] && failed_binaries=$((failed_binaries + 1))
-    total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
-    printf '%-34s %7d %7d %7d %5d %7d\n' "$name (np 2)" "$p" "$f" "$s" "$rc" "$secs" >> "$summary"
-  done
-
-  # The examples, one epoch each on the GPU; their RESULT lines go to examples.txt.
-  if [ "$examples" = 1 ] && [ -x "$work/bin/fashion_mnist_cnn" ]; then
-    local ex="$out/examples" mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
-    local common=(--epochs 1 --device cuda:0 --data "$work/data/fashion-mnist" --log-every 100)
-    mkdir -p "$ex"
-    (cd "$ex" && {
-      timeout 600 "$work/bin/fashion_mnist_cnn" "${common[@]}" > single.log 2>&1; echo "single rc $?"
-      timeout 600 "$work/bin/dp_fashion_mnist" "${common[@]}" --devices cuda:0,cuda:0 > dp.log 2>&1; echo "dp rc $?"
-      timeout 600 "$work/bin/pipeline_fashion_mnist" "${common[@]}" --stages 2 > pipeline.log 2>&1
-      echo "pipeline (2 stages in one process) rc $?"
-      timeout 600 "${mpi[@]}" "$work/bin/ddp_fashion_mnist" "${common[@]}" > ddp.log 2>&1; echo "ddp (np 2) rc $?"
-      timeout 600 "${mpi[@]}" "$work/bin/pipeline_fashion_mnist" "${common[@]}" > pipeline_ranks.log 2>&1
-      echo "pipeline (np 2) rc $?"
-      grep -h '^RESULT' ./*.log
-    } > "$out/examples.txt" 2>&1)
-  fi
-
-  if [ "$bench" = 1 ] && [ -x "$work/bin/cuda_bench" ]; then
-    "$work/bin/cuda_bench" > "$out/bench.jsonl" 2> "$out/bench.txt"
-    echo "cuda_bench exit status $?" >> "$out/bench.txt"
-    # NCCL on one rank (its own overhead), and every strategy on one GPU timed on the GPU's timeline.
-    timeout 300 "$work/bin/allreduce_bench" --device cuda --ranks 1 --max-bytes 256M > "$out/allreduce.jsonl" 2>&1
-    echo "allreduce_bench (nccl, 1 rank) exit status $?" >> "$out/bench.txt"
-    (cd "$out" && timeout 600 "$work/bin/compare_parallel" --device cuda:0 --model cnn --steps 5 \
-      --out "$out/compare_parallel" > "$out/compare_parallel.txt" 2>&1)
-    echo "compare_parallel (cuda:0) exit status $?" >> "$out/bench.txt"
-    # Training steps against PyTorch eager in the same call (issue #12), then
-    # gpt under bf16 autocast on both sides (issue #17: loom has no 16-bit
-    # CUDA kernels yet, so its line is expected to name that error).
-    (cd "$work" && LOOM_BIN="$work/bin" timeout 900 bash bench/compare_torch.sh cuda 20 > "$out/compare_torch.jsonl" 2>&1)
-    echo "compare_torch (cuda) exit status $?" >> "$out/bench.txt"
-    for side in "$work/bin/train_bench" "python3 $work/bench/torch_reference.py"; do
-      timeout 300 $side --model gpt --device cuda --steps 20 --precision bf16 >> "$out/compare_torch.jsonl" 2>&1
-      echo "gpt bf16 ($side) exit status $?" >> "$out/bench.txt"
+  if [ "$tests" = 1 ]; then
+    # The CUDA tests first, then the rest: what only this machine can run comes first.
+    local bin name
+    for bin in $(ls "$work"/bin/cuda_*_test; ls "$work"/bin/*_test | grep -v '/cuda_[^/]*_test$'); do
+      name=$(basename "$bin")
+      [[ "$name" =~ $filter ]] || continue
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+      if [ "$(left)" -lt 40 ]; then not_run "$name" "time budget spent"; continue; fi
+      run_binary "$bin" "$name" 1 &
+    done
+    wait
+    # The MPI test programs: two ranks sharing the GPU, one program at a time.
+    for bin in "$work"/bin/*_test_bin; do
+      name=$(basename "$bin")
+      [[ "$name" =~ $filter ]] || continue
+      if [ -n "$sanitize" ]; then continue; fi  # compute-sanitizer under mpirun: not set up
+      if ! command -v mpirun > /dev/null; then not_run "$name" "no mpirun"; continue; fi
+      if [ "$(left)" -lt 40 ]; then not_run "$name" "time budget spent"; continue; fi
+      run_binary "$bin" "$name" 2
     done
   fi
 
+  # The examples, one epoch each on the GPU; their RESULT lines go to examples.txt.
+  if [ "$examples" = 1 ]; then
+    local ex="$out/examples" mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+    local common=(--epochs 1 --device cuda:0 --data "$work/data/fashion-mnist" --log-every 100)
+    mkdir -p "$ex"
+    example() {  # example NAME COMMAND...: runs it within the budget, logs to NAME.log
+      local what="$1"; shift
+      if [ "$(left)" -lt 60 ]; then echo "$what NOT RUN: time budget spent"; return; fi
+      timeout -k 5 "$(clip 240)" "$@" > "$ex/$what.log" 2>&1
+      local rc=$?
+      echo "$what rc $rc"
+      [ "$rc" -eq 0 ] || echo "$what" >> "$out/failed_steps"
+    }
+    {
+      example single "$work/bin/fashion_mnist_cnn" "${common[@]}"
+      example dp "$work/bin/dp_fashion_mnist" "${common[@]}" --devices cuda:0,cuda:0
+      example pipeline "$work/bin/pipeline_fashion_mnist" "${common[@]}" --stages 2
+      example ddp_np2 "${mpi[@]}" "$work/bin/ddp_fashion_mnist" "${common[@]}"
+      example pipeline_np2 "${mpi[@]}" "$work/bin/pipeline_fashion_mnist" "${common[@]}"
+      (cd "$ex" && grep -H '^RESULT' ./*.log)
+    } > "$out/examples.txt" 2>&1
+    sed 's/^/# example: /' "$out/examples.txt" >> "$summary"
+  fi
+
+  if [ "$bench" = 1 ]; then
+    local b="$out/bench.txt"
+    bench_step() {  # bench_step NAME CAP OUTPUT COMMAND...
+      local what="$1" cap="$2" to="$3"; shift 3
+      if [ "$(left)" -lt 45 ]; then echo "$what NOT RUN: time budget spent" >> "$b"; return; fi
+      timeout -k 5 "$(clip "$cap")" "$@" >> "$to" 2>> "$b"
+      local rc=$?
+      echo "$what exit status $rc" >> "$b"
+      [ "$rc" -eq 0 ] || echo "$what" >> "$out/failed_steps"
+    }
+    bench_step cuda_bench 120 "$out/bench.jsonl" "$work/bin/cuda_bench"
+    # NCCL on one rank (its own overhead), and every strategy on one GPU timed on the GPU's timeline.
+    bench_step "allreduce_bench (nccl, 1 rank)" 60 "$out/allreduce.jsonl" \
+      "$work/bin/allreduce_bench" --device cuda --ranks 1 --max-bytes 256M
+    bench_step "compare_parallel (cuda:0)" 150 "$out/compare_parallel.txt" \
+      "$work/bin/compare_parallel" --device cuda:0 --model cnn --steps 5 --out "$out/compare_parallel"
+    # Training steps against PyTorch eager in the same call (issue #12), then
+    # gpt under bf16 autocast on both sides (issue #17).
+    (cd "$work" && export LOOM_BIN="$work/bin" && bench_step "compare_torch (cuda)" 300 "$out/compare_torch.jsonl" \
+      bash bench/compare_torch.sh cuda 20)
+    bench_step "gpt bf16 (loom)" 60 "$out/compare_torch.jsonl" \
+      "$work/bin/train_bench" --model gpt --device cuda --steps 20 --precision bf16
+    bench_step "gpt bf16 (torch)" 90 "$out/compare_torch.jsonl" \
+      python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 20 --precision bf16
+    sed 's/^/# bench: /' "$b" >> "$summary"
+  fi
+
+  local total_p=0 total_f=0 total_s=0 total_u=0 not_run_count p f s u
+  while read -r _ p f s u _; do
+    [[ "$p" =~ ^[0-9]+$ ]] || continue
+    total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s)); total_u=$((total_u + u))
+  done < <(sed -E 's/ \(np [0-9]+\)//' "$rows")
+  not_run_count=$(grep -c 'NOT RUN' "$rows")
+  [ -s "$skips" ] && { echo "# unexpected skips (the first 40; all in unexpected_skips.txt):"
+                       head -n 40 "$skips" | sed 's/^/#   /'; } >> "$summary"
+  local failed_steps=0
+  [ -f "$out/failed_steps" ] && failed_steps=$(wc -l < "$out/failed_steps")
+  echo "$total_p passed, $total_f failed, $total_s skipped ($total_u unexpectedly), $not_run_count binaries not run," \
+       "$failed_steps examples or benchmarks failed${sanitize:+ (under compute-sanitizer $sanitize)}" >> "$summary"
   echo
-  echo "logs, XML and benchmark output: $out"
+  echo "logs, XML and benchmark output: $out${ret:+ (packed into $ret/results.tgz)}"
   cat "$summary"
-  [ -f "$out/bench.txt" ] && { echo; tail -n 12 "$out/bench.txt"; }
-  [ -f "$out/examples.txt" ] && { echo; cat "$out/examples.txt"; }
-  echo
-  echo "$total_p passed, $total_f failed, $total_s skipped${sanitize:+ (under compute-sanitizer $sanitize)}" | tee -a "$summary"
-  [ "$failed_binaries" -eq 0 ]
+  [ "$total_f" -eq 0 ] && [ "$not_run_count" -eq 0 ] && [ "$failed_steps" -eq 0 ]
 }
 
 case "${1:-}" in
