@@ -3,8 +3,14 @@
 # and prints their JSON lines plus, per reference, the ratio loom/PyTorch of
 # samples per second (above 1: loom is faster).
 #
-#   bash bench/compare_torch.sh [cpu|cuda] [steps] [threads]
-# Both sides run with the same number of CPU threads (default: all cores).
+#   bash bench/compare_torch.sh [cpu|cuda] [steps] [threads] [flags...]
+# Both sides run with the same number of CPU threads (default: all cores),
+# the same steps after the same warm-up, and the flags that follow, if any
+# (--precision bf16, --tf32). On CUDA both time between two device
+# synchronisations, with float32 products and convolutions exact FP32 unless
+# --tf32 (PyTorch's own default lets cuDNN use TF32: torch_reference.py turns
+# it off), and each line names the GPU. A ratio is printed only for two
+# lines that agree on the model, precision, TF32 and steps.
 # On the GPU machine, run it from the folder tools/gpu_run.sh prepared (the
 # binaries are taken from $LOOM_BIN, default bazel-bin/bench).
 #
@@ -23,6 +29,7 @@ cd "$(dirname "$0")/.."
 device=${1:-cpu}
 steps=${2:-10}
 threads=${3:-$(nproc)}
+flags=("${@:4}")
 bin=${LOOM_BIN:-bazel-bin/bench}
 [ -n "${LOOM_BIN:-}" ] || bazel build -c opt //bench:train_bench >/dev/null 2>&1
 
@@ -63,12 +70,26 @@ else
   pythons=("$python")
 fi
 
+ratio() {  # ratio LOOM_LINE TORCH_LINE: their ratio line; fails if they measured different things
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+l, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+differ = [k for k in ("model", "precision", "tf32", "steps") if l.get(k) != t.get(k)]
+if differ:
+    sys.exit(f"compare_torch: loom's and torch's lines differ in {differ}: no ratio")
+print(json.dumps({"model": l["model"], "device": l["device"], "gpu": l["gpu"], "precision": l["precision"],
+                  "tf32": l["tf32"], "reference": f"torch {t['torch_version']} ({t['gpu'] or t['blas']})",
+                  "ratio_loom_over_torch": round(l["samples_per_s"] / t["samples_per_s"], 3)}))
+EOF
+}
+
+common=(--device "$device" --steps "$steps" --threads "$threads" "${flags[@]}")
 for model in cnn gpt gpt_large lstm; do
-  loom=$("$bin/train_bench" --model "$model" --device "$device" --steps "$steps" --threads "$threads")
+  loom=$("$bin/train_bench" --model "$model" "${common[@]}")
   echo "$loom"
   for python in "${pythons[@]}"; do
-    torch=$("$python" bench/torch_reference.py --model "$model" --device "$device" --steps "$steps" --threads "$threads")
+    torch=$("$python" bench/torch_reference.py --model "$model" "${common[@]}")
     echo "$torch"
-    "$python" -c 'import json,sys; l=json.loads(sys.argv[1]); t=json.loads(sys.argv[2]); print(json.dumps({"model": l["model"], "device": l["device"], "reference": "torch " + t["torch_version"] + " (" + t["blas"] + ")", "ratio_loom_over_torch": round(l["samples_per_s"] / t["samples_per_s"], 3)}))' "$loom" "$torch"
+    ratio "$loom" "$torch"
   done
 done

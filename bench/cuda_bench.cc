@@ -142,9 +142,17 @@ void bench_matmul() {
   Tensor a = randn({n, n}, {.device = kGpu}, &g), b = randn({n, n}, {.device = kGpu}, &g);
   Tensor direct = full({n, n}, -1, {.device = kGpu});
 
+  // The reference handle is set up as loom's (tensor/cuda/handles.cc and
+  // matmul.cc): the same math mode and a workspace of the same 32 MiB,
+  // cuBLAS's recommendation for Hopper.
   cublasHandle_t handle = nullptr;
   BENCH_CHECK(cublasCreate(&handle));
   BENCH_CHECK(cublasSetStream(handle, cuda::current_stream(0).handle()));
+  BENCH_CHECK(cublasSetMathMode(
+      handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  const int64_t workspace_bytes = 32 << 20;
+  Tensor workspace = empty({workspace_bytes}, {.dtype = kUInt8, .device = kGpu});
+  BENCH_CHECK(cublasSetWorkspace(handle, workspace.raw_data(), workspace_bytes));
   const float one = 1, zero = 0;
   // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
   auto cublas_run = [&](cublasComputeType_t compute) {

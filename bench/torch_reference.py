@@ -6,6 +6,15 @@ shapes and optimizer, and the same one-line JSON output ("framework": "torch").
 
 Runs with Debian's python3-torch (CPU) on the build machines and with the
 PyTorch installed on the GPU machine.
+
+On CUDA PyTorch runs as its guides recommend for fixed shapes in eager mode:
+cudnn.benchmark on (trial runs pick each convolution's algorithm during the
+warm-up steps) and the fused AdamW (one kernel for all parameters, as loom's).
+Its numerics are set to loom's, so that both do the same arithmetic: float32
+products, convolutions and RNNs exact (PyTorch lets cuDNN use TF32 by
+default; loom does not) unless --tf32 (then both use it), and 16-bit products
+reduced in float32 (loom's cuBLAS handle forbids reduced-precision
+reductions; PyTorch allows them by default).
 """
 import argparse
 import json
@@ -121,6 +130,18 @@ def blas():
     return "bundled"
 
 
+def match_loom_numerics(tf32):
+    """TF32 for float32 matmuls, convolutions and RNNs only if asked (loom's
+    set_allow_tf32), and 16-bit GEMMs reduced in float32 (loom's cuBLAS math
+    mode). In PyTorch 2.9+ the allow_tf32 switches also set fp32_precision for
+    cuBLAS and cuDNN's conv and rnn; setting only the latter would leave
+    cudnn.allow_tf32 contradicting them, and reading it then raises."""
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cnn", choices=["cnn", "gpt", "gpt_large", "lstm"])
@@ -130,14 +151,21 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                         help="bf16/fp16: the forward under torch.autocast (fp16 with a GradScaler)")
+    parser.add_argument("--tf32", action="store_true",
+                        help="CUDA: TF32 for float32 matmuls, convolutions and RNNs (as train_bench --tf32)")
     args = parser.parse_args()
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    if gpu:
+        match_loom_numerics(args.tf32)
+        torch.backends.cudnn.benchmark = True
     model, loss_fn, samples, tokens = workload(args.model, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # AdamW's default weight decay (0.01), as train_bench's; fused on CUDA.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if gpu else {}))
 
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = None
@@ -161,7 +189,7 @@ def main():
             scaler.update()
         return loss
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
     for _ in range(args.warmup):
         step()
     sync()
@@ -171,7 +199,9 @@ def main():
     sync()
     seconds = time.perf_counter() - start
     print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "blas": blas(), "model": args.model,
-                      "device": str(device), "precision": args.precision, "steps": args.steps, "threads": torch.get_num_threads(),
+                      "device": str(device), "gpu": torch.cuda.get_device_name(device) if gpu else "",
+                      "precision": args.precision, "tf32": gpu and args.tf32, "optimizer": "AdamW fused" if gpu else "AdamW",
+                      "steps": args.steps, "threads": torch.get_num_threads(),
                       "ms_per_step": round(1000 * seconds / args.steps, 3),
                       "samples_per_s": round(samples * args.steps / seconds, 1),
                       "tokens_per_s": round(tokens * args.steps / seconds, 1), "loss": round(loss.item(), 4)}))

@@ -8,6 +8,10 @@
 // Inputs are random but fixed; each step is forward, backward, optimizer step.
 // --precision bf16|fp16 runs the forward under autocast (tensor/autocast.h;
 // fp16 with a GradScaler), as torch_reference.py does with torch.autocast.
+// float32 products and convolutions on the GPU are exact FP32 unless --tf32;
+// torch_reference.py sets PyTorch's switches alike (its cuDNN default is TF32).
+// The timed steps lie between two device synchronisations, after --warmup
+// untimed ones; the line names the GPU.
 //
 // Besides the speed, each line says how the timed steps used memory: calls
 // the device's caching allocator made to the system ("system_allocs_per_step",
@@ -25,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/gpu_name.h"
 #include "bench/malloc_counter.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
@@ -33,6 +38,7 @@
 #include "optim/optimizer.h"
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
+#include "tensor/precision.h"
 #include "tensor/stopwatch.h"
 
 using namespace loom;
@@ -79,6 +85,7 @@ int main(int argc, char** argv) {
     Flags flags("Time training steps of loom's benchmark models");
     std::string model = "cnn", device_name = "cpu", precision = "fp32";
     int steps = 20, warmup = 3, threads = 0;
+    bool tf32 = false;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));
     flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run, examples::device_name());
     flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
@@ -86,15 +93,19 @@ int main(int argc, char** argv) {
     flags.add("--precision", precision,
               "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); parameters stay fp32",
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
+    flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
               integer_in(0, 1024));
     flags.parse(argc, argv);
     const Device device = Device::parse(device_name);
     if (threads > 0) omp_set_num_threads(threads);
+    tf32 = tf32 && device.is_cuda();  // the CPU computes float32 exactly either way
+    set_allow_tf32(tf32);
 
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
-    optim::AdamW opt(w.model->parameters(), {.lr = 1e-3});
+    // PyTorch's AdamW defaults (weight decay 0.01), as torch_reference.py's.
+    optim::AdamW opt(w.model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
     const std::optional<DType> autocast = autocast_dtype_for(precision);
     optim::GradScaler scaler({.enabled = precision == "fp16"});
     auto train_step = [&] {
@@ -123,11 +134,12 @@ int main(int argc, char** argv) {
     const double system_allocs = double(memory_stats(device).system_allocations - system_allocs_before) / steps;
     const double malloc_calls = double(bench::malloc_calls() - malloc_calls_before) / steps;
     const double final_loss = loss.item();  // after timing: reading it synchronises
-    std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"steps\": %d, "
+    std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
+                "\"precision\": \"%s\", \"tf32\": %s, \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f",
-                model.c_str(), device.str().c_str(), precision.c_str(), steps, omp_get_max_threads(),
-                1000 * seconds / steps,
+                model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
+                tf32 ? "true" : "false", steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {

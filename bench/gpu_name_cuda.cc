@@ -1,0 +1,13 @@
+#include <cuda_runtime_api.h>
+
+#include "bench/gpu_name.h"
+
+namespace loom::bench {
+
+std::string gpu_name(Device device) {
+  cudaDeviceProp props{};
+  if (!device.is_cuda() || cudaGetDeviceProperties(&props, device.index()) != cudaSuccess) return "";
+  return props.name;
+}
+
+}  // namespace loom::bench
