@@ -190,7 +190,8 @@ class Backend {
   // ---- layer norm over the last dim of a contiguous (rows, C) tensor ----
   // y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (population
   // variance); weight and bias may be undefined (no affine). mean and rstd
-  // (rows) are written for the backward.
+  // (rows) are written for the backward, in x's dtype, or float32 when x is
+  // bfloat16 or float16.
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
   // dx always; dweight and dbias (overwritten) when defined.

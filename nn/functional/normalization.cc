@@ -33,7 +33,12 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   Tensor xc = as_rows(x.is_contiguous() ? x : contiguous_copy(x));
   Tensor w = flat(weight), b = flat(bias);
   Tensor y = empty(x.shape(), x.options());
-  Tensor mean = empty({rows}, x.options()), rstd = empty({rows}, x.options());
+  // The statistics stay in float32 for 16-bit inputs, as PyTorch keeps them:
+  // the backward rebuilds x's normalised values from them, and a bfloat16
+  // mean of 100 is off by up to 0.25, a quarter of a unit deviation.
+  TensorOptions stats_options = x.options();
+  if (is_16bit_floating(x.dtype())) stats_options.dtype = kFloat32;
+  Tensor mean = empty({rows}, stats_options), rstd = empty({rows}, stats_options);
   if (x.numel() > 0) backend_for(x.device()).layer_norm(xc, w, b, eps, as_rows(y), mean, rstd);
   if (autograd::needs_grad({x, weight, bias}))
     autograd::record("LayerNormBackward", {x, weight, bias}, y,

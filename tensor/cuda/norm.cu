@@ -31,7 +31,7 @@ constexpr int row_block() {
 
 template <typename S, typename T, int GROUP>
 __global__ void __launch_bounds__(row_block<GROUP>())
-    layer_norm_kernel(const S* x, const S* weight, const S* bias, double eps, S* y, S* mean, S* rstd,
+    layer_norm_kernel(const S* x, const S* weight, const S* bias, double eps, S* y, T* mean, T* rstd,
                       int64_t rows, int64_t cols) {
   __shared__ double scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (row_block<GROUP>() / GROUP) + threadIdx.x / GROUP;
@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(row_block<GROUP>())
   const T inv = T(1.0 / ::sqrt(sum_sq / cols + eps));
   const T mu_t = T(mu);
   if (lane == 0) {
-    mean[row] = narrow_to<S>(mu_t);
-    rstd[row] = narrow_to<S>(inv);
+    mean[row] = mu_t;
+    rstd[row] = inv;
   }
   S* yr = y + row * cols;
   for (int64_t c = lane; c < cols; c += GROUP) {
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(row_block<GROUP>())
 // dx = rstd (g - mean(g) - xhat mean(g xhat)), with g = dy * weight.
 template <typename S, typename T, int GROUP>
 __global__ void __launch_bounds__(row_block<GROUP>())
-    layer_norm_dx_kernel(const S* dy, const S* x, const S* weight, const S* mean, const S* rstd, S* dx,
+    layer_norm_dx_kernel(const S* dy, const S* x, const S* weight, const T* mean, const T* rstd, S* dx,
                          int64_t rows, int64_t cols) {
   __shared__ double scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (row_block<GROUP>() / GROUP) + threadIdx.x / GROUP;
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(row_block<GROUP>())
   if (row >= rows) return;
   const S* xr = x + row * cols;
   const S* dyr = dy + row * cols;
-  const T mu = widen(mean[row]), inv = widen(rstd[row]);
+  const T mu = mean[row], inv = rstd[row];
   double g_sum = 0, gx_sum = 0;
   for (int64_t c = lane; c < cols; c += GROUP) {
     const T xhat = (widen(xr[c]) - mu) * inv;
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(row_block<GROUP>())
 // Column sums of dy * xhat (dweight) and dy (dbias) over a chunk of rows.
 template <typename S, typename T>
 __global__ void __launch_bounds__(256)
-    layer_norm_params_kernel(const S* dy, const S* x, const S* mean, const S* rstd, S* dweight, S* dbias,
+    layer_norm_params_kernel(const S* dy, const S* x, const T* mean, const T* rstd, S* dweight, S* dbias,
                              double* partial, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   __shared__ double sums[2][8][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(256)
   if (c < cols) {
     for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
       const T g = widen(dy[r * cols + c]);
-      const T xhat = (widen(x[r * cols + c]) - widen(mean[r])) * widen(rstd[r]);
+      const T xhat = (widen(x[r * cols + c]) - mean[r]) * rstd[r];
       dw += g * xhat;
       db += g;
     }
@@ -163,13 +163,15 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(x);
+    LOOM_INTERNAL_ASSERT(mean.dtype() == storage_dtype<T>() && rstd.dtype() == storage_dtype<T>(),
+                         "layer norm statistics must be ", storage_dtype<T>(), ", got ", mean.dtype());
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
       const int64_t blocks = ceil_div(rows, row_block<G>() / G);
       layer_norm_kernel<S, T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
           data_of<const S>(x), data_of<const S>(weight), data_of<const S>(bias), eps, data_of<S>(y),
-          data_of<S>(mean), data_of<S>(rstd), rows, cols);
+          data_of<T>(mean), data_of<T>(rstd), rows, cols);
     });
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
@@ -187,13 +189,15 @@ void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(x);
+    LOOM_INTERNAL_ASSERT(mean.dtype() == storage_dtype<T>() && rstd.dtype() == storage_dtype<T>(),
+                         "layer norm statistics must be ", storage_dtype<T>(), ", got ", mean.dtype());
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
       const int64_t blocks = ceil_div(rows, row_block<G>() / G);
       layer_norm_dx_kernel<S, T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
-          data_of<const S>(dy), data_of<const S>(x), data_of<const S>(weight), data_of<const S>(mean),
-          data_of<const S>(rstd), data_of<S>(dx), rows, cols);
+          data_of<const S>(dy), data_of<const S>(x), data_of<const S>(weight), data_of<const T>(mean),
+          data_of<const T>(rstd), data_of<S>(dx), rows, cols);
     });
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     if (!dweight.defined() && !dbias.defined()) return;
@@ -212,7 +216,7 @@ void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
     }
     layer_norm_params_kernel<S, T><<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)),
                                      dim3(32, 8), 0, ctx.stream>>>(
-        data_of<const S>(dy), data_of<const S>(x), data_of<const S>(mean), data_of<const S>(rstd),
+        data_of<const S>(dy), data_of<const S>(x), data_of<const T>(mean), data_of<const T>(rstd),
         data_of<S>(dweight), data_of<S>(dbias), partial, rows, cols, rows_per_chunk);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     if (chunks > 1) {

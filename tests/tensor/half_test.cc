@@ -216,6 +216,28 @@ TEST(HalfTensors, OpsComputeInFloat32AndRoundOnce) {
   }
 }
 
+// Layer norm keeps its statistics in float32 for 16-bit inputs, as PyTorch
+// does: its gradients are the float32 op's, rounded once, even for rows whose
+// mean is large against their spread (a bfloat16 mean near 100 is off by up
+// to 0.25, a quarter of these rows' standard deviation).
+TEST(HalfTensors, LayerNormGradientsAreTheFloat32OnesRounded) {
+  Generator gen(24);
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(::testing::Message() << dtype);
+    Tensor x = (randn({4, 64}, {}, &gen) + 100).to(dtype), w = randn({64}, {}, &gen).to(dtype);
+    Tensor dy = randn({4, 64}, {}, &gen).to(dtype);
+    auto grads = [](const Tensor& x0, const Tensor& w0, const Tensor& dy0) {
+      Tensor xl = x0.detach().requires_grad_(), wl = w0.detach().requires_grad_();
+      nn::functional::layer_norm(xl, {64}, wl, Tensor()).backward(dy0);
+      return std::make_pair(xl.grad(), wl.grad());
+    };
+    const auto [dx16, dw16] = grads(x, w, dy);
+    const auto [dx32, dw32] = grads(x.to(kFloat32), w.to(kFloat32), dy.to(kFloat32));
+    EXPECT_EQ(values(dx16), values(dx32.to(dtype)));
+    EXPECT_EQ(values(dw16), values(dw32.to(dtype)));
+  }
+}
+
 // A step of Adam on 16-bit parameters, gradients and state is the float32
 // step on the same values, each result rounded once.
 TEST(HalfTensors, AdamStepRoundsOnce) {
