@@ -203,8 +203,15 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
   Tensor total = sqrt(sum(cat(squares)));
   // min(1, max_norm / total) as a tensor, so no value goes to the host.
   Tensor scale = clamp(max_norm / (total + 1e-6), 0, 1);
-  for (const Tensor& p : params)
-    if (p.grad().defined()) p.grad().mul_(scale.to(p.grad().device(), p.grad().dtype()));
+  // Converted once per device and dtype, not once per gradient (a launch each).
+  std::map<std::pair<Device, DType>, Tensor> scales;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor& s = scales[{g.device(), g.dtype()}];
+    if (!s.defined()) s = scale.to(g.device(), g.dtype());
+    g.mul_(s);
+  }
   return total;
 }
 

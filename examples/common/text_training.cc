@@ -5,6 +5,7 @@
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
 #include "nn/functional.h"
+#include "tensor/creation.h"
 #include "tensor/file_io.h"
 #include "tensor/stopwatch.h"
 
@@ -14,7 +15,15 @@ data::Batch random_windows(const data::CharDataset& dataset, int64_t batch, Gene
   std::vector<int64_t> offsets(batch);
   for (int64_t& o : offsets) o = static_cast<int64_t>(generator.next_u64() % static_cast<uint64_t>(dataset.size()));
   data::Batch b = dataset.get_batch(offsets);
-  return {b.input.to(device), b.target.to(device)};
+  if (device.is_cpu()) return b;
+  // From pinned memory the copies run in the background; from pageable
+  // memory the driver stages them itself and may first wait for the GPU.
+  auto to_device = [&](const Tensor& t) {
+    Tensor pinned = empty_pinned(t.shape(), {.dtype = t.dtype()});
+    pinned.copy_(t);
+    return pinned.to(device);
+  };
+  return {to_device(b.input), to_device(b.target)};
 }
 
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets) {
@@ -26,13 +35,15 @@ double estimate_loss(nn::Module& model, const LanguageModel& forward, const data
   NoGradGuard no_grad;
   model.eval();
   Generator fixed(1234);
-  double total = 0;
+  // Summed on the device and read once: a read per batch would make the host
+  // wait for the GPU each time.
+  Tensor total = zeros({}, {.dtype = kFloat64, .device = device});
   for (int64_t i = 0; i < batches; ++i) {
     data::Batch b = random_windows(dataset, batch, fixed, device);
-    total += next_token_loss(forward(b.input), b.target).item();
+    total = total + next_token_loss(forward(b.input), b.target).to(kFloat64);
   }
   model.train();
-  return total / batches;
+  return total.item() / batches;
 }
 
 TextRun::TextRun(TextTrainingConfig config, nn::Module& model, const data::CharDataset& train,

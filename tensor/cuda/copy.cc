@@ -4,8 +4,10 @@
 // Bytes cross PCIe (or NVLink) only in dense form: a strided or converting
 // copy first makes a dense staging tensor on the side where converting is
 // cheap (the GPU, with one kernel), moves it with one cudaMemcpy, then lays
-// it out. Host-to-device copies return at once (from pinned memory the copy
-// runs in the background; see pinned_allocator.h). Device-to-host copies
+// it out. Host-to-device copies from pinned memory return at once and run in
+// the background (pinned_allocator.h); from pageable memory the driver stages
+// the bytes itself and may first wait for the stream's queued work, so a
+// training loop's inputs should come from pinned memory. Device-to-host copies
 // wait for the stream, since the caller reads the host memory next; that
 // wait is also where an out-of-range index found by a kernel is reported.
 #include <cuda_runtime_api.h>
@@ -68,8 +70,9 @@ void copy_host_to_device(const Tensor& src, const Tensor& dst) {
   Tensor landing =
       dense_as(dst, src.dtype()) ? dst : empty(src.shape(), {.dtype = src.dtype(), .device = dst.device()});
   CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, ctx.stream));
-  // From pageable memory the call returns once the driver has its own copy;
-  // from pinned memory the copy is still reading: keep the block from reuse.
+  // From pageable memory the call returns once the driver has its own copy
+  // (having waited for the stream, if it chose to); from pinned memory the
+  // copy is still reading: keep the block from reuse.
   if (host.storage()->allocator() == &pinned_allocator())
     record_pinned_use(host.storage()->data(), ctx.stream, ctx.device);
   if (!landing.is_same(dst)) convert_on_device(landing, dst);

@@ -200,6 +200,20 @@ TEST(ClipGradNorm, ScalesToTheMaximumNorm) {
   expect_values(b.grad(), {0, 0.8}, 1e-6);
 }
 
+// The scale is converted once per dtype: each gradient still gets it in its own.
+TEST(ClipGradNorm, GradientsOfSeveralDtypesAreEachScaled) {
+  Tensor a = from_vector<float>({3, 0}).requires_grad_(), b = param({0, 4}), c = from_vector<float>({0, 0}).requires_grad_();
+  a.set_grad(from_vector<float>({3, 0}));
+  b.set_grad(from_vector<double>({0, 4}));
+  c.set_grad(from_vector<float>({0, 0}));
+  Tensor norm = optim::clip_grad_norm_({a, b, c}, 1.0);
+  EXPECT_NEAR(norm.item(), 5.0, 1e-12);
+  EXPECT_EQ(a.grad().dtype(), kFloat32);
+  expect_values(a.grad(), {0.6, 0}, 1e-6);
+  expect_values(b.grad(), {0, 0.8}, 1e-6);
+  expect_values(c.grad(), {0, 0}, 0);
+}
+
 TEST(LRScheduler, ClosedForms) {
   Tensor w = param({1});
   optim::SGD opt({w}, {.lr = 1.0});
