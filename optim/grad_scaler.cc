@@ -1,9 +1,11 @@
 #include "optim/grad_scaler.h"
 
 #include <algorithm>
-#include <cmath>
+#include <map>
 
 #include "autograd/grad_mode.h"
+#include "tensor/backend.h"
+#include "tensor/creation.h"
 
 namespace loom::optim {
 
@@ -21,24 +23,30 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     LOOM_CHECK(done != &optimizer, "GradScaler::unscale_: already called for this optimizer since the last update()");
   if (unscaled_.empty()) found_inf_ = false;  // a new step
   NoGradGuard no_grad;
-  Tensor non_finite;  // sum of g * 0 over every gradient: NaN iff one is inf or NaN
+  // One fused pass per device unscales the gradients and raises that
+  // device's flag on an inf or NaN; the flags are read once, below.
+  std::map<Device, TensorList> grads_by_device;
   for (const Tensor& p : optimizer.params()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    g.mul_(1.0 / scale_);
-    Tensor probe = (g * 0.0).sum().to(kFloat32);  // stays on the gradient's device: no read-back here
-    if (!non_finite.defined()) {
-      non_finite = probe;
-    } else {
-      non_finite = non_finite + (probe.device() == non_finite.device() ? probe : probe.to(non_finite.device()));
+    if (!g.is_contiguous()) {  // the fused pass, as the optimizers' steps, takes contiguous gradients
+      g = g.contiguous();
+      p.set_grad(g);
     }
+    grads_by_device[g.device()].push_back(g);
   }
   // Scaled gradients the scaler cannot see would be stepped on scaled.
-  LOOM_CHECK(non_finite.defined() || optimizer.params().empty(), "GradScaler::unscale_: none of the optimizer's ",
+  LOOM_CHECK(!grads_by_device.empty() || optimizer.params().empty(), "GradScaler::unscale_: none of the optimizer's ",
              optimizer.params().size(),
              " parameters has a gradient to unscale. Call it after backward; an optimizer that reduces the "
              "gradients inside step() (ZeroRedundancyOptimizer at stage 2) cannot take a GradScaler");
-  const bool inf = agree_on_inf(non_finite.defined() && !std::isfinite(non_finite.item()));  // the one read-back
+  bool found_here = false;
+  for (const auto& [device, grads] : grads_by_device) {
+    Tensor flag = zeros({1}, {.dtype = kFloat32, .device = device});
+    backend_for(device).unscale_and_check_finite(grads, 1.0 / scale_, flag);
+    found_here = found_here || flag.item() != 0;  // the read-back: one per device, normally one
+  }
+  const bool inf = agree_on_inf(found_here);
   unscaled_.emplace_back(&optimizer, inf);
   found_inf_ = found_inf_ || inf;
 }

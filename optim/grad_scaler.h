@@ -17,8 +17,11 @@
 // As PyTorch's, it can be constructed disabled (GradScalerOptions::enabled)
 // for the runs that do not need it (fp32, bf16).
 //
-// The check reads one number back per step, not one per tensor: the sum over
-// all gradients of g * 0 is 0 when every gradient is finite and NaN otherwise.
+// Unscaling and the check are one fused pass over all of an optimizer's
+// gradients on a device (Backend::unscale_and_check_finite, PyTorch's
+// _amp_foreach_non_finite_check_and_unscale_: one launch per dtype on a GPU),
+// which raises a flag on the device; the flag is the one number read back
+// per optimizer and step, not one per tensor.
 #pragma once
 
 #include <utility>

@@ -31,6 +31,21 @@ int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int d
   return span < 0 ? 0 : span / stride + 1;
 }
 
+void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf) {
+  LOOM_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1 &&
+                 found_inf.is_contiguous(),
+             "unscale_and_check_finite: found_inf must be one float32 element");
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const Tensor& g = grads[t];
+    LOOM_CHECK(g.defined(), "unscale_and_check_finite: gradient ", t, " is undefined");
+    LOOM_CHECK(is_floating(g.dtype()), "unscale_and_check_finite: gradient ", t, " is ", g.dtype(),
+               "; expected a floating-point tensor");
+    LOOM_CHECK(g.is_contiguous(), "unscale_and_check_finite: gradient ", t, " is not contiguous");
+    LOOM_CHECK(g.device() == found_inf.device(), "unscale_and_check_finite: gradient ", t, " is on ", g.device(),
+               " but found_inf on ", found_inf.device());
+  }
+}
+
 void register_backend(DeviceType type, Backend* backend) {
   registry()[static_cast<int>(type)] = backend;
 }

@@ -205,7 +205,16 @@ class Backend {
   // momentum_buffers is empty when p.momentum == 0.
   virtual void sgd_step(const TensorList& params, const TensorList& grads,
                         const TensorList& momentum_buffers, const SgdParams& p) = 0;
+  // GradScaler's unscale and check (PyTorch's _amp_foreach_non_finite_check_and_unscale_):
+  // each of `grads` (contiguous, floating, on found_inf's device) *= inv_scale,
+  // in its compute type and rounded once; found_inf (one float32 element) is
+  // set to 1 if any result is inf or NaN, and otherwise left as it is. Nothing
+  // is read back to the host.
+  virtual void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) = 0;
 };
+
+// unscale_and_check_finite's argument checks, shared by the backends.
+void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf);
 
 // Output size of a convolution or pooling window along one dim.
 int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int dilation);

@@ -63,6 +63,7 @@ class CpuBackend final : public Backend {
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads, const TensorList& momentum_buffers,
                 const SgdParams& p) override;
+  void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) override;
 };
 
 CpuBackend& cpu_backend();

@@ -80,4 +80,26 @@ void CpuBackend::sgd_step(const TensorList& params, const TensorList& grads, con
   }
 }
 
+void CpuBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) {
+  check_unscale_arguments(grads, found_inf);
+  bool non_finite = false;
+  for (const Tensor& grad : grads) {
+    if (run_in_float32({grad}, {0}, [&](const TensorList& w) { unscale_and_check_finite(w, inv_scale, found_inf); }))
+      continue;
+    dispatch_floating(grad.dtype(), "unscale_and_check_finite", [&](auto tag) {
+      using T = decltype(tag);
+      T* g = grad.data_ptr<T>();
+      const T inv = T(inv_scale);
+      const int64_t n = grad.numel();
+      bool here = false;
+      for (int64_t i = 0; i < n; ++i) {
+        g[i] *= inv;
+        here |= !std::isfinite(g[i]);
+      }
+      non_finite |= here;
+    });
+  }
+  if (non_finite) found_inf.data_ptr<float>()[0] = 1;
+}
+
 }  // namespace loom::cpu

@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads,
                 const TensorList& momentum_buffers, const SgdParams& p) override;
+  void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) override;
 };
 
 // dst = src converted to dst's dtype, both on one GPU, any strides (convert.cu).

@@ -140,6 +140,19 @@ struct SgdMomentumUpdate {
   }
 };
 
+template <typename S, typename T>
+struct UnscaleAndCheck {
+  T inv_scale;
+  float* found_inf;
+
+  // p: grad. Threads that see a non-finite value all store the same 1.
+  __device__ void operator()(S* const* p, int64_t i) const {
+    const T g = widen(p[0][i]) * inv_scale;
+    p[0][i] = narrow_to<S>(g);
+    if (!isfinite(g)) *found_inf = 1.0f;
+  }
+};
+
 void check_floating(const char* op, const TensorList& params) {
   for (size_t t = 0; t < params.size(); ++t)
     LOOM_CHECK(is_floating(params[t].dtype()), op, ": parameter ", t, " is ", params[t].dtype(),
@@ -195,6 +208,16 @@ void CudaBackend::sgd_step(const TensorList& params, const TensorList& grads, co
                                    p.first_step};
       multi_tensor_apply<S, 2>("sgd_step", {&params, &grads}, update);
     }
+  });
+}
+
+void CudaBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) {
+  check_unscale_arguments(grads, found_inf);
+  for_each_floating([&](auto storage, auto compute) {
+    using S = decltype(storage);
+    using T = decltype(compute);
+    const UnscaleAndCheck<S, T> update{T(inv_scale), found_inf.data_ptr<float>()};
+    multi_tensor_apply<S, 1>("unscale_and_check_finite", {&grads}, update);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "nn/nn.h"
+#include "tensor/backend.h"
 #include "tests/test_util.h"
 
 namespace loom::optim {
@@ -29,6 +30,52 @@ TEST(GradScaler, ScalesTheLossAndUnscalesTheGradients) {
   testing::expect_values(w, {1.5 - 0.3, -2.0 + 0.4}, 1e-6);
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 1024.0);
+}
+
+// The fused pass under unscale_: each gradient times inv_scale, in its
+// compute type and rounded once (float32 for bfloat16), and a flag raised on
+// a non-finite result and never lowered.
+TEST(GradScaler, UnscaleAndCheckFiniteIsOnePassOverEveryDtype) {
+  const double inv = 1.0 / 3.0;  // not a power of two: the rounding shows
+  Tensor f32 = from_vector<float>({3, -1.5f, 7}), f64 = from_vector<double>({0.1, 2}, {2});
+  Tensor bf16 = from_vector<float>({1.5f, 10, -3}).to(kBFloat16);
+  const Tensor expected_f32 = f32 * static_cast<float>(inv), expected_f64 = f64 * inv;
+  const Tensor expected_bf16 = (bf16.to(kFloat32) * static_cast<float>(inv)).to(kBFloat16);
+  Tensor flag = zeros({1});
+  Backend& cpu = backend_for(Device::cpu());
+  cpu.unscale_and_check_finite({f32, f64, bf16}, inv, flag);
+  EXPECT_EQ(values(f32), values(expected_f32));
+  EXPECT_EQ(values(f64), values(expected_f64));
+  EXPECT_EQ(values(bf16), values(expected_bf16));
+  EXPECT_EQ(flag.item(), 0) << "every result is finite";
+
+  Tensor bad = from_vector<float>({1, NAN});
+  cpu.unscale_and_check_finite({f32, bad}, 1.0, flag);
+  EXPECT_EQ(flag.item(), 1);
+  cpu.unscale_and_check_finite({f32}, 1.0, flag);
+  EXPECT_EQ(flag.item(), 1) << "the flag is raised, never lowered";
+  // Finite gradients whose unscaled value overflows count too.
+  Tensor huge = full({2}, 3e38f), flag2 = zeros({1});
+  cpu.unscale_and_check_finite({huge}, 2.0, flag2);
+  EXPECT_EQ(flag2.item(), 1);
+
+  EXPECT_THROW_MSG(cpu.unscale_and_check_finite({zeros({3, 2}).t()}, 1.0, zeros({1})),
+                   "unscale_and_check_finite: gradient 0 is not contiguous");
+  EXPECT_THROW_MSG(cpu.unscale_and_check_finite({zeros({2}, {.dtype = kInt64})}, 1.0, zeros({1})),
+                   "gradient 0 is int64; expected a floating-point tensor");
+  EXPECT_THROW_MSG(cpu.unscale_and_check_finite({f32}, 1.0, zeros({1}, {.dtype = kFloat64})),
+                   "found_inf must be one float32 element");
+}
+
+// A strided gradient (here a transposed one) is made contiguous for the
+// fused pass, and unscaled like any other.
+TEST(GradScaler, UnscalesAStridedGradient) {
+  Tensor w = zeros({2, 3}).requires_grad_();
+  SGD opt({w}, {.lr = 1.0});
+  GradScaler scaler({.init_scale = 4.0});
+  w.set_grad(from_vector<float>({4, 8, 12, 16, 20, 24}, {3, 2}).t());
+  EXPECT_TRUE(scaler.step(opt));
+  EXPECT_EQ(values(w), (std::vector<double>{-1, -3, -5, -2, -4, -6}));
 }
 
 TEST(GradScaler, SkipsTheStepOnInfOrNaNAndHalvesTheScale) {
