@@ -282,6 +282,27 @@ TEST_P(CudaNnKernels, SgdStepsWithAndWithoutMomentum) {
   }
 }
 
+// GradScaler's fused pass: the same unscaled values as the CPU's (one
+// multiplication each: equal bit for bit), the flag low while every result is
+// finite, raised by one NaN among many tensors, and never lowered.
+TEST_P(CudaNnKernels, UnscaleAndCheckFiniteOverManyTensors) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  TensorList g = random_list(parameter_shapes(), dtype, 8000, -1, 1);
+  TensorList g_gpu = to_gpu(g);
+  Tensor flag = zeros({1}), flag_gpu = gpu(zeros({1}));
+  cpu().unscale_and_check_finite(g, 1.0 / 3.0, flag);
+  cuda().unscale_and_check_finite(g_gpu, 1.0 / 3.0, flag_gpu);
+  expect_lists_close(g_gpu, g, 0, "unscaled gradients");
+  expect_equal(flag_gpu, flag, "flag after finite gradients");
+  EXPECT_EQ(flag.item(), 0);
+  g_gpu.back().narrow(0, g_gpu.back().size(0) - 1, 1).fill_(NAN);  // the last element of the last tensor
+  cuda().unscale_and_check_finite(g_gpu, 1.0, flag_gpu);
+  EXPECT_EQ(flag_gpu.item(), 1) << "a NaN in the last tensor's last element";
+  cuda().unscale_and_check_finite({g_gpu[0]}, 1.0, flag_gpu);
+  EXPECT_EQ(flag_gpu.item(), 1) << "the flag is never lowered";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaNnKernels, ::testing::Values(kFloat32, kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
 
