@@ -19,7 +19,7 @@ namespace loom::optim {
 struct TrainingProgress {
   int64_t epoch = 0;  // the last finished epoch
   int64_t step = 0;   // optimizer steps so far
-  std::map<std::string, std::string> extra;  // anything else the program saved
+  std::map<std::string, std::string> extra{};  // anything else the program saved
 };
 
 // Written atomically (nn::save_safetensors); includes default_generator()'s state.

@@ -53,7 +53,7 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& config);
 
 // How the ranks of a job share the work (the default: one process).
 struct Ranks {
-  std::shared_ptr<parallel::ProcessGroup> group;  // null: one process
+  std::shared_ptr<parallel::ProcessGroup> group{};  // null: one process
   // DDP: each rank reads its share of every global batch. A pipeline over
   // ranks: every rank reads the whole batch (the first stage uses the
   // images, the last the labels).

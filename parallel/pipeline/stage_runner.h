@@ -74,12 +74,12 @@ struct LastStage {
 struct StageTask {
   nn::Module& module;
   Device device;
-  std::optional<FirstStage> first;  // set on the first stage only
-  std::optional<LastStage> last;    // set on the last stage only
+  std::optional<FirstStage> first{};  // set on the first stage only
+  std::optional<LastStage> last{};    // set on the last stage only
   int lane = 0;                     // trace::lane() of its spans, looked up once by the owner
   // Called before each backward pass, told whether it is the stage's last of
   // the step (a hybrid pipeline averages gradients over its data group then).
-  std::function<void(bool last_backward)> before_backward;
+  std::function<void(bool last_backward)> before_backward{};
 };
 
 // Splits a batch into m micro-batches along dim 0 whose sizes differ by at

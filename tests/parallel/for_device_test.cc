@@ -30,10 +30,14 @@ TEST(ForDevice, CudaMeansTheLocalRanksGpu) {
 TEST(ForDevice, LocalRankComesFromTheLauncher) {
   ASSERT_EQ(setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1), 0);
   EXPECT_EQ(device_for_rank("cpu").device, Device::cpu());
-  if (cuda_device_count() >= 2) EXPECT_EQ(device_for_rank("cuda").device, Device::cuda(1));
+  if (cuda_device_count() >= 2) {
+    EXPECT_EQ(device_for_rank("cuda").device, Device::cuda(1));
+  }
   ASSERT_EQ(unsetenv("OMPI_COMM_WORLD_LOCAL_RANK"), 0);
   ASSERT_EQ(setenv("SLURM_LOCALID", "0", 1), 0);  // srun's name for it
-  if (cuda_device_count() >= 1) EXPECT_EQ(device_for_rank("cuda").device, Device::cuda(0));
+  if (cuda_device_count() >= 1) {
+    EXPECT_EQ(device_for_rank("cuda").device, Device::cuda(0));
+  }
   ASSERT_EQ(unsetenv("SLURM_LOCALID"), 0);
 }
 

@@ -241,8 +241,9 @@ inline void train_steps(FsdpTraining& t, ProcessGroup& group, int first_step, in
     t.opt->step();
     if (!compare_every_step) continue;
     const nn::StateDict full = t.fsdp->full_state_dict();  // a collective: every rank gathers
-    if (t.reference)
+    if (t.reference) {
       EXPECT_LT(max_state_difference(full, *t.reference), c.tolerance) << "rank " << rank << ", step " << step;
+    }
   }
 }
 
@@ -297,7 +298,9 @@ inline void check_fsdp_traffic(const std::shared_ptr<ProcessGroup>& group, nn::M
   }
   EXPECT_EQ(after.ops - before.ops, expected_ops);
   EXPECT_EQ(after.bus_bytes - before.bus_bytes, expected_bus);
-  if (n > 1) EXPECT_NEAR(static_cast<double>(expected_bus) / all_reduce_bus, 1.5, 0.01);
+  if (n > 1) {
+    EXPECT_NEAR(static_cast<double>(expected_bus) / all_reduce_bus, 1.5, 0.01);
+  }
 }
 
 // The full state, gathered at N ranks, loads into a single-device model and

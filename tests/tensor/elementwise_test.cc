@@ -179,8 +179,11 @@ TEST(Binary, NaNPropagatesAsInPyTorch) {
     const std::vector<double> got = values(t);
     ASSERT_EQ(got.size(), expected.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) {
-      if (std::isnan(expected[i])) EXPECT_TRUE(std::isnan(got[i])) << what << ", element " << i << ": " << got[i];
-      else EXPECT_EQ(got[i], expected[i]) << what << ", element " << i;
+      if (std::isnan(expected[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << what << ", element " << i << ": " << got[i];
+      } else {
+        EXPECT_EQ(got[i], expected[i]) << what << ", element " << i;
+      }
     }
   };
   for (bool strided : {false, true}) {

@@ -89,8 +89,12 @@ TEST(HalfFormats, EveryValueRoundTrips) {
   for (uint32_t b = 0; b < 0x10000; ++b) {
     const uint16_t bits = static_cast<uint16_t>(b);
     const float h = half_bits_to_float(bits), bf = bfloat16_bits_to_float(bits);
-    if (!std::isnan(h)) EXPECT_EQ(float_to_half_bits(h), bits) << std::hex << b;
-    if (!std::isnan(bf)) EXPECT_EQ(float_to_bfloat16_bits(bf), bits) << std::hex << b;
+    if (!std::isnan(h)) {
+      EXPECT_EQ(float_to_half_bits(h), bits) << std::hex << b;
+    }
+    if (!std::isnan(bf)) {
+      EXPECT_EQ(float_to_bfloat16_bits(bf), bits) << std::hex << b;
+    }
   }
 }
 
