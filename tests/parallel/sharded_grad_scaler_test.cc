@@ -110,9 +110,15 @@ TEST(ShardedGradScaler, FsdpTrainsAsWithoutAScaler) {
   const testing::FsdpCase c{.units = testing::Units::Layers};
   std::vector<nn::StateDict> scaled(2), plain(2);
   std::vector<double> scales(2);
+  // Built here, not in the rank threads: fsdp_models seeds the global generator.
+  std::vector<nn::ModulePtr> to_scale, to_train_plain;
+  for (int r = 0; r < 2; ++r) {
+    to_scale.push_back(testing::fsdp_models(r, c.units).second);
+    to_train_plain.push_back(testing::fsdp_models(r, c.units).second);
+  }
   testing::run_rank_threads(2, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
-    FullyShardedDataParallel fsdp_scaled(testing::fsdp_models(rank, c.units).second, group, testing::fsdp_options(c));
-    FullyShardedDataParallel fsdp_plain(testing::fsdp_models(rank, c.units).second, group, testing::fsdp_options(c));
+    FullyShardedDataParallel fsdp_scaled(to_scale[rank], group, testing::fsdp_options(c));
+    FullyShardedDataParallel fsdp_plain(to_train_plain[rank], group, testing::fsdp_options(c));
     // SGD, whose step is proportional to the gradient: a scale left in would show.
     optim::SGD opt_scaled(fsdp_scaled->parameters(), {.lr = 0.1});
     optim::SGD opt_plain(fsdp_plain->parameters(), {.lr = 0.1});
