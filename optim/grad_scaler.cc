@@ -1,7 +1,6 @@
 #include "optim/grad_scaler.h"
 
 #include <algorithm>
-#include <map>
 
 #include "autograd/grad_mode.h"
 #include "tensor/backend.h"
@@ -25,23 +24,21 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   NoGradGuard no_grad;
   // One fused pass per device unscales the gradients and raises that
   // device's flag on an inf or NaN; the flags are read once, below.
-  std::map<Device, TensorList> grads_by_device;
-  for (const Tensor& p : optimizer.params()) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (!g.is_contiguous()) {  // the fused pass, as the optimizers' steps, takes contiguous gradients
-      g = g.contiguous();
-      p.set_grad(g);
-    }
-    grads_by_device[g.device()].push_back(g);
-  }
+  const auto groups = optimizer.params_with_grad_by_device();
   // Scaled gradients the scaler cannot see would be stepped on scaled.
-  LOOM_CHECK(!grads_by_device.empty() || optimizer.params().empty(), "GradScaler::unscale_: none of the optimizer's ",
+  LOOM_CHECK(!groups.empty() || optimizer.params().empty(), "GradScaler::unscale_: none of the optimizer's ",
              optimizer.params().size(),
              " parameters has a gradient to unscale. Call it after backward; an optimizer that reduces the "
              "gradients inside step() (ZeroRedundancyOptimizer at stage 2) cannot take a GradScaler");
   bool found_here = false;
-  for (const auto& [device, grads] : grads_by_device) {
+  for (const auto& [device, indices] : groups) {
+    TensorList grads;
+    for (size_t i : indices) {
+      const Tensor& p = optimizer.params()[i];
+      // The fused pass, as the optimizers' steps, takes contiguous gradients.
+      if (!p.grad().is_contiguous()) p.set_grad(p.grad().contiguous());
+      grads.push_back(p.grad());
+    }
     Tensor flag = zeros({1}, {.dtype = kFloat32, .device = device});
     backend_for(device).unscale_and_check_finite(grads, 1.0 / scale_, flag);
     found_here = found_here || flag.item() != 0;  // the read-back: one per device, normally one

@@ -33,6 +33,9 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   const TensorList& params() const { return params_; }
+  // Indices of the parameters that have a gradient, grouped by device (the
+  // steps, and GradScaler, make one fused launch per group).
+  std::map<Device, std::vector<size_t>> params_with_grad_by_device() const;
 
   // Per-parameter state as "state.<index>.<name>" plus "lr"; scalars are 0-d
   // tensors. Virtual: an optimizer that wraps another (ZeRO) saves its own way.
@@ -50,8 +53,6 @@ class Optimizer {
   bool has_state(size_t i, const std::string& name) const;
   // Step counts per parameter, kept as PyTorch does.
   int64_t& step_count(size_t i) { return step_counts_[i]; }
-  // Indices of the parameters that have a gradient, grouped by device.
-  std::map<Device, std::vector<size_t>> params_with_grad_by_device() const;
 
  private:
   TensorList params_;

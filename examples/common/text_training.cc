@@ -5,6 +5,7 @@
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
 #include "nn/functional.h"
+#include "data/device_copy.h"
 #include "tensor/creation.h"
 #include "tensor/file_io.h"
 #include "tensor/stopwatch.h"
@@ -16,14 +17,11 @@ data::Batch random_windows(const data::CharDataset& dataset, int64_t batch, Gene
   for (int64_t& o : offsets) o = static_cast<int64_t>(generator.next_u64() % static_cast<uint64_t>(dataset.size()));
   data::Batch b = dataset.get_batch(offsets);
   if (device.is_cpu()) return b;
-  // From pinned memory the copies run in the background; from pageable
-  // memory the driver stages them itself and may first wait for the GPU.
-  auto to_device = [&](const Tensor& t) {
-    Tensor pinned = empty_pinned(t.shape(), {.dtype = t.dtype()});
-    pinned.copy_(t);
-    return pinned.to(device);
-  };
-  return {to_device(b.input), to_device(b.target)};
+  // From pinned memory (as the DataLoader's workers pin theirs) the copies
+  // run in the background; from pageable memory the driver stages them itself
+  // and may first wait for the GPU.
+  b = data::device_copy::pin(std::move(b));
+  return {b.input.to(device), b.target.to(device)};
 }
 
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets) {
@@ -40,7 +38,7 @@ double estimate_loss(nn::Module& model, const LanguageModel& forward, const data
   Tensor total = zeros({}, {.dtype = kFloat64, .device = device});
   for (int64_t i = 0; i < batches; ++i) {
     data::Batch b = random_windows(dataset, batch, fixed, device);
-    total = total + next_token_loss(forward(b.input), b.target).to(kFloat64);
+    total.add_(next_token_loss(forward(b.input), b.target).to(kFloat64));
   }
   model.train();
   return total.item() / batches;

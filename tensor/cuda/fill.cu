@@ -17,7 +17,7 @@ template <typename S>
 __global__ void arange_kernel(S* out, int64_t n, double start, double step) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads)
-    out[i] = narrow_to<S>(static_cast<compute_of_t<S>>(start + step * static_cast<double>(i)));
+    out[i] = narrow_to<S>(start + step * static_cast<double>(i));
 }
 
 }  // namespace
@@ -25,12 +25,7 @@ __global__ void arange_kernel(S* out, int64_t n, double start, double step) {
 void CudaBackend::fill(const Tensor& out, double value) {
   dispatch_any_storage(out.dtype(), "fill", [&](auto storage, auto) {
     using S = decltype(storage);
-    S v;
-    if constexpr (std::is_same_v<S, __nv_bfloat16> || std::is_same_v<S, __half>)
-      v = S(static_cast<float>(value));  // through float, as the CPU's conversion
-    else
-      v = element_cast<S>(value);
-    launch_elementwise<0, S>(out, {}, Constant<S>{v});
+    launch_elementwise<0, S>(out, {}, Constant<S>{narrow_to<S>(value)});  // 16-bit through float, as the CPU
   });
 }
 

@@ -46,7 +46,7 @@ __device__ __forceinline__ compute_of_t<S> widen(S x) {
 // Integers and doubles reach the 16-bit types through float, and the rest
 // as the CPU casts (tensor/element_cast.h).
 template <typename Out, typename T>
-__device__ __forceinline__ Out narrow_to(T x) {
+__host__ __device__ __forceinline__ Out narrow_to(T x) {
   if constexpr (std::is_same_v<Out, __nv_bfloat16> || std::is_same_v<Out, __half>)
     return Out(static_cast<float>(x));
   else

@@ -154,6 +154,13 @@ void with_row_group(int64_t cols, Launch&& launch) {
     launch(std::integral_constant<int, kWideRow>());
 }
 
+// Layer norm's saved mean and rstd are in the compute type (float32 for 16-bit x).
+template <typename T>
+void check_statistics(const Tensor& mean, const Tensor& rstd) {
+  LOOM_INTERNAL_ASSERT(mean.dtype() == storage_dtype<T>() && rstd.dtype() == storage_dtype<T>(),
+                       "layer norm statistics must be ", storage_dtype<T>(), ", got ", mean.dtype());
+}
+
 }  // namespace
 
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
@@ -163,8 +170,7 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(x);
-    LOOM_INTERNAL_ASSERT(mean.dtype() == storage_dtype<T>() && rstd.dtype() == storage_dtype<T>(),
-                         "layer norm statistics must be ", storage_dtype<T>(), ", got ", mean.dtype());
+    check_statistics<T>(mean, rstd);
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
@@ -189,8 +195,7 @@ void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(x);
-    LOOM_INTERNAL_ASSERT(mean.dtype() == storage_dtype<T>() && rstd.dtype() == storage_dtype<T>(),
-                         "layer norm statistics must be ", storage_dtype<T>(), ", got ", mean.dtype());
+    check_statistics<T>(mean, rstd);
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
