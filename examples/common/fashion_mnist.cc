@@ -96,8 +96,8 @@ Evaluation evaluate(nn::Module& model, const data::DataLoader& loader) {
   int64_t seen = 0;
   for (auto& [x, y] : loader.epoch(0)) {
     Tensor logits = model.forward(x);
-    loss = loss + nn::functional::cross_entropy(logits, y, {.reduction = nn::functional::Reduction::Sum}).to(kFloat64);
-    correct = correct + sum(argmax(logits, 1) == y);
+    loss.add_(nn::functional::cross_entropy(logits, y, {.reduction = nn::functional::Reduction::Sum}).to(kFloat64));
+    correct.add_(sum(argmax(logits, 1) == y));
     seen += y.size(0);
   }
   model.train();

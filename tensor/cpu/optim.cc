@@ -1,5 +1,6 @@
 // CPU fused optimizer steps: each parameter is read and written once per step.
 // The formulas are PyTorch's (torch.optim.Adam / AdamW / SGD).
+#include <atomic>
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
@@ -82,7 +83,7 @@ void CpuBackend::sgd_step(const TensorList& params, const TensorList& grads, con
 
 void CpuBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) {
   check_unscale_arguments(grads, found_inf);
-  bool non_finite = false;
+  std::atomic<bool> non_finite{false};
   for (const Tensor& grad : grads) {
     if (run_in_float32({grad}, {0}, [&](const TensorList& w) { unscale_and_check_finite(w, inv_scale, found_inf); }))
       continue;
@@ -90,16 +91,17 @@ void CpuBackend::unscale_and_check_finite(const TensorList& grads, double inv_sc
       using T = decltype(tag);
       T* g = grad.data_ptr<T>();
       const T inv = T(inv_scale);
-      const int64_t n = grad.numel();
-      bool here = false;
-      for (int64_t i = 0; i < n; ++i) {
-        g[i] *= inv;
-        here |= !std::isfinite(g[i]);
-      }
-      non_finite |= here;
+      parallel_for(grad.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+        bool here = false;
+        for (int64_t i = begin; i < end; ++i) {
+          g[i] *= inv;
+          here |= !std::isfinite(g[i]);
+        }
+        if (here) non_finite.store(true, std::memory_order_relaxed);
+      });
     });
   }
-  if (non_finite) found_inf.data_ptr<float>()[0] = 1;
+  if (non_finite.load()) found_inf.data_ptr<float>()[0] = 1;
 }
 
 }  // namespace loom::cpu

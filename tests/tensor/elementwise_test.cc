@@ -168,7 +168,6 @@ TEST(Binary, ShapeErrorsNameTheOpAndShapes) {
 // maximum and minimum return it from either side, relu keeps it, and relu's
 // gradient is 0 wherever the output is <= 0, even where dy is NaN.
 TEST(Binary, NaNPropagatesAsInPyTorch) {
-  const float nan = NAN;
   // The pattern 9 times over: whole SIMD registers and a tail.
   auto repeated = [](const std::vector<double>& pattern) {
     std::vector<double> out;
@@ -188,19 +187,17 @@ TEST(Binary, NaNPropagatesAsInPyTorch) {
   };
   for (bool strided : {false, true}) {
     SCOPED_TRACE(strided ? "strided" : "contiguous");
-    auto make = [&](const std::vector<float>& pattern) {
-      std::vector<float> all;
-      for (int k = 0; k < 9; ++k) all.insert(all.end(), pattern.begin(), pattern.end());
-      Tensor t = from_vector<float>(all, {9, 4});
+    auto make = [&](const std::vector<double>& pattern) {
+      Tensor t = from_vector<double>(repeated(pattern), {9, 4}).to(kFloat32);
       return strided ? t.t().contiguous().t() : t;  // the same values, column-major
     };
-    Tensor a = make({nan, 1, 2, nan}), b = make({1, nan, 3, nan});
+    Tensor a = make({NAN, 1, 2, NAN}), b = make({1, NAN, 3, NAN});
     expect_same(maximum(a, b), repeated({NAN, NAN, 3, NAN}), "maximum");
     expect_same(minimum(a, b), repeated({NAN, NAN, 2, NAN}), "minimum");
-    Tensor x = make({nan, -1, 2, 0}).requires_grad_(true);
+    Tensor x = make({NAN, -1, 2, 0}).requires_grad_(true);
     Tensor y = relu(x);
     expect_same(y, repeated({NAN, 0, 2, 0}), "relu");
-    y.backward(make({1, nan, 1, 1}));
+    y.backward(make({1, NAN, 1, 1}));
     expect_same(x.grad(), repeated({1, 0, 1, 0}), "relu gradient");
   }
 }
