@@ -5,6 +5,7 @@
 //   Tensor loss = functional::cross_entropy(logits, labels);
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "tensor/backend.h"
@@ -47,6 +48,13 @@ Tensor embedding(const Tensor& indices, const Tensor& weight);
 
 // q, k, v (..., T, D): softmax(q k^T / sqrt(D), masked to the past when causal) v.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+
+// One LSTM step's pointwise part, fused (PyTorch's _thnn_fused_lstm_cell):
+// input_gates and hidden_gates (B, 4H) are x W_ih^T + b_ih and h W_hh^T + b_hh
+// (gate order i, f, g, o), c_prev (B, H). Returns {h, c}:
+//   c = sigmoid(f) c_prev + sigmoid(i) tanh(g),   h = sigmoid(o) tanh(c).
+// The three inputs are brought to their promoted dtype.
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev);
 
 enum class Reduction { Mean, Sum, None };
 

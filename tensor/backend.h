@@ -199,6 +199,20 @@ class Backend {
                                    const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                    const Tensor& dweight, const Tensor& dbias) = 0;
 
+  // ---- LSTM cell: the pointwise part of one step, PyTorch's gate order i, f, g, o ----
+  // input_gates and hidden_gates (B, 4H) are the step's two pre-activation
+  // products; c_prev, h and c are (B, H). Writes
+  //   i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of (input_gates + hidden_gates)
+  //   c = f c_prev + i g,   h = o tanh(c)
+  // and `activations` (B, 4H) = [i, f, g, o], kept for the backward. All contiguous.
+  virtual void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev,
+                         const Tensor& h, const Tensor& c, const Tensor& activations) = 0;
+  // From the gradients dh and dc reaching h and c: dgates (B, 4H), the
+  // gradient of both pre-activation inputs, and dc_prev (B, H). All contiguous.
+  virtual void lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Tensor& activations,
+                                  const Tensor& c_prev, const Tensor& c, const Tensor& dgates,
+                                  const Tensor& dc_prev) = 0;
+
   // ---- fused optimizer steps over many tensors at once, in place ----
   virtual void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
                          const TensorList& exp_avg_sq, const AdamParams& p) = 0;

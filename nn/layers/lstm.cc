@@ -1,6 +1,7 @@
 #include "nn/layers/lstm.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -57,10 +58,7 @@ LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
     TensorList step_inputs = unbind(projected, 0);  // one node for all steps: backward is one stack
     TensorList outputs;
     for (int64_t t = 0; t < steps; ++t) {
-      Tensor gates = step_inputs[t] + matmul(hs, w_hh_t);  // (B, 4H)
-      TensorList g = chunk(gates, 4, 1);                          // i, f, g, o
-      cs = sigmoid(g[1]) * cs + sigmoid(g[0]) * tanh(g[2]);
-      hs = sigmoid(g[3]) * tanh(cs);
+      std::tie(hs, cs) = functional::lstm_cell(step_inputs[t], matmul(hs, w_hh_t), cs);
       outputs.push_back(hs);
     }
     layer_input = stack(outputs, 0);
@@ -69,6 +67,46 @@ LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
   }
   Tensor output = options.batch_first ? layer_input.transpose(0, 1) : layer_input;
   return {output, {stack(final_h, 0), stack(final_c, 0)}};
+}
+
+LSTMCellImpl::LSTMCellImpl(const LSTMCellOptions& o) : Cloneable("LSTMCell"), options(o) {
+  LOOM_CHECK(o.input_size > 0 && o.hidden_size > 0, "LSTMCell: input_size and hidden_size must be positive");
+  reset();
+}
+
+void LSTMCellImpl::reset() {
+  const int64_t h = options.hidden_size;
+  weight_ih = register_parameter("weight_ih", empty({4 * h, options.input_size}));
+  weight_hh = register_parameter("weight_hh", empty({4 * h, h}));
+  if (options.bias) {
+    bias_ih = register_parameter("bias_ih", empty({4 * h}));
+    bias_hh = register_parameter("bias_hh", empty({4 * h}));
+  }
+  const double bound = 1.0 / std::sqrt(static_cast<double>(h));
+  for (const Tensor& p : parameters(false)) init::uniform_(p, -bound, bound);
+}
+
+LSTMState LSTMCellImpl::forward(const Tensor& x_in, const LSTMState& state) {
+  LOOM_CHECK(x_in.dim() == 1 || x_in.dim() == 2, "LSTMCell: expected an input of shape (B, F) or (F), got ",
+             x_in.shape());
+  LOOM_CHECK(x_in.size(-1) == options.input_size, "LSTMCell: input has ", x_in.size(-1), " features, expected ",
+             options.input_size);
+  const bool unbatched = x_in.dim() == 1;
+  const Tensor x = unbatched ? x_in.unsqueeze(0) : x_in;
+  const Shape state_shape = unbatched ? Shape{options.hidden_size} : Shape{x.size(0), options.hidden_size};
+  auto initial = [&](const Tensor& s) {
+    if (!s.defined()) return zeros({x.size(0), options.hidden_size}, x.options());
+    LOOM_CHECK(s.shape() == state_shape, "LSTMCell: state of shape ", s.shape(), " does not match ", state_shape);
+    return unbatched ? s.unsqueeze(0) : s;
+  };
+  auto [h, c] = functional::lstm_cell(functional::linear(x, weight_ih, bias_ih),
+                                      functional::linear(initial(state.h), weight_hh, bias_hh), initial(state.c));
+  if (unbatched) return {h.squeeze(0), c.squeeze(0)};
+  return {h, c};
+}
+
+void LSTMCellImpl::pretty_print(std::ostream& out) const {
+  out << "LSTMCell(" << options.input_size << ", " << options.hidden_size << ")";
 }
 
 void LSTMImpl::pretty_print(std::ostream& out) const {

@@ -73,6 +73,11 @@ class CudaBackend final : public Backend {
                            const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                            const Tensor& dweight, const Tensor& dbias) override;
 
+  void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev, const Tensor& h,
+                 const Tensor& c, const Tensor& activations) override;
+  void lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Tensor& activations, const Tensor& c_prev,
+                          const Tensor& c, const Tensor& dgates, const Tensor& dc_prev) override;
+
   void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads,

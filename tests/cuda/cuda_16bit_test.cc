@@ -126,6 +126,22 @@ TEST_P(Cuda16Bit, LayerNormMatchesTheCpu) {
   }
 }
 
+TEST_P(Cuda16Bit, LstmCellMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  auto run = [&](Device device) {
+    Tensor xg = (rand({6, 4 * 40}, 19) * 2).to(device).requires_grad_(true);
+    Tensor hg = (rand({6, 4 * 40}, 20) * 2).to(device).requires_grad_(true);
+    Tensor c_prev = rand({6, 40}, 21).to(device).requires_grad_(true);
+    auto [h, c] = F::lstm_cell(xg, hg, c_prev);
+    ((h * rand({6, 40}, 22).to(device)).sum() + (c * rand({6, 40}, 23).to(device)).sum()).backward();
+    return TensorList{h.detach(), c.detach(), xg.grad(), hg.grad(), c_prev.grad()};
+  };
+  const TensorList on_gpu = run(testing::gpu_device()), on_cpu = run(Device::cpu());
+  const char* names[] = {"h", "c", "input gates gradient", "hidden gates gradient", "c_prev gradient"};
+  for (int k = 0; k < 5; ++k)  // each in float, rounded once
+    expect_close(on_gpu[k], on_cpu[k], tol(), std::string("lstm_cell ") + names[k]);
+}
+
 // Average and adaptive pooling, an embedding lookup (index_select, and
 // index_add backward: 2-byte elements) and gather (scatter_add backward).
 TEST_P(Cuda16Bit, AveragePoolingAndIndexOpsMatchTheCpu) {

@@ -1,5 +1,5 @@
 // The kernels under nn/ and optim/ — convolution (cuDNN) and its two
-// gradients, pooling, layer norm, fused Adam/AdamW and SGD steps — called
+// gradients, pooling, layer norm, the LSTM cell, fused Adam/AdamW and SGD steps — called
 // through the Backend interface on the GPU and on the CPU with the same
 // random inputs.
 #include <gtest/gtest.h>
@@ -205,6 +205,34 @@ TEST_P(CudaNnKernels, LayerNormForwardAndBackward) {
         expect_close(db_gpu, db_cpu, dtype == kFloat32 ? 1e-3 : 1e-9, "layer_norm dbias " + what);
       }
     }
+}
+
+TEST_P(CudaNnKernels, LstmCellForwardAndBackward) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  uint64_t seed = 900;
+  // One unit; a warp's worth; more units than one grid holds per thread.
+  for (const auto& [batch, hidden] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 32}, {64, 512}, {4000, 300}}) {
+    const std::string what = std::to_string(batch) + "x" + std::to_string(hidden);
+    const TensorOptions o{.dtype = dtype};
+    Tensor xg = random({batch, 4 * hidden}, dtype, ++seed, -4, 4), hg = random({batch, 4 * hidden}, dtype, ++seed, -4, 4);
+    Tensor c_prev = random({batch, hidden}, dtype, ++seed);
+    Tensor h_cpu = empty({batch, hidden}, o), c_cpu = empty({batch, hidden}, o), act_cpu = empty({batch, 4 * hidden}, o);
+    Tensor h_gpu = gpu(h_cpu), c_gpu = gpu(c_cpu), act_gpu = gpu(act_cpu);
+    cpu().lstm_cell(xg, hg, c_prev, h_cpu, c_cpu, act_cpu);
+    cuda().lstm_cell(gpu(xg), gpu(hg), gpu(c_prev), h_gpu, c_gpu, act_gpu);
+    expect_close(h_gpu, h_cpu, tol(dtype), "lstm_cell h " + what);
+    expect_close(c_gpu, c_cpu, tol(dtype), "lstm_cell c " + what);
+    expect_close(act_gpu, act_cpu, tol(dtype), "lstm_cell activations " + what);
+
+    Tensor dh = random({batch, hidden}, dtype, ++seed), dc = random({batch, hidden}, dtype, ++seed);
+    Tensor dgates_cpu = empty({batch, 4 * hidden}, o), dc_prev_cpu = empty({batch, hidden}, o);
+    Tensor dgates_gpu = gpu(dgates_cpu), dc_prev_gpu = gpu(dc_prev_cpu);
+    cpu().lstm_cell_backward(dh, dc, act_cpu, c_prev, c_cpu, dgates_cpu, dc_prev_cpu);
+    cuda().lstm_cell_backward(gpu(dh), gpu(dc), act_gpu, gpu(c_prev), c_gpu, dgates_gpu, dc_prev_gpu);
+    expect_close(dgates_gpu, dgates_cpu, tol(dtype), "lstm_cell dgates " + what);
+    expect_close(dc_prev_gpu, dc_prev_cpu, tol(dtype), "lstm_cell dc_prev " + what);
+  }
 }
 
 // 60 tensors of assorted sizes: more than one launch's worth (56), one

@@ -41,6 +41,7 @@ inline std::vector<LayerCase> layer_cases() {
       {"AdaptiveAvgPool2d", [] { return nn::AdaptiveAvgPool2d(3); }, {2, 3, 7, 7}},
       {"Embedding", [] { return nn::Embedding(10, 4); }, {3, 5}, 10},
       {"LSTMTwoLayers", [] { return nn::LSTM({.input_size = 5, .hidden_size = 6, .num_layers = 2}); }, {7, 3, 5}},
+      {"LSTMCell", [] { return nn::LSTMCell({.input_size = 5, .hidden_size = 6}); }, {3, 5}},
       {"CausalSelfAttention", [] { return nn::CausalSelfAttention({.embed_dim = 8, .num_heads = 2}); }, {2, 5, 8}},
       {"GELU", [] { return nn::GELU(); }, {4, 6}},
       {"Softmax", [] { return nn::Softmax(-1); }, {4, 6}},

@@ -1,0 +1,176 @@
+// The fused LSTM cell (functional::lstm_cell, nn::LSTMCell) against the
+// same step composed from loom's elementwise ops, and against finite
+// differences.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "nn/nn.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::max_rel_error;
+using testing::values;
+
+// The step as the LSTM computed it before the fused op: eleven ops.
+std::pair<Tensor, Tensor> composed_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev) {
+  TensorList g = chunk(input_gates + hidden_gates, 4, 1);  // i, f, g, o
+  Tensor c = sigmoid(g[1]) * c_prev + sigmoid(g[0]) * tanh(g[2]);
+  return {sigmoid(g[3]) * tanh(c), c};
+}
+
+struct CellInputs {
+  Tensor input_gates, hidden_gates, c_prev;
+  TensorList list() const { return {input_gates, hidden_gates, c_prev}; }
+};
+
+// Leaves that require grad, from the same values.
+CellInputs leaves_like(const CellInputs& in) {
+  auto leaf = [](const Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  return {leaf(in.input_gates), leaf(in.hidden_gates), leaf(in.c_prev)};
+}
+
+CellInputs random_inputs(int64_t batch, int64_t hidden, DType dtype, uint64_t seed) {
+  Generator gen(seed);
+  const TensorOptions o{.dtype = dtype};
+  // Gates spread over about [-4, 4] so that the sigmoids and tanhs are not all linear.
+  return leaves_like({randn({batch, 4 * hidden}, o, &gen) * 1.5, randn({batch, 4 * hidden}, o, &gen) * 1.5,
+                      randn({batch, hidden}, o, &gen)});
+}
+
+TEST(LstmCell, ValuesAndGradientsEqualTheComposedOps) {
+  const CellInputs base = random_inputs(5, 7, kFloat64, 1);
+  Generator gen(2);
+  const Tensor wh = randn({5, 7}, {.dtype = kFloat64}, &gen), wc = randn({5, 7}, {.dtype = kFloat64}, &gen);
+  // Both outputs reach the loss, each, or only one of them (the other's gradient is then absent).
+  for (const auto& [use_h, use_c] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+    SCOPED_TRACE(std::string("use_h ") + (use_h ? "1" : "0") + ", use_c " + (use_c ? "1" : "0"));
+    const CellInputs fused_in = leaves_like(base), composed_in = leaves_like(base);
+    auto [h, c] = nn::functional::lstm_cell(fused_in.input_gates, fused_in.hidden_gates, fused_in.c_prev);
+    auto [h_ref, c_ref] = composed_cell(composed_in.input_gates, composed_in.hidden_gates, composed_in.c_prev);
+    EXPECT_LT(max_rel_error(h, h_ref), 1e-14);
+    EXPECT_LT(max_rel_error(c, c_ref), 1e-14);
+    auto loss = [&](const Tensor& h, const Tensor& c) {
+      if (!use_c) return (h * wh).sum();
+      if (!use_h) return (c * wc).sum();
+      return (h * wh).sum() + (c * wc).sum();
+    };
+    autograd::backward({loss(h, c)});
+    autograd::backward({loss(h_ref, c_ref)});
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE("input " + std::to_string(i));
+      EXPECT_LT(max_rel_error(fused_in.list()[i].grad(), composed_in.list()[i].grad()), 1e-13);
+    }
+  }
+}
+
+TEST(LstmCell, GradientsMatchFiniteDifferences) {
+  const CellInputs in = random_inputs(3, 4, kFloat64, 3);
+  autograd::GradcheckResult r = autograd::gradcheck(
+      [](const TensorList& t) {
+        auto [h, c] = nn::functional::lstm_cell(t[0], t[1], t[2]);
+        return cat({h, c * 0.5}, 1);  // both outputs, weighted apart
+      },
+      in.list());
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// Rows split across threads; a strided (transposed) gate input is made contiguous first.
+TEST(LstmCell, WideBatchesAndStridedInputsGiveTheComposedValues) {
+  const CellInputs in = random_inputs(300, 64, kFloat32, 4);
+  const Tensor strided_gates = in.input_gates.t().contiguous().t();
+  ASSERT_FALSE(strided_gates.is_contiguous());
+  auto [h, c] = nn::functional::lstm_cell(strided_gates, in.hidden_gates, in.c_prev);
+  auto [h_ref, c_ref] = composed_cell(in.input_gates, in.hidden_gates, in.c_prev);
+  // float32: the fused sum of the two gate inputs is the composed one; the
+  // activations differ by Eigen's vectorised logistic/tanh rounding only.
+  EXPECT_LT(max_rel_error(h, h_ref), 1e-6);
+  EXPECT_LT(max_rel_error(c, c_ref), 1e-6);
+}
+
+// 16-bit tensors compute in float32 and round once: the float32 cell's
+// results, rounded, within one unit in the last place of rounding
+// differences between the float32 paths.
+TEST(LstmCell, Bfloat16RoundsTheFloat32ResultOnce) {
+  const CellInputs wide = random_inputs(4, 16, kFloat32, 5);
+  const CellInputs narrow{wide.input_gates.detach().to(kBFloat16), wide.hidden_gates.detach().to(kBFloat16),
+                          wide.c_prev.detach().to(kBFloat16)};
+  auto [h, c] = nn::functional::lstm_cell(narrow.input_gates, narrow.hidden_gates, narrow.c_prev);
+  ASSERT_EQ(h.dtype(), kBFloat16);
+  auto [h_ref, c_ref] = nn::functional::lstm_cell(narrow.input_gates.to(kFloat32), narrow.hidden_gates.to(kFloat32),
+                                                  narrow.c_prev.to(kFloat32));
+  EXPECT_EQ(values(h), values(h_ref.to(kBFloat16)));
+  EXPECT_EQ(values(c), values(c_ref.to(kBFloat16)));
+}
+
+TEST(LstmCell, MixedDtypesPromote) {
+  const CellInputs in = random_inputs(2, 3, kFloat32, 6);
+  auto [h, c] = nn::functional::lstm_cell(in.input_gates, in.hidden_gates.to(kBFloat16), in.c_prev);
+  EXPECT_EQ(h.dtype(), kFloat32);
+  auto [h_ref, c_ref] = nn::functional::lstm_cell(in.input_gates, in.hidden_gates.to(kBFloat16).to(kFloat32), in.c_prev);
+  EXPECT_EQ(values(h), values(h_ref));
+  autograd::backward({c.sum()});
+  EXPECT_EQ(in.hidden_gates.grad().dtype(), kFloat32);
+}
+
+TEST(LstmCell, BadArgumentsAreNamed) {
+  const CellInputs in = random_inputs(2, 3, kFloat32, 7);
+  EXPECT_THROW_MSG(nn::functional::lstm_cell(in.input_gates, in.hidden_gates, in.c_prev.narrow(1, 0, 2)),
+                   "lstm_cell: gates must be (B, 4H) = [2, 8]");
+  EXPECT_THROW_MSG(nn::functional::lstm_cell(in.input_gates, in.hidden_gates.narrow(0, 0, 1), in.c_prev),
+                   "got [2, 12] and [1, 12]");
+  EXPECT_THROW_MSG(nn::functional::lstm_cell(in.input_gates, in.hidden_gates, in.c_prev.flatten()),
+                   "lstm_cell: c_prev must be (B, H)");
+  const Tensor ints = zeros({2, 12}, {.dtype = kInt64});
+  EXPECT_THROW_MSG(nn::functional::lstm_cell(ints, ints, zeros({2, 3}, {.dtype = kInt64})),
+                   "lstm_cell: expected floating-point tensors");
+  EXPECT_THROW_MSG(nn::functional::lstm_cell(Tensor(), in.hidden_gates, in.c_prev), "undefined");
+}
+
+// nn::LSTMCell's step written out with its parameters.
+TEST(LSTMCell, StepIsTheGateEquationsOfItsParameters) {
+  manual_seed(8);
+  nn::LSTMCell cell({.input_size = 3, .hidden_size = 4});
+  Generator gen(9);
+  const Tensor x = randn({2, 3}, {}, &gen), h0 = randn({2, 4}, {}, &gen), c0 = randn({2, 4}, {}, &gen);
+  nn::LSTMState s = cell->forward(x, {h0, c0});
+  auto [h_ref, c_ref] =
+      composed_cell(matmul(x, cell->weight_ih.t()) + cell->bias_ih, matmul(h0, cell->weight_hh.t()) + cell->bias_hh, c0);
+  EXPECT_LT(max_rel_error(s.h, h_ref), 1e-6);
+  EXPECT_LT(max_rel_error(s.c, c_ref), 1e-6);
+  // A missing state is zeros; an unbatched input gives unbatched results.
+  nn::LSTMState from_zeros = cell->forward(x, {});
+  nn::LSTMState explicit_zeros = cell->forward(x, {zeros({2, 4}), zeros({2, 4})});
+  EXPECT_EQ(values(from_zeros.h), values(explicit_zeros.h));
+  nn::LSTMState single = cell->forward(x.select(0, 1), {h0.select(0, 1), c0.select(0, 1)});
+  EXPECT_EQ(single.h.shape(), Shape({4}));
+  EXPECT_LT(max_rel_error(single.c, s.c.select(0, 1)), 1e-6);
+  EXPECT_EQ(cell->named_parameters().size(), 4u);
+  EXPECT_THROW_MSG(cell->forward(zeros({2, 5}), {}), "LSTMCell: input has 5 features, expected 3");
+  EXPECT_THROW_MSG(cell->forward(x, {zeros({3, 4}), Tensor()}), "LSTMCell: state of shape [3, 4] does not match [2, 4]");
+}
+
+// Stepping an LSTMCell through a sequence is one layer of nn::LSTM with the same weights.
+TEST(LSTMCell, SteppedThroughASequenceIsAOneLayerLstm) {
+  manual_seed(10);
+  nn::LSTM lstm({.input_size = 3, .hidden_size = 5});
+  nn::LSTMCell cell({.input_size = 3, .hidden_size = 5});
+  for (auto [to, from] : {std::pair{cell->weight_ih, lstm->weight_ih[0]}, std::pair{cell->weight_hh, lstm->weight_hh[0]},
+                          std::pair{cell->bias_ih, lstm->bias_ih[0]}, std::pair{cell->bias_hh, lstm->bias_hh[0]}}) {
+    NoGradGuard no_grad;
+    to.copy_(from);
+  }
+  const Tensor x = randn({6, 2, 3});  // (T, B, F)
+  nn::LSTMOutput out = lstm->forward(x, {});
+  nn::LSTMState s;
+  for (const Tensor& x_t : unbind(x, 0)) s = cell->forward(x_t, s);
+  EXPECT_LT(max_rel_error(s.h, out.state.h.select(0, 0)), 1e-6);
+  EXPECT_LT(max_rel_error(s.c, out.state.c.select(0, 0)), 1e-6);
+}
+
+}  // namespace
+}  // namespace loom
