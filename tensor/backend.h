@@ -52,6 +52,17 @@ enum class RandomOp { Uniform, Normal, RandInt, Bernoulli };
 
 bool is_comparison(BinaryOp op);
 
+// What a softmax computes along its dim: softmax (or log-softmax) of
+// scale * x (scale > 0). With `causal` (softmax only, not log; the last dim
+// of a contiguous (..., T, T) tensor), row q counts only its elements
+// k <= q and outputs 0 for the rest: attention's scale and causal mask,
+// fused into its softmax. Elements are rows of T, so row r is query r % T.
+struct SoftmaxParams {
+  bool log = false;
+  double scale = 1;
+  bool causal = false;
+};
+
 // Convolution geometry (NCHW), as torch.nn.Conv2d's arguments.
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;
@@ -139,10 +150,10 @@ class Backend {
   virtual void reduce(ReduceOp op, const Tensor& a, const Tensor& out) = 0;
   // Index (int64) of the first max/min along `dim`; out has size 1 in `dim`.
   virtual void arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) = 0;
-  // Softmax (or log-softmax) along `dim`; contiguous in and out.
-  virtual void softmax(const Tensor& a, int dim, bool log, const Tensor& out) = 0;
+  // Softmax (or log-softmax) along `dim` of p.scale * a; contiguous in and out.
+  virtual void softmax(const Tensor& a, int dim, const SoftmaxParams& p, const Tensor& out) = 0;
   // dx from y (the softmax output) and dy; contiguous, same shape.
-  virtual void softmax_backward(const Tensor& y, const Tensor& dy, int dim, bool log,
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, int dim, const SoftmaxParams& p,
                                 const Tensor& dx) = 0;
 
   // ---- linear algebra ----

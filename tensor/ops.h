@@ -116,6 +116,11 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t corre
 // ---- softmax (softmax.cc), one fused pass per row ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// softmax(scale * scores, -1) for attention scores (..., T_q, T_k), scale > 0.
+// With `causal` (T_q == T_k), query q sees keys k <= q only: the others get
+// probability 0, as masked_fill(-inf) before the softmax gives. Scale and
+// mask ride in the softmax's own pass each way (no scaled copy, no mask).
+Tensor attention_softmax(const Tensor& scores, double scale, bool causal);
 
 // ---- matrix products (matmul.cc) ----
 Tensor mm(const Tensor& a, const Tensor& b);   // (M, K) @ (K, N)

@@ -1,4 +1,5 @@
-// Scaled dot-product attention, composed from matmul, masking and softmax.
+// Scaled dot-product attention: two matmuls around attention_softmax,
+// which scales, masks and normalises the scores in one pass each way.
 #include <cmath>
 
 #include "nn/functional.h"
@@ -14,16 +15,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
              "scaled_dot_product_attention: shapes q ", q.shape(), ", k ", k.shape(), ", v ", v.shape(),
              " do not fit together");
   const int64_t tq = q.size(-2), tk = k.size(-2);
-  // att: (..., Tq, Tk)
-  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  if (causal) {
-    LOOM_CHECK(tq == tk, "scaled_dot_product_attention: causal attention needs as many queries as keys, got ", tq,
-               " and ", tk);
-    Tensor rows = arange(tq, {.dtype = kInt64, .device = q.device()});
-    Tensor future = rows.unsqueeze(0) > rows.unsqueeze(1);  // key position after the query's
-    att = masked_fill(att, future, -INFINITY);
-  }
-  return matmul(softmax(att, -1), v);
+  LOOM_CHECK(!causal || tq == tk, "scaled_dot_product_attention: causal attention needs as many queries as keys, got ",
+             tq, " and ", tk);
+  // att: (..., Tq, Tk), scaled, masked to the past when causal, and
+  // normalised in one pass (attention_softmax).
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  return matmul(attention_softmax(matmul(q, k.transpose(-2, -1)), scale, causal), v);
 }
 
 }  // namespace loom::nn::functional

@@ -28,8 +28,8 @@ class CpuBackend final : public Backend {
 
   void reduce(ReduceOp op, const Tensor& a, const Tensor& out) override;
   void arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) override;
-  void softmax(const Tensor& a, int dim, bool log, const Tensor& out) override;
-  void softmax_backward(const Tensor& y, const Tensor& dy, int dim, bool log,
+  void softmax(const Tensor& a, int dim, const SoftmaxParams& p, const Tensor& out) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, int dim, const SoftmaxParams& p,
                         const Tensor& dx) override;
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;

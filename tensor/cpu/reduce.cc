@@ -226,10 +226,24 @@ void CpuBackend::arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tens
   });
 }
 
-void CpuBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) {
-  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { softmax(t[0], dim, log, t[1]); })) return;
+namespace {
+
+// Rows of a causal softmax (SoftmaxParams) are contiguous: row r is query
+// r % T, which sees the first r % T + 1 elements; the rest output 0.
+void check_causal_layout(const Tensor& t, int dim, const SoftmaxParams& p) {
+  LOOM_INTERNAL_ASSERT(!p.causal || (!p.log && t.dim() >= 2 && dim == t.dim() - 1 && t.size(-1) == t.size(-2)),
+                       "causal softmax needs the last dim of a (..., T, T) tensor, got dim ", dim, " of ", t.shape());
+}
+
+}  // namespace
+
+void CpuBackend::softmax(const Tensor& a, int dim, const SoftmaxParams& p, const Tensor& out) {
+  if (run_in_float32({a, out}, {1}, [&](const TensorList& t) { softmax(t[0], dim, p, t[1]); })) return;
+  check_causal_layout(a, dim, p);
+  const bool log = p.log;
   dispatch_floating(a.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
+    const T scale = T(p.scale);  // > 0: max(scale x) = scale max(x), exactly
     RowLayout l = row_layout(a, dim);
     const T* x = a.data_ptr<T>();
     T* y = out.data_ptr<T>();
@@ -237,23 +251,25 @@ void CpuBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) 
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
         if (l.inner == 1) {  // a contiguous row: vectorised
-          auto in = ConstArrayMap<T>(x + base, l.size);
-          auto res = ArrayMap<T>(y + base, l.size);
-          T max = in.maxCoeff();
-          res = (in - max).exp();
+          const int64_t seen = p.causal ? r % l.size + 1 : l.size;
+          auto in = ConstArrayMap<T>(x + base, seen);
+          auto res = ArrayMap<T>(y + base, seen);
+          T max = in.maxCoeff() * scale;
+          res = (in * scale - max).exp();
           T sum = res.sum();
           if (log)
-            res = in - (max + std::log(sum));
+            res = in * scale - (max + std::log(sum));
           else
             res /= sum;
+          ArrayMap<T>(y + base + seen, l.size - seen).setZero();
           continue;
         }
         T max = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < l.size; ++j) max = std::max(max, x[base + j * l.inner]);
+        for (int64_t j = 0; j < l.size; ++j) max = std::max(max, x[base + j * l.inner] * scale);
         T sum = 0;
-        for (int64_t j = 0; j < l.size; ++j) sum += std::exp(x[base + j * l.inner] - max);
+        for (int64_t j = 0; j < l.size; ++j) sum += std::exp(x[base + j * l.inner] * scale - max);
         for (int64_t j = 0; j < l.size; ++j) {
-          T v = x[base + j * l.inner] - max;
+          T v = x[base + j * l.inner] * scale - max;
           y[base + j * l.inner] = log ? v - std::log(sum) : std::exp(v) / sum;
         }
       }
@@ -261,14 +277,18 @@ void CpuBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) 
   });
 }
 
-void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, bool log,
+void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, const SoftmaxParams& p,
                                   const Tensor& dx_t) {
-  if (run_in_float32({y_t, dy_t, dx_t}, {2}, [&](const TensorList& t) { softmax_backward(t[0], t[1], dim, log, t[2]); }))
+  if (run_in_float32({y_t, dy_t, dx_t}, {2}, [&](const TensorList& t) { softmax_backward(t[0], t[1], dim, p, t[2]); }))
     return;
-  // softmax:     dx = y * (dy - sum(dy * y))
-  // log_softmax: dx = dy - exp(y) * sum(dy)
+  check_causal_layout(y_t, dim, p);
+  // softmax:     dx = scale y (dy - sum(dy y))
+  // log_softmax: dx = scale (dy - exp(y) sum(dy))
+  // Causal rows: y is 0 past the query's position, and so is dx.
+  const bool log = p.log;
   dispatch_floating(y_t.dtype(), "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
+    const T scale = T(p.scale);
     RowLayout l = row_layout(y_t, dim);
     const T* y = y_t.data_ptr<T>();
     const T* dy = dy_t.data_ptr<T>();
@@ -276,15 +296,17 @@ void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim
     parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / l.size), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
+        const int64_t seen = p.causal ? r % l.size + 1 : l.size;  // causal rows are contiguous (inner 1)
         T dot = 0;
-        for (int64_t j = 0; j < l.size; ++j) {
+        for (int64_t j = 0; j < seen; ++j) {
           int64_t k = base + j * l.inner;
           dot += log ? dy[k] : dy[k] * y[k];
         }
-        for (int64_t j = 0; j < l.size; ++j) {
+        for (int64_t j = 0; j < seen; ++j) {
           int64_t k = base + j * l.inner;
-          dx[k] = log ? dy[k] - std::exp(y[k]) * dot : y[k] * (dy[k] - dot);
+          dx[k] = scale * (log ? dy[k] - std::exp(y[k]) * dot : y[k] * (dy[k] - dot));
         }
+        for (int64_t j = seen; j < l.size; ++j) dx[base + j] = T(0);
       }
     });
   });

@@ -9,8 +9,11 @@
 //  - longer rows are read three times by a block (max, sum, write).
 // When the softmax dim is not the last, each thread walks one column
 // (neighbouring threads read neighbouring addresses).
-// The formulas are the CPU's: y = exp(x - max) / sum, log y = x - max - log(sum);
-// dx = y (dy - sum(dy y)) and, for log-softmax, dx = dy - exp(y) sum(dy).
+// The formulas are the CPU's, on s x for a scale s > 0 (SoftmaxParams):
+// y = exp(s x - max) / sum, log y = s x - max - log(sum); dx = s y (dy - sum(dy y))
+// and, for log-softmax, dx = s (dy - exp(y) sum(dy)). A causal softmax (row r
+// is query r % T of a (..., T, T) tensor) treats the elements past position
+// r % T as -inf: they output 0, and so do their gradients (y = 0 there).
 // Kernels take a storage type S and compute in T: 16-bit floats are read
 // into float registers and rounded once when written (half.cuh).
 #include <cstdint>
@@ -75,6 +78,12 @@ __device__ __forceinline__ void store_row(S* row, int size, int lane, bool vec, 
   }
 }
 
+// The row position of register j of `lane`, as load_row lays them out.
+template <int GROUP>
+__device__ __forceinline__ int row_position(int j, int lane, bool vec) {
+  return vec ? ((j / 4) * GROUP + lane) * 4 + j % 4 : j * GROUP + lane;
+}
+
 template <int GROUP>
 constexpr int block_threads() {
   return GROUP == 32 ? kWarpRowsBlock : GROUP;
@@ -83,7 +92,7 @@ constexpr int block_threads() {
 // One row per GROUP threads, held in registers.
 template <typename S, typename T, int GROUP, int ELEMS>
 __global__ void __launch_bounds__(block_threads<GROUP>())
-    softmax_rows(const S* x, S* y, int64_t rows, int size, bool log, bool vec) {
+    softmax_rows(const S* x, S* y, int64_t rows, int size, bool log, T scale, bool causal, bool vec) {
   constexpr int kRowsPerBlock = block_threads<GROUP>() / GROUP;
   __shared__ T scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
@@ -91,6 +100,10 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
   if (row >= rows) return;  // whole warps only (GROUP == 32); a block row always exists
   T v[ELEMS];
   load_row<S, T, GROUP, ELEMS>(x + row * size, size, lane, vec, -math::infinity<T>(), v);
+  const int last = causal ? static_cast<int>(row % size) : size - 1;  // past it: -inf, as the padding
+#pragma unroll
+  for (int j = 0; j < ELEMS; ++j)
+    v[j] = row_position<GROUP>(j, lane, vec && ELEMS >= 4) <= last ? v[j] * scale : -math::infinity<T>();
   T max = -math::infinity<T>();
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) max = Max<T>()(max, v[j]);
@@ -123,7 +136,7 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
 
 template <typename S, typename T, int GROUP, int ELEMS>
 __global__ void __launch_bounds__(block_threads<GROUP>())
-    softmax_backward_rows(const S* y, const S* dy, S* dx, int64_t rows, int size, bool log, bool vec) {
+    softmax_backward_rows(const S* y, const S* dy, S* dx, int64_t rows, int size, bool log, T scale, bool vec) {
   constexpr int kRowsPerBlock = block_threads<GROUP>() / GROUP;
   __shared__ T scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
@@ -137,32 +150,34 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
   for (int j = 0; j < ELEMS; ++j) dot += log ? vdy[j] : vdy[j] * vy[j];
   dot = row_allreduce<GROUP>(dot, Plus<T>(), scratch);
 #pragma unroll
-  for (int j = 0; j < ELEMS; ++j) vdy[j] = log ? vdy[j] - math::exp(vy[j]) * dot : vy[j] * (vdy[j] - dot);
+  for (int j = 0; j < ELEMS; ++j) vdy[j] = scale * (log ? vdy[j] - math::exp(vy[j]) * dot : vy[j] * (vdy[j] - dot));
   store_row<S, T, GROUP, ELEMS>(dx + row * size, size, lane, vec, vdy);
 }
 
 // Rows too long for registers: a block reads its row three times.
 template <typename S, typename T>
-__global__ void __launch_bounds__(kRowBlock) softmax_long_rows(const S* x, S* y, int64_t size, bool log) {
+__global__ void __launch_bounds__(kRowBlock)
+    softmax_long_rows(const S* x, S* y, int64_t size, bool log, T scale, bool causal) {
   __shared__ T scratch[kMaxWarps];
   const S* in = x + static_cast<int64_t>(blockIdx.x) * size;
   S* out = y + static_cast<int64_t>(blockIdx.x) * size;
+  const int64_t seen = causal ? blockIdx.x % size + 1 : size;
   T max = -math::infinity<T>();
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) max = Max<T>()(max, widen(in[j]));
+  for (int64_t j = threadIdx.x; j < seen; j += kRowBlock) max = Max<T>()(max, widen(in[j]) * scale);
   max = row_allreduce<kRowBlock>(max, Max<T>(), scratch);
   T sum = 0;
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock) sum += math::exp(widen(in[j]) - max);
+  for (int64_t j = threadIdx.x; j < seen; j += kRowBlock) sum += math::exp(widen(in[j]) * scale - max);
   sum = row_allreduce<kRowBlock>(sum, Plus<T>(), scratch);
   const T log_sum = math::log(sum);
   for (int64_t j = threadIdx.x; j < size; j += kRowBlock) {
-    const T v = widen(in[j]) - max;
-    out[j] = narrow_to<S>(log ? v - log_sum : math::exp(v) / sum);
+    const T v = widen(in[j]) * scale - max;
+    out[j] = j < seen ? narrow_to<S>(log ? v - log_sum : math::exp(v) / sum) : narrow_to<S>(T(0));
   }
 }
 
 template <typename S, typename T>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_backward_long_rows(const S* y, const S* dy, S* dx, int64_t size, bool log) {
+    softmax_backward_long_rows(const S* y, const S* dy, S* dx, int64_t size, bool log, T scale) {
   __shared__ T scratch[kMaxWarps];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * size;
   T dot = 0;
@@ -172,24 +187,24 @@ __global__ void __launch_bounds__(kRowBlock)
   for (int64_t j = threadIdx.x; j < size; j += kRowBlock) {
     const int64_t k = base + j;
     const T yk = widen(y[k]), dyk = widen(dy[k]);
-    dx[k] = narrow_to<S>(log ? dyk - math::exp(yk) * dot : yk * (dyk - dot));
+    dx[k] = narrow_to<S>(scale * (log ? dyk - math::exp(yk) * dot : yk * (dyk - dot)));
   }
 }
 
 // The softmax dim is not the last: thread per (outer, inner) column.
 template <typename S, typename T>
-__global__ void softmax_columns(const S* x, S* y, int64_t outer, int64_t size, int64_t inner, bool log) {
+__global__ void softmax_columns(const S* x, S* y, int64_t outer, int64_t size, int64_t inner, bool log, T scale) {
   const int64_t columns = outer * inner;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += threads) {
     const int64_t base = (c / inner) * size * inner + c % inner;
     T max = -math::infinity<T>();
-    for (int64_t j = 0; j < size; ++j) max = Max<T>()(max, widen(x[base + j * inner]));
+    for (int64_t j = 0; j < size; ++j) max = Max<T>()(max, widen(x[base + j * inner]) * scale);
     T sum = 0;
-    for (int64_t j = 0; j < size; ++j) sum += math::exp(widen(x[base + j * inner]) - max);
+    for (int64_t j = 0; j < size; ++j) sum += math::exp(widen(x[base + j * inner]) * scale - max);
     const T log_sum = math::log(sum);
     for (int64_t j = 0; j < size; ++j) {
-      const T v = widen(x[base + j * inner]) - max;
+      const T v = widen(x[base + j * inner]) * scale - max;
       y[base + j * inner] = narrow_to<S>(log ? v - log_sum : math::exp(v) / sum);
     }
   }
@@ -197,7 +212,7 @@ __global__ void softmax_columns(const S* x, S* y, int64_t outer, int64_t size, i
 
 template <typename S, typename T>
 __global__ void softmax_backward_columns(const S* y, const S* dy, S* dx, int64_t outer, int64_t size,
-                                         int64_t inner, bool log) {
+                                         int64_t inner, bool log, T scale) {
   const int64_t columns = outer * inner;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns; c += threads) {
@@ -210,7 +225,7 @@ __global__ void softmax_backward_columns(const S* y, const S* dy, S* dx, int64_t
     for (int64_t j = 0; j < size; ++j) {
       const int64_t k = base + j * inner;
       const T yk = widen(y[k]), dyk = widen(dy[k]);
-      dx[k] = narrow_to<S>(log ? dyk - math::exp(yk) * dot : yk * (dyk - dot));
+      dx[k] = narrow_to<S>(scale * (log ? dyk - math::exp(yk) * dot : yk * (dyk - dot)));
     }
   }
 }
@@ -283,21 +298,26 @@ bool vector_rows(int64_t size, std::initializer_list<const void*> pointers) {
 
 }  // namespace
 
-void CudaBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out) {
+void CudaBackend::softmax(const Tensor& a, int dim, const SoftmaxParams& p, const Tensor& out) {
   if (out.numel() == 0) return;
+  const bool log = p.log;
   dispatch_floating_or_16bit(a.dtype(), "softmax", [&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(out);
     const RowShape s = row_shape(a, dim);
+    LOOM_INTERNAL_ASSERT(!p.causal || (s.inner == 1 && !log && a.dim() >= 2 && a.size(-2) == s.size),
+                         "causal softmax needs the last dim of a (..., T, T) tensor, got dim ", dim, " of ", a.shape());
+    const T scale = T(p.scale);
     const S* x = static_cast<const S*>(a.raw_data());
     S* y = static_cast<S*>(out.raw_data());
     if (s.inner > 1) {
       softmax_columns<S, T><<<ctx.grid(s.outer * s.inner), kBlockSize, 0, ctx.stream>>>(x, y, s.outer, s.size,
-                                                                                     s.inner, log);
+                                                                                     s.inner, log, scale);
     } else if (s.size > kMaxBlockRow) {
       LOOM_CHECK(s.outer < (int64_t{1} << 31), "softmax: too many rows (", s.outer, ")");
-      softmax_long_rows<S, T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(x, y, s.size, log);
+      softmax_long_rows<S, T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(x, y, s.size, log,
+                                                                                            scale, p.causal);
     } else {
       const bool vec = vector_rows<S>(s.size, {x, y});
       with_row_config(s.size, [&](auto group, auto elems) {
@@ -306,31 +326,33 @@ void CudaBackend::softmax(const Tensor& a, int dim, bool log, const Tensor& out)
         const int64_t blocks = ceil_div(s.outer, rows_per_block);
         LOOM_CHECK(blocks < (int64_t{1} << 31), "softmax: too many rows (", s.outer, ")");
         softmax_rows<S, T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
-            x, y, s.outer, static_cast<int>(s.size), log, vec && E >= 4);
+            x, y, s.outer, static_cast<int>(s.size), log, scale, p.causal, vec && E >= 4);
       });
     }
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }
 
-void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, bool log,
+void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, const SoftmaxParams& p,
                                    const Tensor& dx_t) {
   if (dx_t.numel() == 0) return;
+  const bool log = p.log;  // causal needs nothing here: y is 0 past each row's position, so dx is too
   dispatch_floating_or_16bit(y_t.dtype(), "softmax_backward", [&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(dx_t);
     const RowShape s = row_shape(y_t, dim);
+    const T scale = T(p.scale);
     const S* y = static_cast<const S*>(y_t.raw_data());
     const S* dy = static_cast<const S*>(dy_t.raw_data());
     S* dx = static_cast<S*>(dx_t.raw_data());
     if (s.inner > 1) {
       softmax_backward_columns<S, T><<<ctx.grid(s.outer * s.inner), kBlockSize, 0, ctx.stream>>>(
-          y, dy, dx, s.outer, s.size, s.inner, log);
+          y, dy, dx, s.outer, s.size, s.inner, log, scale);
     } else if (s.size > kMaxBlockRowBackward) {
       LOOM_CHECK(s.outer < (int64_t{1} << 31), "softmax_backward: too many rows (", s.outer, ")");
       softmax_backward_long_rows<S, T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(
-          y, dy, dx, s.size, log);
+          y, dy, dx, s.size, log, scale);
     } else {
       const bool vec = vector_rows<S>(s.size, {y, dy, dx});
       with_backward_row_config(s.size, [&](auto group, auto elems) {
@@ -339,7 +361,7 @@ void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int di
         const int64_t blocks = ceil_div(s.outer, rows_per_block);
         LOOM_CHECK(blocks < (int64_t{1} << 31), "softmax_backward: too many rows (", s.outer, ")");
         softmax_backward_rows<S, T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
-            y, dy, dx, s.outer, static_cast<int>(s.size), log, vec && E >= 4);
+            y, dy, dx, s.outer, static_cast<int>(s.size), log, scale, vec && E >= 4);
       });
     }
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);

@@ -79,6 +79,8 @@ inline std::vector<OpCase> op_cases() {
       {"softmax_middle", [](auto& x) { return softmax(x[0], 1); }, {{2, 3, 4}}},
       {"log_softmax", [](auto& x) { return log_softmax(x[0], 0); }, {{3, 4}}},
       {"log_softmax_strided", [](auto& x) { return log_softmax(x[0].t(), 1); }, {{3, 4}}},
+      {"attention_softmax_scaled", [](auto& x) { return attention_softmax(x[0], 0.7, false); }, {{2, 3, 5}}},
+      {"attention_softmax_causal", [](auto& x) { return attention_softmax(x[0], 0.5, true); }, {{2, 4, 4}}},
       // matrix products, including transposed operands and broadcast batches
       {"mm", [](auto& x) { return mm(x[0], x[1]); }, {{3, 4}, {4, 2}}},
       {"mm_transposed", [](auto& x) { return mm(x[0].t(), x[1].t()); }, {{4, 3}, {2, 4}}},

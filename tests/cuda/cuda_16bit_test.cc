@@ -107,6 +107,21 @@ TEST_P(Cuda16Bit, SoftmaxAndLogSoftmaxMatchTheCpu) {
     }
 }
 
+TEST_P(Cuda16Bit, CausalAttentionSoftmaxMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  for (int64_t t : {64, 2000}) {  // a warp per row, a block per row
+    auto run = [&](Device device) {
+      Tensor x = (rand({3, t, t}, 24) * 4).to(device).requires_grad_(true);
+      Tensor y = attention_softmax(x, 0.125, true);
+      (y.to(kFloat32) * rand({3, t, t}, 25).to(kFloat32).to(device)).sum().backward();
+      return TensorList{y.detach(), x.grad()};
+    };
+    const TensorList on_gpu = run(testing::gpu_device()), on_cpu = run(Device::cpu());
+    expect_close(on_gpu[0], on_cpu[0], tol(), "attention_softmax T " + std::to_string(t));
+    expect_close(on_gpu[1], on_cpu[1], tol(), "attention_softmax gradient T " + std::to_string(t));
+  }
+}
+
 TEST_P(Cuda16Bit, LayerNormMatchesTheCpu) {
   LOOM_REQUIRE_CUDA();
   for (int64_t cols : {64, 3000}) {  // a warp per row, a block per row

@@ -179,6 +179,43 @@ TEST_P(CudaSoftmax, AlongAnyDimAndOnStridedInputs) {
                "softmax of a narrowed (copied) input");
 }
 
+// attention_softmax's scale and causal mask in every kernel layout: rows of
+// T (a warp per row up to 1024, a block in registers up to 16384, three
+// passes above), a causal row per query position (row r is query r % T).
+TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  uint64_t seed = 500;
+  struct Case {
+    int64_t batch, t;
+    bool causal;
+  };
+  std::vector<Case> cases;
+  for (int64_t t : {1, 5, 32, 100, 1024, 1025, 3000})
+    for (bool causal : {false, true}) cases.push_back({3, t, causal});
+  cases.push_back({2, 17000, false});  // scores (2, 2, 17000): long rows, not square
+  // A causal row longer than 16384 needs 16385^2 scores: 1 GiB in float32 (only).
+  if (dtype == kFloat32) cases.push_back({1, 16400, true});
+  for (const Case& c : cases) {
+    const Shape shape = c.causal ? Shape{c.batch, c.t, c.t} : Shape{c.batch, std::min<int64_t>(c.t, 64), c.t};
+    Tensor x = random(shape, dtype, ++seed, -8, 8);
+    Tensor dy = random(shape, dtype, ++seed);
+    const std::string what = std::string(c.causal ? "causal" : "scaled") + " attention_softmax, T " + std::to_string(c.t);
+    auto run = [&](const Tensor& input, const Tensor& upstream, Tensor* grad) {
+      Tensor leaf = input.detach().requires_grad_();
+      Tensor y = attention_softmax(leaf, 0.3, c.causal);
+      y.backward(upstream);
+      *grad = leaf.grad();
+      return y;
+    };
+    Tensor dx_cpu, dx_gpu;
+    Tensor y_cpu = run(x, dy, &dx_cpu);
+    Tensor y_gpu = run(gpu(x), gpu(dy), &dx_gpu);
+    expect_close(y_gpu, y_cpu, kTol, what);
+    expect_close(dx_gpu, dx_cpu, kTol, what + " backward");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaSoftmax, ::testing::Values(kFloat32, kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
 

@@ -141,6 +141,43 @@ TEST(Softmax, RowsSumToOneAndMatchReference) {
   expect_values(softmax(x.transpose(0, 2), 1), values(softmax(x.transpose(0, 2).contiguous(), 1)), 1e-12);
 }
 
+// attention_softmax against what it fuses: a scale, masked_fill(-inf) of the
+// future, and softmax; values and gradients.
+TEST(AttentionSoftmax, EqualsScaleMaskAndSoftmaxComposed) {
+  Generator gen(6);
+  const Tensor scores = randn({2, 3, 6, 6}, {.dtype = kFloat64}, &gen) * 4.0;
+  const Tensor upstream = randn({2, 3, 6, 6}, {.dtype = kFloat64}, &gen);
+  const Tensor positions = arange(6, {.dtype = kInt64});
+  const Tensor future = positions.unsqueeze(0) > positions.unsqueeze(1);  // key after the query
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    Tensor fused_in = scores.detach().requires_grad_(), composed_in = scores.detach().requires_grad_();
+    Tensor fused = attention_softmax(fused_in, 0.3, causal);
+    Tensor scaled = composed_in * 0.3;
+    Tensor composed = softmax(causal ? masked_fill(scaled, future, -INFINITY) : scaled, -1);
+    expect_values(fused, values(composed), 1e-14);
+    fused.backward(upstream);
+    composed.backward(upstream);
+    expect_values(fused_in.grad(), values(composed_in.grad()), 1e-14);
+    if (causal) {  // the future has probability 0 and gets no gradient
+      EXPECT_EQ(fused.select(-2, 1).narrow(-1, 2, 4).abs().sum().item(), 0.0);
+      EXPECT_EQ(fused_in.grad().select(-2, 4).narrow(-1, 5, 1).abs().sum().item(), 0.0);
+    }
+  }
+  // float32 rows of many lengths (vectorised, and a causal row of 1); bfloat16 rounds the float32 result once.
+  for (int64_t t : {1, 7, 64, 129}) {
+    Tensor x = randn({2, t, t}, {}, &gen) * 3.0;
+    Tensor e = softmax(masked_fill(x * 0.125, arange(t).unsqueeze(0) > arange(t).unsqueeze(1), -INFINITY), -1);
+    EXPECT_LT(testing::max_rel_error(attention_softmax(x, 0.125, true), e), 1e-6) << "T " << t;
+    Tensor xb = x.to(kBFloat16);
+    EXPECT_EQ(values(attention_softmax(xb, 0.125, true)), values(attention_softmax(xb.to(kFloat32), 0.125, true).to(kBFloat16)));
+  }
+  EXPECT_THROW_MSG(attention_softmax(zeros({2, 3, 4}), 1.0, true), "attention_softmax: causal attention needs scores (..., T, T), got [2, 3, 4]");
+  EXPECT_THROW_MSG(attention_softmax(zeros({4}), 1.0, false), "expected scores (..., T_q, T_k), got [4]");
+  EXPECT_THROW_MSG(attention_softmax(zeros({4, 4}), 0.0, false), "attention_softmax: scale must be positive and finite, got 0");
+  EXPECT_THROW_MSG(attention_softmax(zeros({4, 4}), INFINITY, true), "scale must be positive and finite");
+}
+
 TEST(Reduction, ExtremaOfInfiniteSlicesAreInfinite) {
   // max starts from -inf, not from the lowest finite value.
   EXPECT_EQ(amax(from_vector<float>({-INFINITY, -INFINITY})).item(), -INFINITY);
