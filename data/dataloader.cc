@@ -1,6 +1,7 @@
 #include "data/dataloader.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "data/device_copy.h"
 #include "tensor/error.h"
@@ -60,10 +61,18 @@ Batch Epoch::take(int64_t k) {
     if (batch.target.device() != options_.device) batch.target = batch.target.to(options_.device);
     return batch;
   }
+  if (ahead_error_) std::rethrow_exception(std::exchange(ahead_error_, nullptr));
   if (!ahead_) ahead_ = device_copy::start(host_batch(k), options_.device);
   std::shared_ptr<device_copy::InFlight> current = std::move(ahead_);
   ahead_.reset();
-  if (k + 1 < num_batches_) ahead_ = device_copy::start(host_batch(k + 1), options_.device);
+  // Batch k + 1's error belongs to its own take: batch k is still handed over.
+  if (k + 1 < num_batches_) {
+    try {
+      ahead_ = device_copy::start(host_batch(k + 1), options_.device);
+    } catch (...) {
+      ahead_error_ = std::current_exception();
+    }
+  }
   return device_copy::finish(*current);
 }
 

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <iterator>
 #include <memory>
 #include <type_traits>
@@ -120,6 +121,7 @@ class Epoch {
   int64_t position_ = 0;  // the batch in current_
   Batch current_;
   std::shared_ptr<device_copy::InFlight> ahead_;  // a GPU's next batch, on its way
+  std::exception_ptr ahead_error_;                // or what building it threw, for its own take()
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // last: stopped before the rest goes
 };
 

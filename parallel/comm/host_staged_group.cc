@@ -136,7 +136,7 @@ void HostStagedGroup::complete_loop() {
           std::vector<std::pair<Tensor, Tensor>> back;
           if (op.outputs.empty()) back.emplace_back(s->host_output, op.output);
           for (size_t i = 0; i < op.outputs.size(); ++i) back.emplace_back(s->host_outputs[i], op.outputs[i]);
-          op.work->set_device_ordering(staging::copy_to_device(s->device, back));
+          op.work->set_device_ordering(staging::copy_to_device(*s->ready, back));
         }
         // The inner group filled an all_gather's list itself: finish() has nothing to copy.
         op.outputs.clear();

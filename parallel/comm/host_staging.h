@@ -29,8 +29,11 @@ Tensor to_host(const ReadyMark& ready, const Tensor& tensor);
 Tensor host_like(const Tensor& like);
 
 // Copies each (host, device) pair to the device on the staging stream of
-// `device`, without waiting, and returns what Work::wait() must run: make
-// the waiting thread's current stream wait for these copies.
-std::function<void()> copy_to_device(int device, const std::vector<std::pair<Tensor, Tensor>>& host_to_device);
+// `ready`'s device, after `ready` (the targets may still be in use by work
+// queued before the operation), without waiting, and returns what
+// Work::wait() must run: make the waiting thread's current stream wait for
+// these copies.
+std::function<void()> copy_to_device(const ReadyMark& ready,
+                                     const std::vector<std::pair<Tensor, Tensor>>& host_to_device);
 
 }  // namespace loom::parallel::staging

@@ -42,11 +42,18 @@ Tensor to_host(const ReadyMark& ready, const Tensor& tensor) {
 
 Tensor host_like(const Tensor& like) { return empty_pinned(like.shape(), {.dtype = like.dtype()}); }
 
-std::function<void()> copy_to_device(int device, const std::vector<std::pair<Tensor, Tensor>>& host_to_device) {
+std::function<void()> copy_to_device(const ReadyMark& ready,
+                                     const std::vector<std::pair<Tensor, Tensor>>& host_to_device) {
+  const int device = ready.device;
   const cuda::Stream staging = staging_stream(device);
   auto done = std::make_shared<cuda::Event>();
   {
     cuda::StreamGuard on_staging(staging);
+    // A receive has no input, so to_host never made the staging stream wait:
+    // without this, its copy could overwrite the target while work the
+    // caller queued before the receive still reads it, or before an earlier
+    // write to it (a block just reused by the allocator) has run.
+    ready.event.wait(staging);
     for (const auto& [host, target] : host_to_device) copy_data(host, target);
     done->record(staging);
   }

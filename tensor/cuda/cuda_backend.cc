@@ -60,9 +60,14 @@ std::shared_ptr<Backend::QueueObject> CudaBackend::mark_queue(int device_index, 
 }
 
 double CudaBackend::seconds_between(const QueueObject& from, const QueueObject& to) {
+  const Event& start = static_cast<const MarkObject&>(from).event;
   const Event& end = static_cast<const MarkObject&>(to).event;
+  // The marks may be on different streams (a trace's anchor and a span), so
+  // `end` done does not mean `start` done, and cudaEventElapsedTime fails
+  // (not ready) while either is pending.
+  start.synchronize();
   end.synchronize();
-  return static_cast<const MarkObject&>(from).event.elapsed_time(end) * 1e-3;
+  return start.elapsed_time(end) * 1e-3;
 }
 
 void CudaBackend::wait_for_mark(const QueueObject& mark, int device_index) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "tensor/device_queue.h"
 #include "tests/parallel/collective_checks.h"
 #include "tests/test_util.h"
 
@@ -20,6 +21,26 @@ inline void expect_same(const Tensor& gpu, const Tensor& cpu, const char* what) 
   ASSERT_TRUE(gpu.device().is_cuda()) << what;
   EXPECT_EQ(gpu.shape(), cpu.shape()) << what;
   EXPECT_EQ(loom::testing::values(gpu.to(Device::cpu())), loom::testing::values(cpu)) << what;
+}
+
+// A receive lands after the work its receiver queued before it, as every
+// operation's results do: each rank sends first, then keeps its own queue
+// busy for milliseconds, overwrites the target (-1) and receives into it. A
+// receive that did not wait for that queue would be overwritten by the -1.
+// Own queues, not the default stream, so that the senders do not wait for it.
+inline void check_recv_after_queued_work(ProcessGroup& pg, Device device) {
+  const int n = pg.size(), r = pg.rank();
+  if (n < 2) return;
+  DeviceQueue own(device);
+  DeviceQueue::Scope on_own(own);
+  Tensor out = rank_tensor(r, {6}, kFloat32).to(device), got = zeros({6}, {.device = device});
+  WorkPtr sent = pg.send(out, (r + 1) % n, 5);
+  Tensor busy = full({2048, 2048}, 1.0 / 2048, {.device = device});
+  for (int k = 0; k < 16; ++k) busy = busy.matmul(busy);  // stays 1/2048
+  got.fill_(-1);
+  pg.recv(got, (r + n - 1) % n, 5)->wait();
+  sent->wait();
+  expect_same(got, rank_tensor((r + n - 1) % n, {6}, kFloat32), "recv after queued work");
 }
 
 inline void check_cuda_matches_cpu(ProcessGroup& pg, Device device) {
@@ -88,6 +109,7 @@ inline void check_cuda_matches_cpu(ProcessGroup& pg, Device device) {
     sent->wait();
     expect_same(got, rank_tensor((r + n - 1) % n, {6}, kFloat32), "send/recv");
   }
+  check_recv_after_queued_work(pg, device);
   // Results waited for only through the last operation are there too: the
   // group completes in order, and the copies back share one stream.
   std::vector<Tensor> sums;

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "tests/test_util.h"
+
 namespace loom {
 namespace {
 
@@ -70,6 +72,29 @@ TEST(Trace, WritesChromeTraceJson) {
   EXPECT_TRUE(found);
   EXPECT_TRUE(named);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+// GPU times are measured from the device's anchor (its first span's mark),
+// which may sit on another queue than a span and finish after it: here the
+// anchor waits behind milliseconds of matmuls on one queue, and a span on a
+// second queue, resolved first, is done long before. events() must wait for
+// both marks, not fail with CUDA's "not ready".
+TEST(TraceCuda, GpuSpansWaitForAnAnchorOnAnotherQueue) {
+  LOOM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  trace::clear();
+  trace::enable(true);
+  DeviceQueue busy(gpu), quick(gpu);
+  {
+    DeviceQueue::Scope on_busy(busy);
+    Tensor m = full({2048, 2048}, 1.0 / 2048, {.device = gpu});
+    for (int k = 0; k < 16; ++k) m = m.matmul(m);
+    trace::Span anchored("after the matmuls", "compute", trace::lane("busy queue"), gpu);
+    DeviceQueue::Scope on_quick(quick);
+    trace::Span early("nothing", "compute", trace::lane("quick queue"), gpu);
+  }  // `early` ends first, so events() resolves it first
+  trace::enable(false);
+  EXPECT_EQ(trace::events().size(), 2u);
 }
 
 }  // namespace
