@@ -88,15 +88,15 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
   std::vector<DeviceMark> inputs_ready, stage_done(stages_.size());
   for (const Device& d : devices_) inputs_ready.push_back(DeviceMark::here(d));
   workers_->run([&](int s) {
-    DeviceQueue::Scope own_queue(queues_[s]);
-    inputs_ready[s].wait_here();
-    used_here(x);
-    used_here(y);
-    StageTask task{.module = *stages_[s], .device = devices_[s], .lane = lanes_[s]};
-    if (s == 0) task.first.emplace(FirstStage{inputs});
-    if (s == last) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
-    MailboxLinks links(activations_, gradients_, devices_, s, lanes_[s]);
-    try {
+    try {  // all of it: a stage that throws before its first send must still wake the others
+      DeviceQueue::Scope own_queue(queues_[s]);
+      inputs_ready[s].wait_here();
+      used_here(x);
+      used_here(y);
+      StageTask task{.module = *stages_[s], .device = devices_[s], .lane = lanes_[s]};
+      if (s == 0) task.first.emplace(FirstStage{inputs});
+      if (s == last) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
+      MailboxLinks links(activations_, gradients_, devices_, s, lanes_[s]);
       stats_.stages[s] = run_stage(schedule_[s], task, links);
       stage_done[s] = DeviceMark::here(devices_[s]);
     } catch (const std::exception& e) {

@@ -64,7 +64,7 @@ Stream Stream::for_purpose(int device, const std::string& purpose) {
   static std::map<std::pair<int, std::string>, Stream>* kept = new std::map<std::pair<int, std::string>, Stream>();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = kept->find({device, purpose});
-  if (it == kept->end()) it = kept->emplace(std::make_pair(device, purpose), from_pool(device)).first;
+  if (it == kept->end()) it = kept->emplace(std::make_pair(device, purpose), dedicated(device)).first;
   return it->second;
 }
 

@@ -45,9 +45,10 @@ class Stream {
   // pool's streams are never destroyed, so memory cached for one of them can
   // never be handed to an unrelated stream that reused its handle.
   static Stream from_pool(int device);
-  // The pool stream kept for one purpose on `device` ("staging", "batch
+  // The stream kept for one purpose on `device` ("host staging", "batch
   // copies"): the same stream on every call, so that the work of that
-  // purpose is ordered on it.
+  // purpose is ordered on it; a dedicated one, never a pool stream that
+  // a DataParallel replica or pipeline stage could also be queueing on.
   static Stream for_purpose(int device, const std::string& purpose);
   // A new stream of `device` that is handed to nothing else: for work that
   // must not queue behind, or ahead of, unrelated work, such as NCCL kernels,

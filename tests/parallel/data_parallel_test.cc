@@ -68,7 +68,7 @@ TEST(DataParallel, ThreeReplicasFloat64) { expect_equivalent(3, kFloat64, false,
 TEST(DataParallel, TwoReplicasFloat32) { expect_equivalent(2, kFloat32, false, 1e-5); }
 TEST(DataParallel, ThreeReplicasFloat32) { expect_equivalent(3, kFloat32, false, 1e-5); }
 TEST(DataParallel, BatchNormThreeReplicas) { expect_equivalent(3, kFloat64, true, 1e-10); }
-// One GPU, repeated: the replicas share it (and its default stream).
+// One GPU, repeated: the replicas share it, each on a queue (stream) of its own.
 TEST(DataParallelCuda, TwoReplicasOnOneGpuFloat64) {
   LOOM_REQUIRE_CUDA();
   expect_equivalent(2, kFloat64, false, 1e-10, Device::cuda(0));

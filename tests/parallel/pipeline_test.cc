@@ -116,7 +116,7 @@ TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
   EXPECT_THROW_MSG(pipe.train_step(ones({1, 4}), zeros({1}), sum_loss), "a batch of 1 cannot make 2 micro-batches");
 }
 
-// Three stages on one GPU (their threads share its default stream).
+// Three stages on one GPU, each on a queue (stream) of its own, so they overlap.
 TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
   LOOM_REQUIRE_CUDA();
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
