@@ -56,6 +56,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // The three inputs are brought to their promoted dtype.
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev);
 
+// One LSTM layer over a sequence, the recurrence as one op: input_gates
+// (T >= 1, B, 4H) = x W_ih^T + b_ih + b_hh for every step, weight_hh (4H, H),
+// h0 and c0 (B, H). Returns every step's h (T, B, H) and the last h and c
+// (B, H). Forward and backward are loops of two kernels per step, and
+// weight_hh's gradient is one product over all steps. The four inputs are
+// brought to their promoted dtype.
+struct LstmLayerOutput {
+  Tensor output, h, c;
+};
+LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, const Tensor& h0, const Tensor& c0);
+
 enum class Reduction { Mean, Sum, None };
 
 struct CrossEntropyOptions {

@@ -1,7 +1,6 @@
 #include "nn/layers/lstm.h"
 
 #include <cmath>
-#include <tuple>
 
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -40,7 +39,8 @@ LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
   LOOM_CHECK(x_in.size(2) == options.input_size, "LSTM: input has ", x_in.size(2), " features, expected ",
              options.input_size);
   Tensor x = options.batch_first ? x_in.transpose(0, 1) : x_in;  // (T, B, F)
-  const int64_t steps = x.size(0), batch = x.size(1), h = options.hidden_size;
+  LOOM_CHECK(x.size(0) > 0, "LSTM: the input has no time steps (shape ", x_in.shape(), ")");
+  const int64_t batch = x.size(1), h = options.hidden_size;
   const Shape state_shape{options.num_layers, batch, h};
   for (const Tensor* s : {&state.h, &state.c})
     LOOM_CHECK(!s->defined() || s->shape() == state_shape, "LSTM: initial state of shape ", s->shape(),
@@ -52,18 +52,12 @@ LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
     // Input projection of every step at once: (T, B, 4H).
     Tensor projected = functional::linear(layer_input, weight_ih[l], options.bias ? bias_ih[l] : Tensor());
     if (options.bias) projected = projected + bias_hh[l];
-    Tensor hs = state.h.defined() ? state.h.select(0, l) : zeros({batch, h}, x.options());
-    Tensor cs = state.c.defined() ? state.c.select(0, l) : zeros({batch, h}, x.options());
-    Tensor w_hh_t = weight_hh[l].t();
-    TensorList step_inputs = unbind(projected, 0);  // one node for all steps: backward is one stack
-    TensorList outputs;
-    for (int64_t t = 0; t < steps; ++t) {
-      std::tie(hs, cs) = functional::lstm_cell(step_inputs[t], matmul(hs, w_hh_t), cs);
-      outputs.push_back(hs);
-    }
-    layer_input = stack(outputs, 0);
-    final_h.push_back(hs);
-    final_c.push_back(cs);
+    Tensor h0 = state.h.defined() ? state.h.select(0, l) : zeros({batch, h}, x.options());
+    Tensor c0 = state.c.defined() ? state.c.select(0, l) : zeros({batch, h}, x.options());
+    functional::LstmLayerOutput out = functional::lstm_layer(projected, weight_hh[l], h0, c0);
+    layer_input = out.output;
+    final_h.push_back(out.h);
+    final_c.push_back(out.c);
   }
   Tensor output = options.batch_first ? layer_input.transpose(0, 1) : layer_input;
   return {output, {stack(final_h, 0), stack(final_c, 0)}};

@@ -8,8 +8,9 @@
 // Each step computes, with gates in PyTorch's order (i, f, g, o):
 //   i, f, g, o = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
 //   c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g),   h_t = sigmoid(o) tanh(c_t)
-// The input projection of all steps is one matrix product per layer; the
-// pointwise part of a step is one fused op (functional::lstm_cell).
+// The input projection of all steps is one matrix product per layer, and
+// the recurrence one op (functional::lstm_layer: two kernels per step each
+// way, weight_hh's gradient one product over all steps).
 #pragma once
 
 #include "nn/module.h"

@@ -1,6 +1,6 @@
-// The fused LSTM cell (functional::lstm_cell, nn::LSTMCell) against the
-// same step composed from loom's elementwise ops, and against finite
-// differences.
+// The fused LSTM cell (functional::lstm_cell, nn::LSTMCell) and layer
+// (functional::lstm_layer) against the same steps composed from loom's
+// elementwise ops and products, and against finite differences.
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -129,6 +129,108 @@ TEST(LstmCell, BadArgumentsAreNamed) {
   EXPECT_THROW_MSG(nn::functional::lstm_cell(ints, ints, zeros({2, 3}, {.dtype = kInt64})),
                    "lstm_cell: expected floating-point tensors");
   EXPECT_THROW_MSG(nn::functional::lstm_cell(Tensor(), in.hidden_gates, in.c_prev), "undefined");
+}
+
+struct LayerInputs {
+  Tensor gates, weight_hh, h0, c0;
+  TensorList list() const { return {gates, weight_hh, h0, c0}; }
+};
+
+LayerInputs random_layer_inputs(int64_t steps, int64_t batch, int64_t hidden, DType dtype, uint64_t seed) {
+  Generator gen(seed);
+  const TensorOptions o{.dtype = dtype};
+  auto leaf = [](const Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  return {leaf(randn({steps, batch, 4 * hidden}, o, &gen) * 1.5), leaf(randn({4 * hidden, hidden}, o, &gen) * 0.5),
+          leaf(randn({batch, hidden}, o, &gen)), leaf(randn({batch, hidden}, o, &gen))};
+}
+
+LayerInputs leaves_like(const LayerInputs& in) {
+  auto leaf = [](const Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  return {leaf(in.gates), leaf(in.weight_hh), leaf(in.h0), leaf(in.c0)};
+}
+
+// The layer as nn::LSTM composed it before lstm_layer: a product and a cell per step.
+nn::functional::LstmLayerOutput composed_layer(const LayerInputs& in) {
+  Tensor h = in.h0, c = in.c0;
+  TensorList outputs;
+  for (const Tensor& gates_t : unbind(in.gates, 0)) {
+    std::tie(h, c) = composed_cell(gates_t, matmul(h, in.weight_hh.t()), c);
+    outputs.push_back(h);
+  }
+  return {stack(outputs, 0), h, c};
+}
+
+TEST(LstmLayer, ValuesAndGradientsEqualTheComposedSteps) {
+  const LayerInputs base = random_layer_inputs(5, 3, 4, kFloat64, 11);
+  Generator gen(12);
+  const Tensor w_out = randn({5, 3, 4}, {.dtype = kFloat64}, &gen), w_h = randn({3, 4}, {.dtype = kFloat64}, &gen),
+               w_c = randn({3, 4}, {.dtype = kFloat64}, &gen);
+  // Which outputs reach the loss: all, the sequence only (h_T and c_T get no gradient), the final state only.
+  struct Use {
+    bool output, h, c;
+  };
+  for (const Use use : {Use{true, true, true}, Use{true, false, false}, Use{false, true, true}, Use{false, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << "output " << use.output << ", h " << use.h << ", c " << use.c);
+    const LayerInputs fused_in = leaves_like(base), composed_in = leaves_like(base);
+    auto fused = nn::functional::lstm_layer(fused_in.gates, fused_in.weight_hh, fused_in.h0, fused_in.c0);
+    auto composed = composed_layer(composed_in);
+    EXPECT_LT(max_rel_error(fused.output, composed.output), 1e-14);
+    EXPECT_LT(max_rel_error(fused.h, composed.h), 1e-14);
+    EXPECT_LT(max_rel_error(fused.c, composed.c), 1e-14);
+    auto loss = [&](const nn::functional::LstmLayerOutput& r) {
+      Tensor l = zeros({}, {.dtype = kFloat64});
+      if (use.output) l = l + (r.output * w_out).sum();
+      if (use.h) l = l + (r.h * w_h).sum();
+      if (use.c) l = l + (r.c * w_c).sum();
+      return l;
+    };
+    autograd::backward({loss(fused)});
+    autograd::backward({loss(composed)});
+    const char* names[] = {"gates", "weight_hh", "h0", "c0"};
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE(names[i]);
+      EXPECT_LT(max_rel_error(fused_in.list()[i].grad(), composed_in.list()[i].grad()), 1e-13);
+    }
+  }
+}
+
+TEST(LstmLayer, GradientsMatchFiniteDifferences) {
+  for (int64_t steps : {1, 4}) {
+    const LayerInputs in = random_layer_inputs(steps, 2, 3, kFloat64, 13 + steps);
+    autograd::GradcheckResult r = autograd::gradcheck(
+        [](const TensorList& t) {
+          auto out = nn::functional::lstm_layer(t[0], t[1], t[2], t[3]);
+          return cat({out.output.flatten(), out.h.flatten() * 0.5, out.c.flatten() * 2.0});
+        },
+        in.list());
+    EXPECT_TRUE(r.ok) << "steps " << steps << ": " << r.message;
+  }
+}
+
+// float32 over many rows (the cell's rows split across threads); the
+// mixed-dtype state is promoted.
+TEST(LstmLayer, Float32AndMixedDtypesGiveTheComposedValues) {
+  const LayerInputs in = random_layer_inputs(16, 70, 32, kFloat32, 15);
+  auto fused = nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0, in.c0);
+  auto composed = composed_layer(in);
+  EXPECT_LT(max_rel_error(fused.output, composed.output), 1e-5);
+  EXPECT_LT(max_rel_error(fused.c, composed.c), 1e-5);
+  auto mixed = nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0.to(kFloat64), in.c0);
+  EXPECT_EQ(mixed.output.dtype(), kFloat64);
+}
+
+TEST(LstmLayer, BadArgumentsAreNamed) {
+  const LayerInputs in = random_layer_inputs(3, 2, 4, kFloat32, 16);
+  EXPECT_THROW_MSG(nn::functional::lstm_layer(in.gates.narrow(0, 0, 0), in.weight_hh, in.h0, in.c0),
+                   "lstm_layer: input gates must be (T, B, 4H) = (T >= 1, 2, 16)");
+  EXPECT_THROW_MSG(nn::functional::lstm_layer(in.gates, in.weight_hh.t(), in.h0, in.c0),
+                   "lstm_layer: weight_hh must be (4H, H) = [16, 4], got [4, 16]");
+  EXPECT_THROW_MSG(nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0, in.c0.narrow(0, 0, 1)),
+                   "lstm_layer: h0 and c0 must be (B, H)");
+  EXPECT_THROW_MSG(nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0.narrow(0, 0, 1), in.c0.narrow(0, 0, 1)),
+                   "for h0 of shape [1, 4], got [3, 2, 16]");
+  nn::LSTM lstm({.input_size = 3, .hidden_size = 4});
+  EXPECT_THROW_MSG(lstm->forward(zeros({0, 2, 3}), {}), "LSTM: the input has no time steps");
 }
 
 // nn::LSTMCell's step written out with its parameters.

@@ -1,0 +1,104 @@
+// One LSTM layer over a whole sequence as one autograd op. The composed
+// layer recorded a product, a cell, an unbind slice and a stack entry per
+// step, and backward ran them node by node, with weight_hh's gradient
+// summed from one small product per step. Here the forward is a loop of two
+// kernels per step writing straight into the output; the backward runs
+// through time in a loop of two kernels per step, and weight_hh's gradient
+// is a single product over all steps (as cuDNN and PyTorch's fused RNNs do).
+#include "autograd/node.h"
+#include "nn/functional.h"
+
+namespace loom::nn::functional {
+namespace {
+
+Tensor contiguous_as(const Tensor& t, DType dtype) {
+  Tensor converted = t.dtype() == dtype ? t : t.to(dtype);
+  return converted.is_contiguous() ? converted : converted.contiguous();
+}
+
+// out = a @ b for 2-D operands, through the backend's batched product (a batch of one).
+void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
+  backend.matmul(a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0));
+}
+
+// The saved forward, and the backward through time.
+struct LstmLayerTape {
+  Tensor weight_hh, h0, c0;  // (4H, H), (B, H), (B, H)
+  autograd::SavedTensor hidden;  // (T, B, H): every step's h (the layer's output)
+  Tensor cells, activations;     // (T, B, H), (T, B, 4H)
+
+  // grads: d output (T, B, H), d h_T, d c_T, each possibly undefined.
+  TensorList backward(const TensorList& grads) const {
+    const Tensor& hs = hidden.get();
+    const int64_t steps = hs.size(0);
+    const TensorOptions options = hs.options();
+    Backend& backend = backend_for(hs.device());
+    auto given_or_zeros = [&](const Tensor& d) { return d.defined() ? contiguous_copy(d) : zeros(h0.shape(), options); };
+    Tensor dh = given_or_zeros(grads[1]), dc = given_or_zeros(grads[2]);
+    Tensor dc_prev = empty(h0.shape(), options), dh_total = empty(h0.shape(), options);
+    const Tensor d_output = grads[0].defined() ? (grads[0].is_contiguous() ? grads[0] : contiguous_copy(grads[0])) : Tensor();
+    Tensor dgates = empty(activations.shape(), options);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      // What reaches h_t: the output's gradient and the next step's, through weight_hh.
+      if (d_output.defined()) backend.binary(BinaryOp::Add, d_output.select(0, t), dh, dh_total, 1.0);
+      const Tensor& dh_t = d_output.defined() ? dh_total : dh;
+      const Tensor c_before = t > 0 ? cells.select(0, t - 1) : c0;
+      backend.lstm_cell_backward(dh_t, dc, activations.select(0, t), c_before, cells.select(0, t), dgates.select(0, t),
+                                 dc_prev);
+      std::swap(dc, dc_prev);
+      matmul_into(backend, dgates.select(0, t), weight_hh, dh);  // d h_{t-1}
+    }
+    // d weight_hh = sum over steps of dgates_t^T h_{t-1}: one product of (4H, T B) by (T B, H).
+    const int64_t rows = steps * h0.size(0), hidden_size = h0.size(1);
+    const Tensor h_before = cat({h0.unsqueeze(0), hs.narrow(0, 0, steps - 1)}, 0);
+    const Tensor dweight = matmul(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
+    return {dgates, dweight, dh, dc};
+  }
+};
+
+}  // namespace
+
+LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, const Tensor& h0, const Tensor& c0) {
+  LOOM_CHECK(input_gates.defined() && weight_hh.defined() && h0.defined() && c0.defined(),
+             "lstm_layer: got an undefined tensor");
+  LOOM_CHECK(h0.dim() == 2 && c0.shape() == h0.shape(), "lstm_layer: h0 and c0 must be (B, H), got ", h0.shape(),
+             " and ", c0.shape());
+  const int64_t batch = h0.size(0), hidden = h0.size(1);
+  LOOM_CHECK(input_gates.dim() == 3 && input_gates.size(0) > 0 && input_gates.size(1) == batch &&
+                 input_gates.size(2) == 4 * hidden,
+             "lstm_layer: input gates must be (T, B, 4H) = (T >= 1, ", batch, ", ", 4 * hidden, ") for h0 of shape ",
+             h0.shape(), ", got ", input_gates.shape());
+  LOOM_CHECK(weight_hh.shape() == Shape({4 * hidden, hidden}), "lstm_layer: weight_hh must be (4H, H) = ",
+             Shape({4 * hidden, hidden}), ", got ", weight_hh.shape());
+  for (const Tensor* t : {&weight_hh, &h0, &c0})
+    LOOM_CHECK(t->device() == input_gates.device(), "lstm_layer: tensors on different devices: ", input_gates.device(),
+               " and ", t->device());
+  DType dtype = input_gates.dtype();
+  for (const Tensor* t : {&weight_hh, &h0, &c0}) dtype = promote_types(dtype, t->dtype());
+  LOOM_CHECK(is_floating(dtype), "lstm_layer: expected floating-point tensors, got ", dtype);
+
+  const Tensor gates = contiguous_as(input_gates, dtype), w = contiguous_as(weight_hh, dtype);
+  const Tensor h_first = contiguous_as(h0, dtype), c_first = contiguous_as(c0, dtype);
+  const int64_t steps = gates.size(0);
+  const TensorOptions options = gates.options();
+  Tensor hs = empty({steps, batch, hidden}, options), cells = empty({steps, batch, hidden}, options);
+  Tensor activations = empty(gates.shape(), options), hidden_gates = empty({batch, 4 * hidden}, options);
+  Backend& backend = backend_for(gates.device());
+  const Tensor w_t = w.t();
+  for (int64_t t = 0; t < steps; ++t) {
+    matmul_into(backend, t > 0 ? hs.select(0, t - 1) : h_first, w_t, hidden_gates);
+    backend.lstm_cell(gates.select(0, t), hidden_gates, t > 0 ? cells.select(0, t - 1) : c_first, hs.select(0, t),
+                      cells.select(0, t), activations.select(0, t));
+  }
+  // The last state as tensors of their own (an autograd output cannot be a view of another).
+  LstmLayerOutput result{hs, contiguous_copy(hs.select(0, steps - 1)), contiguous_copy(cells.select(0, steps - 1))};
+  if (autograd::needs_grad({gates, w, h_first, c_first})) {
+    auto tape = std::make_shared<LstmLayerTape>(
+        LstmLayerTape{w, h_first, c_first, autograd::SavedTensor(hs), cells, activations});
+    autograd::record("LstmLayerBackward", {gates, w, h_first, c_first}, {result.output, result.h, result.c},
+                     [tape](const TensorList& g) { return tape->backward(g); });
+  }
+  return result;
+}
+
+}  // namespace loom::nn::functional
