@@ -23,12 +23,15 @@ void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tenso
 
 // The saved forward, and the backward through time.
 struct LstmLayerTape {
-  Tensor weight_hh, h0, c0;  // (4H, H), (B, H), (B, H)
+  // The op's inputs that the backward reads again, and its output: saved so
+  // that an in-place change before backward is an error, not a wrong gradient.
+  autograd::SavedTensor saved_weight_hh, saved_h0, saved_c0;  // (4H, H), (B, H), (B, H)
   autograd::SavedTensor hidden;  // (T, B, H): every step's h (the layer's output)
-  Tensor cells, activations;     // (T, B, H), (T, B, 4H)
+  Tensor cells, activations;     // (T, B, H), (T, B, 4H); the op's own, never seen outside
 
   // grads: d output (T, B, H), d h_T, d c_T, each possibly undefined.
   TensorList backward(const TensorList& grads) const {
+    const Tensor &weight_hh = saved_weight_hh.get(), &h0 = saved_h0.get(), &c0 = saved_c0.get();
     const Tensor& hs = hidden.get();
     const int64_t steps = hs.size(0);
     const TensorOptions options = hs.options();
@@ -94,7 +97,8 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   LstmLayerOutput result{hs, contiguous_copy(hs.select(0, steps - 1)), contiguous_copy(cells.select(0, steps - 1))};
   if (autograd::needs_grad({gates, w, h_first, c_first})) {
     auto tape = std::make_shared<LstmLayerTape>(
-        LstmLayerTape{w, h_first, c_first, autograd::SavedTensor(hs), cells, activations});
+        LstmLayerTape{autograd::SavedTensor(w), autograd::SavedTensor(h_first), autograd::SavedTensor(c_first),
+                      autograd::SavedTensor(hs), cells, activations});
     autograd::record("LstmLayerBackward", {gates, w, h_first, c_first}, {result.output, result.h, result.c},
                      [tape](const TensorList& g) { return tape->backward(g); });
   }
