@@ -54,7 +54,8 @@ struct LstmLayerTape {
     // d weight_hh = sum over steps of dgates_t^T h_{t-1}: one product of (4H, T B) by (T B, H).
     const int64_t rows = steps * h0.size(0), hidden_size = h0.size(1);
     const Tensor h_before = cat({h0.unsqueeze(0), hs.narrow(0, 0, steps - 1)}, 0);
-    const Tensor dweight = matmul(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
+    // mm, not matmul: matmul's reshape({-1, K}) fails for K = rows = 0 (an empty batch).
+    const Tensor dweight = mm(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
     return {dgates, dweight, dh, dc};
   }
 };

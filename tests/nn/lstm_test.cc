@@ -248,6 +248,15 @@ TEST(LstmLayer, InPlaceChangeOfAnInputTheBackwardReadsIsAnError) {
   }
 }
 
+// A batch of zero rows: empty outputs, and zero gradients for weight_hh.
+TEST(LstmLayer, EmptyBatch) {
+  const LayerInputs in = random_layer_inputs(3, 0, 4, kFloat64, 18);
+  auto out = nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0, in.c0);
+  EXPECT_EQ(out.output.shape(), Shape({3, 0, 4}));
+  autograd::backward({out.output.sum() + out.c.sum()});
+  EXPECT_EQ(in.weight_hh.grad().abs().sum().item(), 0.0);
+}
+
 // nn::LSTMCell's step written out with its parameters.
 TEST(LSTMCell, StepIsTheGateEquationsOfItsParameters) {
   manual_seed(8);
