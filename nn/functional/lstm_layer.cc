@@ -11,11 +11,6 @@
 namespace loom::nn::functional {
 namespace {
 
-Tensor contiguous_as(const Tensor& t, DType dtype) {
-  Tensor converted = t.dtype() == dtype ? t : t.to(dtype);
-  return converted.is_contiguous() ? converted : converted.contiguous();
-}
-
 // out = a @ b for 2-D operands, through the backend's batched product (a batch of one).
 void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
   backend.matmul(a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0));
@@ -81,8 +76,9 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   for (const Tensor* t : {&weight_hh, &h0, &c0}) dtype = promote_types(dtype, t->dtype());
   LOOM_CHECK(is_floating(dtype), "lstm_layer: expected floating-point tensors, got ", dtype);
 
-  const Tensor gates = contiguous_as(input_gates, dtype), w = contiguous_as(weight_hh, dtype);
-  const Tensor h_first = contiguous_as(h0, dtype), c_first = contiguous_as(c0, dtype);
+  // to() and contiguous() return the tensor itself when it already is.
+  const Tensor gates = input_gates.to(dtype).contiguous(), w = weight_hh.to(dtype).contiguous();
+  const Tensor h_first = h0.to(dtype).contiguous(), c_first = c0.to(dtype).contiguous();
   const int64_t steps = gates.size(0);
   const TensorOptions options = gates.options();
   Tensor hs = empty({steps, batch, hidden}, options), cells = empty({steps, batch, hidden}, options);
