@@ -5,14 +5,6 @@
 #include "nn/functional.h"
 
 namespace loom::nn::functional {
-namespace {
-
-Tensor contiguous_as(const Tensor& t, DType dtype) {
-  Tensor converted = t.dtype() == dtype ? t : t.to(dtype);
-  return converted.is_contiguous() ? converted : converted.contiguous();
-}
-
-}  // namespace
 
 std::pair<Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev) {
   LOOM_CHECK(input_gates.defined() && hidden_gates.defined() && c_prev.defined(),
@@ -29,8 +21,9 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hid
   const DType dtype = promote_types(promote_types(input_gates.dtype(), hidden_gates.dtype()), c_prev.dtype());
   LOOM_CHECK(is_floating(dtype), "lstm_cell: expected floating-point tensors, got ", input_gates.dtype(), ", ",
              hidden_gates.dtype(), ", ", c_prev.dtype());
-  const Tensor xg = contiguous_as(input_gates, dtype), hg = contiguous_as(hidden_gates, dtype),
-               cp = contiguous_as(c_prev, dtype);
+  // to() and contiguous() return the tensor itself when it already is.
+  const Tensor xg = input_gates.to(dtype).contiguous(), hg = hidden_gates.to(dtype).contiguous(),
+               cp = c_prev.to(dtype).contiguous();
   const TensorOptions options = cp.options();
   Tensor h = empty({batch, hidden}, options), c = empty({batch, hidden}, options);
   Tensor activations = empty(gates_shape, options);
@@ -44,7 +37,7 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hid
                        // A gradient that does not reach h or c is zero.
                        auto given = [&](const Tensor& d) {
                          if (!d.defined()) return zeros(c.shape(), c.options());
-                         return d.is_contiguous() ? d : d.contiguous();
+                         return d.contiguous();
                        };
                        Tensor dgates = empty(activations.shape(), c.options()), dc_prev = empty(c.shape(), c.options());
                        backend_for(c.device()).lstm_cell_backward(given(g[0]), given(g[1]), activations,

@@ -11,11 +11,6 @@
 namespace loom::nn::functional {
 namespace {
 
-Tensor contiguous_as(const Tensor& t, DType dtype) {
-  Tensor converted = t.dtype() == dtype ? t : t.to(dtype);
-  return converted.is_contiguous() ? converted : converted.contiguous();
-}
-
 // out = a @ b for 2-D operands, through the backend's batched product (a batch of one).
 void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
   backend.matmul(a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0));
@@ -23,12 +18,15 @@ void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tenso
 
 // The saved forward, and the backward through time.
 struct LstmLayerTape {
-  Tensor weight_hh, h0, c0;  // (4H, H), (B, H), (B, H)
+  // The op's inputs that the backward reads again, and its output: saved so
+  // that an in-place change before backward is an error, not a wrong gradient.
+  autograd::SavedTensor saved_weight_hh, saved_h0, saved_c0;  // (4H, H), (B, H), (B, H)
   autograd::SavedTensor hidden;  // (T, B, H): every step's h (the layer's output)
-  Tensor cells, activations;     // (T, B, H), (T, B, 4H)
+  Tensor cells, activations;     // (T, B, H), (T, B, 4H); the op's own, never seen outside
 
   // grads: d output (T, B, H), d h_T, d c_T, each possibly undefined.
   TensorList backward(const TensorList& grads) const {
+    const Tensor &weight_hh = saved_weight_hh.get(), &h0 = saved_h0.get(), &c0 = saved_c0.get();
     const Tensor& hs = hidden.get();
     const int64_t steps = hs.size(0);
     const TensorOptions options = hs.options();
@@ -51,7 +49,8 @@ struct LstmLayerTape {
     // d weight_hh = sum over steps of dgates_t^T h_{t-1}: one product of (4H, T B) by (T B, H).
     const int64_t rows = steps * h0.size(0), hidden_size = h0.size(1);
     const Tensor h_before = cat({h0.unsqueeze(0), hs.narrow(0, 0, steps - 1)}, 0);
-    const Tensor dweight = matmul(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
+    // mm, not matmul: matmul's reshape({-1, K}) fails for K = rows = 0 (an empty batch).
+    const Tensor dweight = mm(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
     return {dgates, dweight, dh, dc};
   }
 };
@@ -77,8 +76,9 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   for (const Tensor* t : {&weight_hh, &h0, &c0}) dtype = promote_types(dtype, t->dtype());
   LOOM_CHECK(is_floating(dtype), "lstm_layer: expected floating-point tensors, got ", dtype);
 
-  const Tensor gates = contiguous_as(input_gates, dtype), w = contiguous_as(weight_hh, dtype);
-  const Tensor h_first = contiguous_as(h0, dtype), c_first = contiguous_as(c0, dtype);
+  // to() and contiguous() return the tensor itself when it already is.
+  const Tensor gates = input_gates.to(dtype).contiguous(), w = weight_hh.to(dtype).contiguous();
+  const Tensor h_first = h0.to(dtype).contiguous(), c_first = c0.to(dtype).contiguous();
   const int64_t steps = gates.size(0);
   const TensorOptions options = gates.options();
   Tensor hs = empty({steps, batch, hidden}, options), cells = empty({steps, batch, hidden}, options);
@@ -94,7 +94,8 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   LstmLayerOutput result{hs, contiguous_copy(hs.select(0, steps - 1)), contiguous_copy(cells.select(0, steps - 1))};
   if (autograd::needs_grad({gates, w, h_first, c_first})) {
     auto tape = std::make_shared<LstmLayerTape>(
-        LstmLayerTape{w, h_first, c_first, autograd::SavedTensor(hs), cells, activations});
+        LstmLayerTape{autograd::SavedTensor(w), autograd::SavedTensor(h_first), autograd::SavedTensor(c_first),
+                      autograd::SavedTensor(hs), cells, activations});
     autograd::record("LstmLayerBackward", {gates, w, h_first, c_first}, {result.output, result.h, result.c},
                      [tape](const TensorList& g) { return tape->backward(g); });
   }

@@ -182,6 +182,8 @@ TEST_P(CudaSoftmax, AlongAnyDimAndOnStridedInputs) {
 // attention_softmax's scale and causal mask in every kernel layout: rows of
 // T (a warp per row up to 1024, a block in registers up to 16384, three
 // passes above), a causal row per query position (row r is query r % T).
+// The mask maps registers to row positions both ways load_row lays them
+// out: scalar (T 50 and 130, 2 and 8 per lane; 1025) and 4-wide (100, 1024, 3000).
 TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
@@ -191,7 +193,7 @@ TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
     bool causal;
   };
   std::vector<Case> cases;
-  for (int64_t t : {1, 5, 32, 100, 1024, 1025, 3000})
+  for (int64_t t : {1, 5, 32, 50, 100, 130, 1024, 1025, 3000})
     for (bool causal : {false, true}) cases.push_back({3, t, causal});
   cases.push_back({2, 17000, false});  // scores (2, 2, 17000): long rows, not square
   // A causal row longer than 16384 needs 16385^2 scores: 1 GiB in float32 (only).

@@ -233,6 +233,30 @@ TEST(LstmLayer, BadArgumentsAreNamed) {
   EXPECT_THROW_MSG(lstm->forward(zeros({0, 2, 3}), {}), "LSTM: the input has no time steps");
 }
 
+// The backward reads weight_hh, h0 and c0 again: changing one in place
+// between forward and backward is an error, as it is for the composed
+// steps, not a silently wrong gradient.
+TEST(LstmLayer, InPlaceChangeOfAnInputTheBackwardReadsIsAnError) {
+  for (int changed = 1; changed < 4; ++changed) {
+    SCOPED_TRACE(changed);
+    LayerInputs in = random_layer_inputs(3, 2, 4, kFloat64, 17);
+    TensorList inputs = in.list();
+    inputs[changed] = inputs[changed].detach().clone();  // not a leaf that requires grad, so add_ is allowed
+    auto out = nn::functional::lstm_layer(inputs[0], inputs[1], inputs[2], inputs[3]);
+    inputs[changed].add_(1.0);
+    EXPECT_THROW_MSG(autograd::backward({out.output.sum()}), "modified by an in-place operation");
+  }
+}
+
+// A batch of zero rows: empty outputs, and zero gradients for weight_hh.
+TEST(LstmLayer, EmptyBatch) {
+  const LayerInputs in = random_layer_inputs(3, 0, 4, kFloat64, 18);
+  auto out = nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0, in.c0);
+  EXPECT_EQ(out.output.shape(), Shape({3, 0, 4}));
+  autograd::backward({out.output.sum() + out.c.sum()});
+  EXPECT_EQ(in.weight_hh.grad().abs().sum().item(), 0.0);
+}
+
 // nn::LSTMCell's step written out with its parameters.
 TEST(LSTMCell, StepIsTheGateEquationsOfItsParameters) {
   manual_seed(8);
