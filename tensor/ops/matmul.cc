@@ -51,6 +51,19 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
 }
 
+namespace {
+
+// The product of t's sizes before its last `kept` dims: the rows (or
+// batches) a reshape folds them into. Written out, not left to reshape's -1,
+// which cannot infer a size when the kept dims hold no elements.
+int64_t leading_numel(const Tensor& t, int kept) {
+  int64_t n = 1;
+  for (int d = 0; d < t.dim() - kept; ++d) n *= t.size(d);
+  return n;
+}
+
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (autocast_wants_low({a, b})) return matmul(autocast_to_low(a), autocast_to_low(b));
   check_matmul_operands("matmul", a, b);
@@ -67,7 +80,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (b2.dim() == 2) {
     // (..., M, K) @ (K, N): fold the batch into M, one large GEMM.
     std::vector<int64_t> batch(a2.shape().begin(), a2.shape().end() - 2);
-    Tensor flat = a2.reshape({-1, k});
+    Tensor flat = a2.reshape({leading_numel(a2, 1), k});
     y = mm(flat, b2);
     batch.push_back(m);
     batch.push_back(n);
@@ -80,8 +93,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     a_full.insert(a_full.end(), {m, k});
     b_full.insert(b_full.end(), {k, n});
     y_shape.insert(y_shape.end(), {m, n});
-    Tensor a3 = a2.expand(a_full).reshape({-1, m, k});
-    Tensor b3 = b2.expand(b_full).reshape({-1, k, n});
+    const int64_t batches = numel(Shape(batch));
+    Tensor a3 = a2.expand(a_full).reshape({batches, m, k});
+    Tensor b3 = b2.expand(b_full).reshape({batches, k, n});
     y = bmm(a3, b3).reshape(y_shape);
   }
   if (a.dim() == 1) y = y.squeeze(-2);

@@ -79,6 +79,22 @@ TEST(Matmul, ErrorsNameShapes) {
 
 TEST(Matmul, EmptyInnerDimensionGivesZeros) {
   expect_values(mm(zeros({2, 0}), zeros({0, 3})), std::vector<double>(6, 0.0));
+  // matmul folds batch dims into rows: no dim may be left to reshape's -1 when sizes are 0.
+  Tensor y = matmul(ones({2, 0}), ones({0, 3}));
+  EXPECT_EQ(y.shape(), Shape({2, 3}));
+  expect_values(y, std::vector<double>(6, 0.0));
+  EXPECT_EQ(matmul(ones({4, 2, 0}), ones({0, 3})).shape(), Shape({4, 2, 3}));
+  EXPECT_EQ(matmul(ones({4, 2, 0}), ones({4, 0, 3})).shape(), Shape({4, 2, 3}));
+  EXPECT_EQ(matmul(ones({0, 2, 5}), ones({5, 3})).shape(), Shape({0, 2, 3}));
+  EXPECT_EQ(matmul(ones({0, 2, 5}), ones({1, 5, 3})).shape(), Shape({0, 2, 3}));
+  EXPECT_EQ(matmul(ones({3, 0, 5}), ones({3, 5, 0})).shape(), Shape({3, 0, 0}));
+  // The gradient of a product with an empty inner dim is empty, and the other operand's is zero.
+  Tensor a = ones({2, 0}, {.requires_grad = true}), b = ones({0, 3}, {.requires_grad = true});
+  Tensor z = ones({5, 2}, {.requires_grad = true});
+  (matmul(a, b).sum() + matmul(z, matmul(a, b)).sum()).backward();
+  EXPECT_EQ(a.grad().shape(), Shape({2, 0}));
+  EXPECT_EQ(b.grad().shape(), Shape({0, 3}));
+  expect_values(z.grad(), std::vector<double>(10, 0.0));
 }
 
 }  // namespace
