@@ -6,7 +6,9 @@
 #     --no-tests          skip the test binaries
 #     --no-examples       skip the example runs (one epoch each of the Fashion-MNIST
 #                         examples on the GPU: single, DataParallel on a repeated GPU,
-#                         DDP and pipeline under mpirun -np 2, in-process pipeline)
+#                         DDP and pipeline under mpirun -np 2, in-process pipeline;
+#                         char_gpt --preset shakespeare for $LOOM_CHAR_GPT_STEPS
+#                         steps, default 500; lstm_lm)
 #     --no-bench          skip the benchmarks
 #     --filter REGEX      only test binaries whose name matches REGEX
 #     --sanitize[=TOOL]   run the tests under compute-sanitizer (memcheck by default;
@@ -18,7 +20,8 @@
 #     --jobs N            test binaries run side by side (default 6)
 #
 # build: builds the GoogleTest binaries that have GPU cases (the cc_tests, and the
-#   *_mpi_test_bin programs that run under mpirun), the Fashion-MNIST examples and the benchmarks (cuda_bench,
+#   *_mpi_test_bin programs that run under mpirun), the Fashion-MNIST examples, char_gpt,
+#   lstm_lm and the benchmarks (cuda_bench,
 #   allreduce_bench, compare_parallel, train_bench, and bench/compare_torch.sh with
 #   torch_reference.py) with the CUDA backend, takes the Fashion-MNIST files along (the
 #   GPU machine lacks them), the shared libraries the binaries need beyond glibc and
@@ -80,7 +83,7 @@ build() {
     || { echo "gpu_run build: bazel query for the GPU tests failed" >&2; exit 1; }
   # --//:cuda=true: fail loudly rather than quietly build a CPU-only bundle.
   local examples="//examples:fashion_mnist_cnn //examples:dp_fashion_mnist //examples:ddp_fashion_mnist
-                  //examples:pipeline_fashion_mnist"
+                  //examples:pipeline_fashion_mnist //examples:char_gpt //examples:lstm_lm"
   local benches="//bench:cuda_bench //bench:allreduce_bench //bench:compare_parallel //bench:train_bench"
   bazel build --//:cuda=true $targets $examples $benches || exit 1
 
@@ -306,7 +309,7 @@ run() {
     example() {  # example NAME COMMAND...: runs it within the budget, logs to NAME.log
       local what="$1"; shift
       if [ "$(left)" -lt 60 ]; then echo "$what NOT RUN: time budget spent"; return; fi
-      timeout -k 5 "$(clip 240)" "$@" > "$ex/$what.log" 2>&1
+      timeout -k 5 "$(clip "${example_cap:-240}")" "$@" > "$ex/$what.log" 2>&1
       local rc=$?
       echo "$what rc $rc"
       [ "$rc" -eq 0 ] || echo "$what" >> "$out/failed_steps"
@@ -317,6 +320,12 @@ run() {
       example pipeline "$work/bin/pipeline_fashion_mnist" "${common[@]}" --stages 2
       example ddp_np2 "${mpi[@]}" "$work/bin/ddp_fashion_mnist" "${common[@]}"
       example pipeline_np2 "${mpi[@]}" "$work/bin/pipeline_fashion_mnist" "${common[@]}"
+      # nanoGPT's shakespeare-char shape on the fortunes text: validation loss
+      # and wall time at 250 and 500 steps (issue #12; the full 5000 in a call
+      # of its own: --no-tests --no-bench with LOOM_CHAR_GPT_STEPS=5000).
+      example_cap=520 example char_gpt "$work/bin/char_gpt" --preset shakespeare --device cuda:0 \
+        --steps "${LOOM_CHAR_GPT_STEPS:-500}" --eval-every 250 --metrics "$ex/char_gpt.csv"
+      example lstm_lm "$work/bin/lstm_lm" --device cuda:0 --metrics "$ex/lstm_lm.csv"
       (cd "$ex" && grep -H '^RESULT' ./*.log)
     } > "$out/examples.txt" 2>&1
     sed 's/^/# example: /' "$out/examples.txt" >> "$summary"
