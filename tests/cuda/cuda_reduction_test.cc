@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,23 @@ const std::vector<int64_t>& row_sizes() {
 
 class CudaSoftmax : public ::testing::TestWithParam<DType> {};
 
+// `op` (a softmax of some kind) and its gradient for upstream `dy`, on the GPU against the CPU.
+void expect_op_and_gradient_as_cpu(const std::function<Tensor(const Tensor&)>& op, const Tensor& x, const Tensor& dy,
+                                   const std::string& what) {
+  auto run = [&](const Tensor& input, const Tensor& upstream, Tensor* grad) {
+    Tensor leaf = input.detach().requires_grad_();
+    Tensor y = op(leaf);
+    y.backward(upstream);
+    *grad = leaf.grad();
+    return y;
+  };
+  Tensor dx_cpu, dx_gpu;
+  Tensor y_cpu = run(x, dy, &dx_cpu);
+  Tensor y_gpu = run(gpu(x), gpu(dy), &dx_gpu);
+  expect_close(y_gpu, y_cpu, kTol, what);
+  expect_close(dx_gpu, dx_cpu, kTol, what + " backward");
+}
+
 TEST_P(CudaSoftmax, ForwardAndBackwardOverRowsOfEverySize) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
@@ -148,18 +166,8 @@ TEST_P(CudaSoftmax, ForwardAndBackwardOverRowsOfEverySize) {
       Tensor x = random({5, size}, dtype, ++seed, -8, 8);
       Tensor dy = random({5, size}, dtype, ++seed);
       const std::string what = std::string(log ? "log_softmax" : "softmax") + " rows of " + std::to_string(size);
-      auto run = [&](const Tensor& input, const Tensor& upstream, Tensor* grad) {
-        Tensor leaf = input.detach().requires_grad_();
-        Tensor y = log ? log_softmax(leaf, -1) : softmax(leaf, -1);
-        y.backward(upstream);
-        *grad = leaf.grad();
-        return y;
-      };
-      Tensor dx_cpu, dx_gpu;
-      Tensor y_cpu = run(x, dy, &dx_cpu);
-      Tensor y_gpu = run(gpu(x), gpu(dy), &dx_gpu);
-      expect_close(y_gpu, y_cpu, kTol, what);
-      expect_close(dx_gpu, dx_cpu, kTol, what + " backward");
+      expect_op_and_gradient_as_cpu([&](const Tensor& t) { return log ? log_softmax(t, -1) : softmax(t, -1); }, x, dy,
+                                    what);
     }
 }
 
@@ -203,18 +211,7 @@ TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
     Tensor x = random(shape, dtype, ++seed, -8, 8);
     Tensor dy = random(shape, dtype, ++seed);
     const std::string what = std::string(c.causal ? "causal" : "scaled") + " attention_softmax, T " + std::to_string(c.t);
-    auto run = [&](const Tensor& input, const Tensor& upstream, Tensor* grad) {
-      Tensor leaf = input.detach().requires_grad_();
-      Tensor y = attention_softmax(leaf, 0.3, c.causal);
-      y.backward(upstream);
-      *grad = leaf.grad();
-      return y;
-    };
-    Tensor dx_cpu, dx_gpu;
-    Tensor y_cpu = run(x, dy, &dx_cpu);
-    Tensor y_gpu = run(gpu(x), gpu(dy), &dx_gpu);
-    expect_close(y_gpu, y_cpu, kTol, what);
-    expect_close(dx_gpu, dx_cpu, kTol, what + " backward");
+    expect_op_and_gradient_as_cpu([&](const Tensor& t) { return attention_softmax(t, 0.3, c.causal); }, x, dy, what);
   }
 }
 
