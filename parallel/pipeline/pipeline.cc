@@ -87,10 +87,16 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
   // after what this thread queued: the micro-batches.
   std::vector<DeviceMark> inputs_ready, stage_done(stages_.size());
   for (const Device& d : devices_) inputs_ready.push_back(DeviceMark::here(d));
+  // The batch may sit on a device no stage runs on (another GPU): the stages
+  // copy it from there on their queue of that device, which must follow
+  // this thread's work on it too.
+  const DeviceMark x_ready = DeviceMark::here(x.device()), y_ready = DeviceMark::here(y.device());
   workers_->run([&](int s) {
     try {  // all of it: a stage that throws before its first send must still wake the others
       DeviceQueue::Scope own_queue(queues_[s]);
       inputs_ready[s].wait_here();
+      x_ready.wait_here();
+      y_ready.wait_here();
       used_here(x);
       used_here(y);
       StageTask task{.module = *stages_[s], .device = devices_[s], .lane = lanes_[s]};

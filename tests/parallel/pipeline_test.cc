@@ -124,6 +124,29 @@ TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
                                  .device = Device::cuda(0)});
 }
 
+// The batch on a GPU no stage runs on, written last on a busy queue of its
+// own: the stages (on cuda:0) copy it only after that write, so the loss is
+// the one of the same pipeline fed from the CPU.
+TEST(PipelineCuda, InputsOnAnotherGpuAreReadAfterTheCallersWork) {
+  LOOM_REQUIRE_CUDA();
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs; this machine has " << cuda_device_count();
+  nn::Sequential model = parallel::testing::pipeline_models(Device::cuda(0)).second;
+  parallel::Pipeline pipe(parallel::split_sequential(model, {2, 5}), {Device::cuda(0), Device::cuda(0), Device::cuda(0)},
+                          {.micro_batches = 2});
+  manual_seed(21);
+  const Tensor x_cpu = randn({8, 6}, {.dtype = kFloat64});
+  const Tensor y_cpu = zeros({8}, {.dtype = kInt64});
+  const double expected = pipe.train_step(x_cpu, y_cpu, parallel::testing::cross_entropy_loss).item();
+  DeviceQueue busy_queue(Device::cuda(1));
+  DeviceQueue::Scope on_busy(busy_queue);
+  Tensor x = full({8, 6}, 1e6, {.dtype = kFloat64, .device = Device::cuda(1)});
+  Tensor busy = full({2048, 2048}, 1.0 / 2048, {.device = Device::cuda(1)});
+  for (int k = 0; k < 16; ++k) busy = busy.matmul(busy);
+  x.copy_(x_cpu);  // lands after the products
+  const double got = pipe.train_step(x, y_cpu.to(Device::cuda(1)), parallel::testing::cross_entropy_loss).item();
+  EXPECT_NEAR(got, expected, 1e-12);
+}
+
 // Stages alternate between the CPU and the GPU: activations and gradients
 // cross in both directions through recorded copies.
 TEST(LayerSplitCuda, AcrossCpuAndGpuEqualsSingleDevice) {
