@@ -3,6 +3,7 @@
 // nodes, now it is two and one.
 #include "autograd/node.h"
 #include "nn/functional.h"
+#include "nn/functional/operands.h"
 
 namespace loom::nn::functional {
 
@@ -15,12 +16,7 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hid
   LOOM_CHECK(input_gates.shape() == gates_shape && hidden_gates.shape() == gates_shape,
              "lstm_cell: gates must be (B, 4H) = ", gates_shape, " for c_prev of shape ", c_prev.shape(), "; got ",
              input_gates.shape(), " and ", hidden_gates.shape());
-  LOOM_CHECK(input_gates.device() == c_prev.device() && hidden_gates.device() == c_prev.device(),
-             "lstm_cell: tensors on different devices: ", input_gates.device(), ", ", hidden_gates.device(), ", ",
-             c_prev.device());
-  const DType dtype = promote_types(promote_types(input_gates.dtype(), hidden_gates.dtype()), c_prev.dtype());
-  LOOM_CHECK(is_floating(dtype), "lstm_cell: expected floating-point tensors, got ", input_gates.dtype(), ", ",
-             hidden_gates.dtype(), ", ", c_prev.dtype());
+  const DType dtype = promoted_floating_dtype("lstm_cell", {input_gates, hidden_gates, c_prev});
   // to() and contiguous() return the tensor itself when it already is.
   const Tensor xg = input_gates.to(dtype).contiguous(), hg = hidden_gates.to(dtype).contiguous(),
                cp = c_prev.to(dtype).contiguous();

@@ -7,6 +7,7 @@
 // is a single product over all steps (as cuDNN and PyTorch's fused RNNs do).
 #include "autograd/node.h"
 #include "nn/functional.h"
+#include "nn/functional/operands.h"
 
 namespace loom::nn::functional {
 namespace {
@@ -49,7 +50,6 @@ struct LstmLayerTape {
     // d weight_hh = sum over steps of dgates_t^T h_{t-1}: one product of (4H, T B) by (T B, H).
     const int64_t rows = steps * h0.size(0), hidden_size = h0.size(1);
     const Tensor h_before = cat({h0.unsqueeze(0), hs.narrow(0, 0, steps - 1)}, 0);
-    // mm, not matmul: matmul's reshape({-1, K}) fails for K = rows = 0 (an empty batch).
     const Tensor dweight = mm(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
     return {dgates, dweight, dh, dc};
   }
@@ -69,12 +69,7 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
              h0.shape(), ", got ", input_gates.shape());
   LOOM_CHECK(weight_hh.shape() == Shape({4 * hidden, hidden}), "lstm_layer: weight_hh must be (4H, H) = ",
              Shape({4 * hidden, hidden}), ", got ", weight_hh.shape());
-  for (const Tensor* t : {&weight_hh, &h0, &c0})
-    LOOM_CHECK(t->device() == input_gates.device(), "lstm_layer: tensors on different devices: ", input_gates.device(),
-               " and ", t->device());
-  DType dtype = input_gates.dtype();
-  for (const Tensor* t : {&weight_hh, &h0, &c0}) dtype = promote_types(dtype, t->dtype());
-  LOOM_CHECK(is_floating(dtype), "lstm_layer: expected floating-point tensors, got ", dtype);
+  const DType dtype = promoted_floating_dtype("lstm_layer", {input_gates, weight_hh, h0, c0});
 
   // to() and contiguous() return the tensor itself when it already is.
   const Tensor gates = input_gates.to(dtype).contiguous(), w = weight_hh.to(dtype).contiguous();
