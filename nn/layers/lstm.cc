@@ -49,9 +49,10 @@ LSTMOutput LSTMImpl::forward(const Tensor& x_in, const LSTMState& state) {
   TensorList final_h, final_c;
   Tensor layer_input = x;
   for (int64_t l = 0; l < options.num_layers; ++l) {
-    // Input projection of every step at once: (T, B, 4H).
-    Tensor projected = functional::linear(layer_input, weight_ih[l], options.bias ? bias_ih[l] : Tensor());
-    if (options.bias) projected = projected + bias_hh[l];
+    // Input projection of every step at once, both biases with it: (T, B, 4H).
+    // (Adding bias_hh to the projection was a pass over all of it each way;
+    // the two (4H) biases add up first.)
+    Tensor projected = functional::linear(layer_input, weight_ih[l], options.bias ? bias_ih[l] + bias_hh[l] : Tensor());
     Tensor h0 = state.h.defined() ? state.h.select(0, l) : zeros({batch, h}, x.options());
     Tensor c0 = state.c.defined() ? state.c.select(0, l) : zeros({batch, h}, x.options());
     functional::LstmLayerOutput out = functional::lstm_layer(projected, weight_hh[l], h0, c0);
