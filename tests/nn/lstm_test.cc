@@ -23,6 +23,9 @@ std::pair<Tensor, Tensor> composed_cell(const Tensor& input_gates, const Tensor&
   return {sigmoid(g[3]) * tanh(c), c};
 }
 
+// A leaf that requires grad, with t's values.
+Tensor leaf(const Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
 struct CellInputs {
   Tensor input_gates, hidden_gates, c_prev;
   TensorList list() const { return {input_gates, hidden_gates, c_prev}; }
@@ -30,7 +33,6 @@ struct CellInputs {
 
 // Leaves that require grad, from the same values.
 CellInputs leaves_like(const CellInputs& in) {
-  auto leaf = [](const Tensor& t) { return t.detach().clone().requires_grad_(true); };
   return {leaf(in.input_gates), leaf(in.hidden_gates), leaf(in.c_prev)};
 }
 
@@ -139,13 +141,11 @@ struct LayerInputs {
 LayerInputs random_layer_inputs(int64_t steps, int64_t batch, int64_t hidden, DType dtype, uint64_t seed) {
   Generator gen(seed);
   const TensorOptions o{.dtype = dtype};
-  auto leaf = [](const Tensor& t) { return t.detach().clone().requires_grad_(true); };
   return {leaf(randn({steps, batch, 4 * hidden}, o, &gen) * 1.5), leaf(randn({4 * hidden, hidden}, o, &gen) * 0.5),
           leaf(randn({batch, hidden}, o, &gen)), leaf(randn({batch, hidden}, o, &gen))};
 }
 
 LayerInputs leaves_like(const LayerInputs& in) {
-  auto leaf = [](const Tensor& t) { return t.detach().clone().requires_grad_(true); };
   return {leaf(in.gates), leaf(in.weight_hh), leaf(in.h0), leaf(in.c0)};
 }
 
