@@ -25,6 +25,12 @@ __device__ __forceinline__ double erf(double x) { return ::erf(x); }
 __device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
 
+// The logistic function: the Sigmoid op's, and the LSTM cell's gates.
+template <typename T>
+__device__ __forceinline__ T sigmoid(T x) {
+  return T(1) / (T(1) + exp(-x));
+}
+
 template <typename T>
 __device__ __forceinline__ bool isnan(T x) {
   return x != x;  // false for integers

@@ -51,4 +51,10 @@ class LaunchContext {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A tensor's data as S (a storage type of half.cuh), or null for an undefined one.
+template <typename S>
+S* data_of(const Tensor& t) {
+  return t.defined() ? static_cast<S*>(t.raw_data()) : nullptr;
+}
+
 }  // namespace loom::cuda

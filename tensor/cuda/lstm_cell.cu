@@ -13,11 +13,6 @@
 namespace loom::cuda {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ T sigmoid(T x) {
-  return T(1) / (T(1) + math::exp(-x));
-}
-
 // Gates rows are (4H): unit j of row b has its i, f, g, o at b 4H + j + {0, H, 2H, 3H}.
 template <typename S, typename T>
 __global__ void lstm_cell_kernel(const S* __restrict__ input_gates, const S* __restrict__ hidden_gates,
@@ -27,8 +22,8 @@ __global__ void lstm_cell_kernel(const S* __restrict__ input_gates, const S* __r
        k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = k / n, j = k % n, base = row * 4 * n + j;
     auto gate = [&](int q) { return widen(input_gates[base + q * n]) + widen(hidden_gates[base + q * n]); };
-    const T i = sigmoid(T(gate(0))), f = sigmoid(T(gate(1))), g = math::tanh(T(gate(2))),
-            o = sigmoid(T(gate(3)));
+    const T i = math::sigmoid(T(gate(0))), f = math::sigmoid(T(gate(1))), g = math::tanh(T(gate(2))),
+            o = math::sigmoid(T(gate(3)));
     const T c_new = f * T(widen(c_prev[k])) + i * g;
     c[k] = narrow_to<S>(c_new);
     h[k] = narrow_to<S>(o * math::tanh(c_new));
@@ -61,11 +56,6 @@ __global__ void lstm_cell_backward_kernel(const S* __restrict__ dh, const S* __r
   }
 }
 
-template <typename S>
-S* data_as(const Tensor& t) {
-  return static_cast<S*>(t.raw_data());
-}
-
 }  // namespace
 
 void CudaBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev,
@@ -77,8 +67,8 @@ void CudaBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gate
     using T = decltype(compute);
     LaunchContext ctx(c);
     lstm_cell_kernel<S, T><<<ctx.grid(units), kBlockSize, 0, ctx.stream>>>(
-        data_as<const S>(input_gates), data_as<const S>(hidden_gates), data_as<const S>(c_prev), data_as<S>(h),
-        data_as<S>(c), data_as<S>(activations), units, c.size(1));
+        data_of<const S>(input_gates), data_of<const S>(hidden_gates), data_of<const S>(c_prev), data_of<S>(h),
+        data_of<S>(c), data_of<S>(activations), units, c.size(1));
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }
@@ -93,8 +83,8 @@ void CudaBackend::lstm_cell_backward(const Tensor& dh, const Tensor& dc, const T
     using T = decltype(compute);
     LaunchContext ctx(c);
     lstm_cell_backward_kernel<S, T><<<ctx.grid(units), kBlockSize, 0, ctx.stream>>>(
-        data_as<const S>(dh), data_as<const S>(dc), data_as<const S>(activations), data_as<const S>(c_prev),
-        data_as<const S>(c), data_as<S>(dgates), data_as<S>(dc_prev), units, c.size(1));
+        data_of<const S>(dh), data_of<const S>(dc), data_of<const S>(activations), data_of<const S>(c_prev),
+        data_of<const S>(c), data_of<S>(dgates), data_of<S>(dc_prev), units, c.size(1));
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   });
 }

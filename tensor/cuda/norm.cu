@@ -139,12 +139,6 @@ __global__ void layer_norm_params_finish(const double* partial, S* dweight, S* d
   if (dbias) dbias[c] = narrow_to<S>(T(db));
 }
 
-// A tensor's data as S, or null for an undefined one.
-template <typename S>
-S* data_of(const Tensor& t) {
-  return t.defined() ? static_cast<S*>(t.raw_data()) : nullptr;
-}
-
 // Calls launch(GROUP) with the row width that suits `cols`.
 template <typename Launch>
 void with_row_group(int64_t cols, Launch&& launch) {

@@ -36,7 +36,7 @@ struct UnaryFn {
     else if constexpr (OP == UnaryOp::Sin) return math::sin(x);
     else if constexpr (OP == UnaryOp::Cos) return math::cos(x);
     else if constexpr (OP == UnaryOp::Tanh) return math::tanh(x);
-    else if constexpr (OP == UnaryOp::Sigmoid) return T(1) / (T(1) + math::exp(-x));
+    else if constexpr (OP == UnaryOp::Sigmoid) return math::sigmoid(x);
     else if constexpr (OP == UnaryOp::GeluTanh)  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
       return T(0.5) * x * (T(1) + math::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
     else if constexpr (OP == UnaryOp::GeluErf)  // 0.5 x (1 + erf(x / sqrt(2)))
