@@ -7,7 +7,9 @@
 // list and is split, reused and merged with free neighbours for later
 // requests. Memory stays cached until empty_cache() (or until a cudaMalloc
 // fails, when the cache is emptied and the cudaMalloc tried once more; if
-// that fails too, loom::Error gives the request and the statistics).
+// that fails too, loom::Error gives the request and the statistics). That
+// bookkeeping is BlockPool's (block_pool.h), apart from CUDA so that the CPU
+// tests run it; this file gives it cudaMalloc, cudaFree and events.
 //
 // LOOM_CUDA_NO_CACHING=1 in the environment turns caching off (a cudaMalloc
 // and cudaFree per tensor), so that compute-sanitizer sees every tensor's
