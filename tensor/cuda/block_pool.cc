@@ -156,23 +156,24 @@ void BlockPool::split(Block* block, size_t size) {
 void BlockPool::free_block(Block* block) {
   FreeBlocks& pool = pool_of(block);
   if (block->prev != nullptr && block->prev->is_free()) {
-    Block* prev = block->prev;
-    pool.erase(prev);
-    prev->size += block->size;
-    prev->next = block->next;
-    if (block->next != nullptr) block->next->prev = prev;
-    delete block;
-    block = prev;
+    pool.erase(block->prev);
+    block = absorb_next(block->prev);
   }
   if (block->next != nullptr && block->next->is_free()) {
-    Block* next = block->next;
-    pool.erase(next);
-    block->size += next->size;
-    block->next = next->next;
-    if (next->next != nullptr) next->next->prev = block;
-    delete next;
+    pool.erase(block->next);
+    absorb_next(block);
   }
   pool.insert(block);
+}
+
+// Grows `block` over its next neighbour, which goes. Returns `block`.
+BlockPool::Block* BlockPool::absorb_next(Block* block) {
+  Block* next = block->next;
+  block->size += next->size;
+  block->next = next->next;
+  if (next->next != nullptr) next->next->prev = block;
+  delete next;
+  return block;
 }
 
 // Frees the blocks whose other-stream work has finished.

@@ -109,6 +109,7 @@ class BlockPool {
                      std::unique_lock<std::mutex>& lock);
   void split(Block* block, size_t size);
   void free_block(Block* block);
+  Block* absorb_next(Block* block);
   void process_marks();
   void finish_mark(const Pending& entry);
   void release_cached(std::unique_lock<std::mutex>& lock);
