@@ -215,6 +215,35 @@ TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
   }
 }
 
+// A causal row's masked elements are 0 each way, as on the CPU, also where
+// the rest of the row is NaN (a NaN or an inf among the elements it sees, or
+// all of them -inf) and where dy overflowed at a masked element. In the
+// second batch entry (row r is query r % T), in each row layout: a warp
+// (T 50 scalar, 100 4-wide), a block (1025, 3000), and above 8192 the
+// backward's three passes.
+TEST_P(CudaSoftmax, CausalMaskedElementsAreZeroBesideNanAndInfinities) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  uint64_t seed = 600;
+  std::vector<int64_t> sizes = {50, 100, 1025, 3000};
+  if (dtype == kFloat32) sizes.push_back(8200);  // 2 x 8200^2 scores: 0.5 GiB in float32
+  for (int64_t t : sizes) {
+    std::vector<double> x = testing::values(random({2, t, t}, dtype, ++seed, -8, 8));
+    std::vector<double> dy = testing::values(random({2, t, t}, dtype, ++seed));
+    auto at = [&](int64_t query, int64_t key) { return (t + query) * t + key; };
+    x[at(3, 1)] = NAN;  // seen: query 3's row NaN, its masked elements 0
+    x[at(4, 4)] = INFINITY;
+    for (int64_t key = 0; key <= 2; ++key) x[at(2, key)] = -INFINITY;  // all that query 2 sees
+    x[at(6, 7)] = NAN;                                                  // masked: query 6 as without it
+    dy[at(0, 5)] = INFINITY;                                            // masked: query 0's gradient finite
+    dy[at(t - 2, t - 1)] = NAN;
+    const Tensor xt = from_vector<double>(x, {2, t, t}).to(dtype);
+    const Tensor dyt = from_vector<double>(dy, {2, t, t}).to(dtype);
+    expect_op_and_gradient_as_cpu([](const Tensor& s) { return attention_softmax(s, 0.3, true); }, xt, dyt,
+                                  "causal attention_softmax with NaN and infinities, T " + std::to_string(t));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaSoftmax, ::testing::Values(kFloat32, kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
 
