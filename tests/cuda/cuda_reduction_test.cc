@@ -185,6 +185,19 @@ TEST_P(CudaSoftmax, AlongAnyDimAndOnStridedInputs) {
   expect_close(softmax(gpu(odd), 1), softmax(odd, 1), kTol, "softmax of rows of 4095");
   expect_close(softmax(gpu(odd).narrow(1, 1, 4000), 1), softmax(odd.narrow(1, 1, 4000), 1), kTol,
                "softmax of a narrowed (copied) input");
+  // Contiguous views one element into their buffers: rows of 100 (a multiple
+  // of 4) at addresses that 4-wide loads must not take, x forward, dy backward.
+  auto offset_rows = [](const Tensor& buffer) { return buffer.narrow(0, 1, 400).view({4, 100}); };
+  auto run = [&](const Tensor& buffer, const Tensor& dy_buffer) {
+    Tensor leaf = buffer.detach().requires_grad_();
+    Tensor y = softmax(offset_rows(leaf), 1);
+    y.backward(offset_rows(dy_buffer));
+    return TensorList{y, leaf.grad()};
+  };
+  Tensor flat = random({401}, dtype, 7), flat_dy = random({401}, dtype, 8);
+  const TensorList on_gpu = run(gpu(flat), gpu(flat_dy)), on_cpu = run(flat, flat_dy);
+  expect_close(on_gpu[0], on_cpu[0], kTol, "softmax of an unaligned view");
+  expect_close(on_gpu[1], on_cpu[1], kTol, "softmax backward from an unaligned view");
 }
 
 // attention_softmax's scale and causal mask in every kernel layout: rows of
