@@ -216,7 +216,7 @@ TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
   std::vector<Case> cases;
   for (int64_t t : {1, 5, 32, 50, 100, 130, 1024, 1025, 3000})
     for (bool causal : {false, true}) cases.push_back({3, t, causal});
-  cases.push_back({2, 17000, false});  // scores (2, 2, 17000): long rows, not square
+  cases.push_back({2, 17000, false});  // scores (2, 64, 17000): long rows, not square
   // A causal row longer than 16384 needs 16385^2 scores: 1 GiB in float32 (only).
   if (dtype == kFloat32) cases.push_back({1, 16400, true});
   for (const Case& c : cases) {
