@@ -13,7 +13,9 @@
 // y = exp(s x - max) / sum, log y = s x - max - log(sum); dx = s y (dy - sum(dy y))
 // and, for log-softmax, dx = s (dy - exp(y) sum(dy)). A causal softmax (row r
 // is query r % T of a (..., T, T) tensor) treats the elements past position
-// r % T as -inf: they output 0, and so do their gradients (y = 0 there).
+// r % T as -inf. They output 0 and get gradient 0, their dy left out of the
+// row's sum, as on the CPU: written as 0, not computed to be 0, so that a NaN
+// or an inf elsewhere in the row (a NaN sum) does not reach them.
 // Kernels take a storage type S and compute in T: 16-bit floats are read
 // into float registers and rounded once when written (half.cuh).
 #include <cstdint>
@@ -101,9 +103,9 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
   T v[ELEMS];
   load_row<S, T, GROUP, ELEMS>(x + row * size, size, lane, vec, -math::infinity<T>(), v);
   const int last = causal ? static_cast<int>(row % size) : size - 1;  // past it: -inf, as the padding
+  auto seen = [&](int j) { return row_position<GROUP>(j, lane, vec && ELEMS >= 4) <= last; };
 #pragma unroll
-  for (int j = 0; j < ELEMS; ++j)
-    v[j] = row_position<GROUP>(j, lane, vec && ELEMS >= 4) <= last ? v[j] * scale : -math::infinity<T>();
+  for (int j = 0; j < ELEMS; ++j) v[j] = seen(j) ? v[j] * scale : -math::infinity<T>();
   T max = -math::infinity<T>();
 #pragma unroll
   for (int j = 0; j < ELEMS; ++j) max = Max<T>()(max, v[j]);
@@ -127,16 +129,17 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
     const T log_sum = math::log(sum);
 #pragma unroll
     for (int j = 0; j < ELEMS; ++j) v[j] -= log_sum;
-  } else {
+  } else {  // masked: 0, where 0 / sum would be NaN with the sum
 #pragma unroll
-    for (int j = 0; j < ELEMS; ++j) v[j] /= sum;
+    for (int j = 0; j < ELEMS; ++j) v[j] = seen(j) ? v[j] / sum : T(0);
   }
   store_row<S, T, GROUP, ELEMS>(y + row * size, size, lane, vec, v);
 }
 
 template <typename S, typename T, int GROUP, int ELEMS>
 __global__ void __launch_bounds__(block_threads<GROUP>())
-    softmax_backward_rows(const S* y, const S* dy, S* dx, int64_t rows, int size, bool log, T scale, bool vec) {
+    softmax_backward_rows(const S* y, const S* dy, S* dx, int64_t rows, int size, bool log, T scale, bool causal,
+                          bool vec) {
   constexpr int kRowsPerBlock = block_threads<GROUP>() / GROUP;
   __shared__ T scratch[kMaxWarps];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
@@ -145,12 +148,16 @@ __global__ void __launch_bounds__(block_threads<GROUP>())
   T vy[ELEMS], vdy[ELEMS];
   load_row<S, T, GROUP, ELEMS>(y + row * size, size, lane, vec, T(0), vy);
   load_row<S, T, GROUP, ELEMS>(dy + row * size, size, lane, vec, T(0), vdy);
+  const int last = causal ? static_cast<int>(row % size) : size - 1;  // past it: left out, dx 0
+  auto seen = [&](int j) { return row_position<GROUP>(j, lane, vec && ELEMS >= 4) <= last; };
   T dot = 0;
 #pragma unroll
-  for (int j = 0; j < ELEMS; ++j) dot += log ? vdy[j] : vdy[j] * vy[j];
+  for (int j = 0; j < ELEMS; ++j)
+    if (seen(j)) dot += log ? vdy[j] : vdy[j] * vy[j];
   dot = row_allreduce<GROUP>(dot, Plus<T>(), scratch);
 #pragma unroll
-  for (int j = 0; j < ELEMS; ++j) vdy[j] = scale * (log ? vdy[j] - math::exp(vy[j]) * dot : vy[j] * (vdy[j] - dot));
+  for (int j = 0; j < ELEMS; ++j)
+    vdy[j] = seen(j) ? scale * (log ? vdy[j] - math::exp(vy[j]) * dot : vy[j] * (vdy[j] - dot)) : T(0);
   store_row<S, T, GROUP, ELEMS>(dx + row * size, size, lane, vec, vdy);
 }
 
@@ -177,17 +184,18 @@ __global__ void __launch_bounds__(kRowBlock)
 
 template <typename S, typename T>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_backward_long_rows(const S* y, const S* dy, S* dx, int64_t size, bool log, T scale) {
+    softmax_backward_long_rows(const S* y, const S* dy, S* dx, int64_t size, bool log, T scale, bool causal) {
   __shared__ T scratch[kMaxWarps];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * size;
+  const int64_t seen = causal ? blockIdx.x % size + 1 : size;
   T dot = 0;
-  for (int64_t j = threadIdx.x; j < size; j += kRowBlock)
+  for (int64_t j = threadIdx.x; j < seen; j += kRowBlock)
     dot += log ? widen(dy[base + j]) : widen(dy[base + j]) * widen(y[base + j]);
   dot = row_allreduce<kRowBlock>(dot, Plus<T>(), scratch);
   for (int64_t j = threadIdx.x; j < size; j += kRowBlock) {
     const int64_t k = base + j;
     const T yk = widen(y[k]), dyk = widen(dy[k]);
-    dx[k] = narrow_to<S>(scale * (log ? dyk - math::exp(yk) * dot : yk * (dyk - dot)));
+    dx[k] = j < seen ? narrow_to<S>(scale * (log ? dyk - math::exp(yk) * dot : yk * (dyk - dot))) : narrow_to<S>(T(0));
   }
 }
 
@@ -336,12 +344,15 @@ void CudaBackend::softmax(const Tensor& a, int dim, const SoftmaxParams& p, cons
 void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim, const SoftmaxParams& p,
                                    const Tensor& dx_t) {
   if (dx_t.numel() == 0) return;
-  const bool log = p.log;  // causal needs nothing here: y is 0 past each row's position, so dx is too
+  const bool log = p.log;
   dispatch_floating_or_16bit(y_t.dtype(), "softmax_backward", [&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
     LaunchContext ctx(dx_t);
     const RowShape s = row_shape(y_t, dim);
+    LOOM_INTERNAL_ASSERT(!p.causal || (s.inner == 1 && !log && y_t.dim() >= 2 && y_t.size(-2) == s.size),
+                         "causal softmax_backward needs the last dim of a (..., T, T) tensor, got dim ", dim, " of ",
+                         y_t.shape());
     const T scale = T(p.scale);
     const S* y = static_cast<const S*>(y_t.raw_data());
     const S* dy = static_cast<const S*>(dy_t.raw_data());
@@ -352,7 +363,7 @@ void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int di
     } else if (s.size > kMaxBlockRowBackward) {
       LOOM_CHECK(s.outer < (int64_t{1} << 31), "softmax_backward: too many rows (", s.outer, ")");
       softmax_backward_long_rows<S, T><<<static_cast<unsigned>(s.outer), kRowBlock, 0, ctx.stream>>>(
-          y, dy, dx, s.size, log, scale);
+          y, dy, dx, s.size, log, scale, p.causal);
     } else {
       const bool vec = vector_rows<S>(s.size, {y, dy, dx});
       with_backward_row_config(s.size, [&](auto group, auto elems) {
@@ -361,7 +372,7 @@ void CudaBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int di
         const int64_t blocks = ceil_div(s.outer, rows_per_block);
         LOOM_CHECK(blocks < (int64_t{1} << 31), "softmax_backward: too many rows (", s.outer, ")");
         softmax_backward_rows<S, T, G, E><<<static_cast<unsigned>(blocks), block_threads<G>(), 0, ctx.stream>>>(
-            y, dy, dx, s.outer, static_cast<int>(s.size), log, scale, vec && E >= 4);
+            y, dy, dx, s.outer, static_cast<int>(s.size), log, scale, p.causal, vec && E >= 4);
       });
     }
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);

@@ -185,6 +185,19 @@ TEST_P(CudaSoftmax, AlongAnyDimAndOnStridedInputs) {
   expect_close(softmax(gpu(odd), 1), softmax(odd, 1), kTol, "softmax of rows of 4095");
   expect_close(softmax(gpu(odd).narrow(1, 1, 4000), 1), softmax(odd.narrow(1, 1, 4000), 1), kTol,
                "softmax of a narrowed (copied) input");
+  // Contiguous views one element into their buffers: rows of 100 (a multiple
+  // of 4) at addresses that 4-wide loads must not take, x forward, dy backward.
+  auto offset_rows = [](const Tensor& buffer) { return buffer.narrow(0, 1, 400).view({4, 100}); };
+  auto run = [&](const Tensor& buffer, const Tensor& dy_buffer) {
+    Tensor leaf = buffer.detach().requires_grad_();
+    Tensor y = softmax(offset_rows(leaf), 1);
+    y.backward(offset_rows(dy_buffer));
+    return TensorList{y, leaf.grad()};
+  };
+  Tensor flat = random({401}, dtype, 7), flat_dy = random({401}, dtype, 8);
+  const TensorList on_gpu = run(gpu(flat), gpu(flat_dy)), on_cpu = run(flat, flat_dy);
+  expect_close(on_gpu[0], on_cpu[0], kTol, "softmax of an unaligned view");
+  expect_close(on_gpu[1], on_cpu[1], kTol, "softmax backward from an unaligned view");
 }
 
 // attention_softmax's scale and causal mask in every kernel layout: rows of
@@ -203,7 +216,7 @@ TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
   std::vector<Case> cases;
   for (int64_t t : {1, 5, 32, 50, 100, 130, 1024, 1025, 3000})
     for (bool causal : {false, true}) cases.push_back({3, t, causal});
-  cases.push_back({2, 17000, false});  // scores (2, 2, 17000): long rows, not square
+  cases.push_back({2, 17000, false});  // scores (2, 64, 17000): long rows, not square
   // A causal row longer than 16384 needs 16385^2 scores: 1 GiB in float32 (only).
   if (dtype == kFloat32) cases.push_back({1, 16400, true});
   for (const Case& c : cases) {
@@ -212,6 +225,35 @@ TEST_P(CudaSoftmax, AttentionSoftmaxScaledAndCausal) {
     Tensor dy = random(shape, dtype, ++seed);
     const std::string what = std::string(c.causal ? "causal" : "scaled") + " attention_softmax, T " + std::to_string(c.t);
     expect_op_and_gradient_as_cpu([&](const Tensor& t) { return attention_softmax(t, 0.3, c.causal); }, x, dy, what);
+  }
+}
+
+// A causal row's masked elements are 0 each way, as on the CPU, also where
+// the rest of the row is NaN (a NaN or an inf among the elements it sees, or
+// all of them -inf) and where dy overflowed at a masked element. In the
+// second batch entry (row r is query r % T), in each row layout: a warp
+// (T 50 scalar, 100 4-wide), a block (1025, 3000), and above 8192 the
+// backward's three passes.
+TEST_P(CudaSoftmax, CausalMaskedElementsAreZeroBesideNanAndInfinities) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  uint64_t seed = 600;
+  std::vector<int64_t> sizes = {50, 100, 1025, 3000};
+  if (dtype == kFloat32) sizes.push_back(8200);  // 2 x 8200^2 scores: 0.5 GiB in float32
+  for (int64_t t : sizes) {
+    std::vector<double> x = testing::values(random({2, t, t}, dtype, ++seed, -8, 8));
+    std::vector<double> dy = testing::values(random({2, t, t}, dtype, ++seed));
+    auto at = [&](int64_t query, int64_t key) { return (t + query) * t + key; };
+    x[at(3, 1)] = NAN;  // seen: query 3's row NaN, its masked elements 0
+    x[at(4, 4)] = INFINITY;
+    for (int64_t key = 0; key <= 2; ++key) x[at(2, key)] = -INFINITY;  // all that query 2 sees
+    x[at(6, 7)] = NAN;                                                  // masked: query 6 as without it
+    dy[at(0, 5)] = INFINITY;                                            // masked: query 0's gradient finite
+    dy[at(t - 2, t - 1)] = NAN;
+    const Tensor xt = from_vector<double>(x, {2, t, t}).to(dtype);
+    const Tensor dyt = from_vector<double>(dy, {2, t, t}).to(dtype);
+    expect_op_and_gradient_as_cpu([](const Tensor& s) { return attention_softmax(s, 0.3, true); }, xt, dyt,
+                                  "causal attention_softmax with NaN and infinities, T " + std::to_string(t));
   }
 }
 
