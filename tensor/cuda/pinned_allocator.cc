@@ -37,7 +37,7 @@ class PinnedHostAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     const size_t size = size_class(nbytes, kMinBlock);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     process_events();
     void* ptr = nullptr;
     auto& list = free_[size];
@@ -48,7 +48,7 @@ class PinnedHostAllocator final : public Allocator {
       cudaError_t status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
       if (status != cudaSuccess) {
         cudaGetLastError();
-        release_cached();
+        release_cached(lock);
         status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
       }
       if (status != cudaSuccess) {
@@ -100,8 +100,8 @@ class PinnedHostAllocator final : public Allocator {
   }
 
   void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cached();
+    std::unique_lock<std::mutex> lock(mutex_);
+    release_cached(lock);
   }
 
   void record_use(void* ptr, cudaStream_t stream, int device) {
@@ -134,21 +134,33 @@ class PinnedHostAllocator final : public Allocator {
     if (--block.pending_events == 0 && !block.allocated) free_[block.size].push_back(entry.block);
   }
 
-  void release_cached() {
-    for (const PendingEvent& entry : pending_) {
+  // Waits for the pending blocks, then gives every free block back. Called
+  // with `lock` held; it waits (cudaEventSynchronize, and cudaFreeHost, which
+  // waits for the device) with the lock released, as the device allocator
+  // does: a copy queued behind a kernel that never ends by itself (an NCCL
+  // collective whose peer died) must not block every other thread's frees.
+  void release_cached(std::unique_lock<std::mutex>& lock) {
+    std::deque<PendingEvent> waiting;
+    waiting.swap(pending_);  // their blocks stay out of the free lists until finish_event
+    lock.unlock();
+    for (const PendingEvent& entry : waiting)
       if (cudaEventSynchronize(entry.event) != cudaSuccess) cudaGetLastError();
-      finish_event(entry);
-    }
-    pending_.clear();
+    lock.lock();
+    for (const PendingEvent& entry : waiting) finish_event(entry);
+    std::vector<void*> released;
     for (auto& [size, list] : free_) {
       for (void* ptr : list) {
-        if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
         blocks_.erase(ptr);
         ++stats_.system_frees;
         stats_.reserved_bytes -= static_cast<int64_t>(size);
+        released.push_back(ptr);
       }
       list.clear();
     }
+    lock.unlock();
+    for (void* ptr : released)
+      if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+    lock.lock();
   }
 
   // An event of `device` (the current device when called).
