@@ -46,13 +46,16 @@ const char* transport_name(Transport transport) {
 }
 
 Transport choose_transport(Device device, const std::vector<std::string>& places) {
-  if (!device.is_cuda() || places.size() <= 1) return Transport::Direct;
+  // One rank on a GPU still needs a group that takes CUDA tensors (DDP,
+  // ZeRO, FSDP and tensor parallelism issue their collectives at any size):
+  // NCCL, with a communicator of one, as PyTorch does.
+  if (!device.is_cuda()) return Transport::Direct;
   const std::set<std::string> distinct(places.begin(), places.end());
   return distinct.size() == places.size() ? Transport::Nccl : Transport::HostStaging;
 }
 
 std::shared_ptr<ProcessGroup> for_device(std::shared_ptr<ProcessGroup> group, Device device) {
-  if (!device.is_cuda() || group->size() == 1) return group;
+  if (!device.is_cuda()) return group;
   // Every rank learns every rank's place, so all of them choose alike.
   const std::string mine = this_place(device);
   Tensor own = zeros({kPlaceBytes}, {.dtype = kUInt8});

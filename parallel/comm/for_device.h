@@ -6,12 +6,13 @@
 //   if (!choice.note.empty()) std::printf("%s\n", choice.note.c_str()); // e.g. ranks share a GPU
 //   auto group = parallel::for_device(world, choice.device);           // NCCL, host staging, or world
 //
-// for_device: for CPU tensors, or a single rank, the group itself. For CUDA
-// tensors the ranks compare where they run (host name and GPU, over `group`):
-// NCCL when every rank has a GPU of its own, host staging (host_staged_group.h)
-// when some share one, which NCCL refuses. Every rank calls it (a collective
-// over `group` when there is more than one rank and the device is a GPU), and
-// all of them make the same choice. The group it returns takes over `group`.
+// for_device: for CPU tensors, the group itself. For CUDA tensors the ranks
+// compare where they run (host name and GPU, over `group`): NCCL when every
+// rank has a GPU of its own (a single rank too: the threads and MPI groups
+// move only CPU tensors), host staging (host_staged_group.h) when some share
+// one, which NCCL refuses. Every rank calls it (a collective over `group` when
+// the device is a GPU), and all of them make the same choice. The group it
+// returns takes over `group`.
 #pragma once
 
 #include <memory>

@@ -46,16 +46,22 @@ TEST(ForDevice, NcclWhenEveryRankHasItsOwnGpu) {
   EXPECT_EQ(choose_transport(gpu, {"a/cuda:0", "a/cuda:1", "b/cuda:0", "b/cuda:1"}), Transport::Nccl);
   EXPECT_EQ(choose_transport(gpu, {"a/cuda:0", "a/cuda:0"}), Transport::HostStaging);  // NCCL would refuse
   EXPECT_EQ(choose_transport(gpu, {"a/cuda:0", "b/cuda:0", "b/cuda:0"}), Transport::HostStaging);
-  EXPECT_EQ(choose_transport(gpu, {"a/cuda:0"}), Transport::Direct);
+  EXPECT_EQ(choose_transport(gpu, {"a/cuda:0"}), Transport::Nccl);  // one rank still moves CUDA tensors
   EXPECT_EQ(choose_transport(Device::cpu(), {"a/cpu", "a/cpu"}), Transport::Direct);
   EXPECT_STREQ(transport_name(Transport::HostStaging), "host staging");
 }
 
-// Over threads (one host): CPU tensors and a single rank need nothing; ranks
-// sharing cuda:0 get host staging (deciding touches no GPU).
+// Over threads (one host): CPU tensors need nothing; ranks sharing cuda:0 get
+// host staging (deciding touches no GPU). A single rank on a GPU gets NCCL:
+// its own group moves only CPU tensors, and DDP, ZeRO, FSDP and tensor
+// parallelism issue collectives at any size (without a GPU, NCCL says so).
 TEST(ForDevice, PicksTheGroupForTheDevice) {
   auto one = ThreadGroup::create(1, test_options())[0];
-  EXPECT_EQ(for_device(one, Device::cuda(0)).get(), one.get());
+  EXPECT_EQ(for_device(one, Device::cpu()).get(), one.get());
+  if (cuda_device_count() == 0)
+    EXPECT_THROW_MSG(for_device(one, Device::cuda(0)), "NcclGroup");
+  else
+    EXPECT_EQ(for_device(one, Device::cuda(0))->backend(), "nccl");
   run_rank_threads(2, [](int, const std::shared_ptr<ProcessGroup>& group) {
     EXPECT_EQ(for_device(group, Device::cpu()).get(), group.get());
     EXPECT_EQ(for_device(group, Device::cuda(0))->backend(), "threads+host-staging");

@@ -9,6 +9,7 @@
 #include "tests/parallel/collective_checks.h"
 #include "tests/parallel/ddp_checks.h"
 #include "tests/parallel/pipeline_checks.h"
+#include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/staging_checks.h"
 #include "tests/parallel/subgroup_checks.h"
 #include "tests/parallel/thread_ranks.h"
@@ -59,6 +60,31 @@ TEST(HostStaged, DdpOnCudaMatchesOneDevice) {
         [&](const std::shared_ptr<ProcessGroup>& group, std::pair<nn::ModulePtr, nn::ModulePtr>& models) {
           check_ddp_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second, c);
         });
+  }
+}
+
+// ZeRO-1/2 and FSDP with the ranks (threads) sharing cuda:0: in-place
+// collectives on views of the flat tensors, and FSDP's gathers into an alias
+// of a storage it releases between uses, staged through the host.
+TEST(HostStaged, ShardedStrategiesOnCudaMatchOneDevice) {
+  LOOM_REQUIRE_CUDA();
+  using Models = std::pair<nn::ModulePtr, nn::ModulePtr>;
+  const Device gpu = Device::cuda(0);
+  for (int world : {2, 3}) {
+    for (int stage : {1, 2})
+      run_prepared_ranks<Models>(
+          world, [&](int rank) { return sharded_models(rank, gpu); },
+          [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {
+            check_zero_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second,
+                                             {.stage = stage, .bucket_cap_bytes = 4096, .device = gpu});
+          });
+    for (FsdpCase c : {FsdpCase{.units = Units::Layers, .device = gpu},
+                       FsdpCase{.units = Units::Nested, .prefetch = false, .device = gpu}})
+      run_prepared_ranks<Models>(
+          world, [&](int rank) { return fsdp_models(rank, c.units, gpu); },
+          [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {
+            check_fsdp_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second, c);
+          });
   }
 }
 

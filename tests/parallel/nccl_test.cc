@@ -6,9 +6,11 @@
 // taking part makes the others' operations fail by the timeout, not hang.
 #include "parallel/comm/nccl_group.h"
 
+#include "parallel/comm/for_device.h"
 #include "tensor/cuda/stream.h"
 #include "tests/parallel/collective_checks.h"
 #include "tests/parallel/ddp_checks.h"
+#include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/staging_checks.h"
 #include "tests/parallel/thread_ranks.h"
 #include "tests/test_util.h"
@@ -146,6 +148,41 @@ TEST(Nccl, DdpMatchesOneDevice) {
                                           {.dtype = kFloat64, .batch_norm = true, .micro_batches = 2,
                                            .tolerance = 1e-10, .device = d});
         });
+  }
+}
+
+// ZeRO-1/2 (several buckets) and FSDP (layers as units, nested units, with
+// and without prefetch, accumulation) on GPUs against one device, each rank's
+// group from for_device as a program gets it: NCCL, a communicator of one
+// for a single rank (which once got the threads group, refusing CUDA tensors).
+// FSDP gathers through an alias of a released storage and frees each unit
+// while its kernels may still be queued: here that runs on a GPU.
+TEST(Nccl, ShardedStrategiesMatchOneDevice) {
+  REQUIRE_GPUS(1);
+  using Models = std::pair<nn::ModulePtr, nn::ModulePtr>;
+  auto nccl_for = [](const std::shared_ptr<ProcessGroup>& bootstrap) {
+    std::shared_ptr<ProcessGroup> group = for_device(bootstrap, Device::cuda(bootstrap->rank()));
+    EXPECT_EQ(group->backend(), "nccl");
+    return group;
+  };
+  for (int world = 1; world <= std::min(cuda_device_count(), 3); ++world) {
+    for (int stage : {1, 2})
+      run_prepared_ranks<Models>(
+          world, [](int rank) { return sharded_models(rank, Device::cuda(rank)); },
+          [&](const std::shared_ptr<ProcessGroup>& bootstrap, Models& models) {
+            check_zero_matches_single_device(nccl_for(bootstrap), models.first, models.second,
+                                             {.stage = stage, .bucket_cap_bytes = 4096,
+                                              .device = Device::cuda(bootstrap->rank())});
+          });
+    for (FsdpCase c : {FsdpCase{.units = Units::Layers}, FsdpCase{.units = Units::Nested, .prefetch = false},
+                       FsdpCase{.units = Units::Whole, .micro_batches = 2}})
+      run_prepared_ranks<Models>(
+          world, [&](int rank) { return fsdp_models(rank, c.units, Device::cuda(rank)); },
+          [&](const std::shared_ptr<ProcessGroup>& bootstrap, Models& models) {
+            FsdpCase mine = c;
+            mine.device = Device::cuda(bootstrap->rank());
+            check_fsdp_matches_single_device(nccl_for(bootstrap), models.first, models.second, mine);
+          });
   }
 }
 

@@ -28,14 +28,17 @@ struct ShardCase {
   int64_t bucket_cap_bytes = int64_t{25} << 20;
   int micro_batches = 1;  // stage 1: > 1 accumulates gradients over several backwards
   double tolerance = 1e-10;
+  Device device = Device::cpu();  // of both models and the batches
 };
 
-// The single-device reference and this rank's model (float64); ranks other
-// than 0 start scrambled, as the strategy must start every rank from rank
-// 0's parameters. Call before the ranks' threads start (it seeds the global
-// generator).
-inline std::pair<nn::ModulePtr, nn::ModulePtr> reference_and_local(nn::ModulePtr net, int rank) {
+// The single-device reference and this rank's model (float64, both on
+// `device`); ranks other than 0 start scrambled, as the strategy must start
+// every rank from rank 0's parameters. Call before the ranks' threads start
+// (it seeds the global generator).
+inline std::pair<nn::ModulePtr, nn::ModulePtr> reference_and_local(nn::ModulePtr net, int rank,
+                                                                   Device device = Device::cpu()) {
   net->to(kFloat64);
+  net->to(device);
   nn::ModulePtr local = net->clone();
   if (rank > 0) {
     NoGradGuard no_grad;
@@ -44,9 +47,9 @@ inline std::pair<nn::ModulePtr, nn::ModulePtr> reference_and_local(nn::ModulePtr
   return {net, local};
 }
 
-inline std::pair<nn::ModulePtr, nn::ModulePtr> sharded_models(int rank) {
+inline std::pair<nn::ModulePtr, nn::ModulePtr> sharded_models(int rank, Device device = Device::cpu()) {
   manual_seed(11);
-  return reference_and_local(make_net(/*batch_norm=*/false), rank);
+  return reference_and_local(make_net(/*batch_norm=*/false), rank, device);
 }
 
 inline std::unique_ptr<optim::Optimizer> make_adamw(TensorList params) {
@@ -73,8 +76,8 @@ inline void check_zero_matches_single_device(const std::shared_ptr<ProcessGroup>
     opt_reference->zero_grad();
     opt.zero_grad();
     for (int m = 0; m < c.micro_batches; ++m) {
-      Tensor x = randn({batch, 2, 6, 6}, {.dtype = kFloat64}, &gen);
-      Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen);
+      Tensor x = randn({batch, 2, 6, 6}, {.dtype = kFloat64}, &gen).to(c.device);
+      Tensor y = randint(0, 3, {batch}, {.dtype = kInt64}, &gen).to(c.device);
       (F::cross_entropy(reference->forward(x), y) / c.micro_batches).backward();
       Tensor mine = local->forward(x.narrow(0, rank * share, share));
       (F::cross_entropy(mine, y.narrow(0, rank * share, share)) / c.micro_batches).backward();
@@ -145,6 +148,7 @@ struct FsdpCase {
   int micro_batches = 1;  // > 1: gradients accumulate over several backwards
   int steps = 4;
   double tolerance = 1e-10;
+  Device device = Device::cpu();  // of both models and the batches
 };
 
 // make_net's layers regrouped into blocks: Sequential(Sequential(conv, relu),
@@ -177,10 +181,10 @@ inline FsdpOptions fsdp_options(const FsdpCase& c) {
 }
 
 // The reference (single device) and this rank's model, as sharded_models.
-inline std::pair<nn::ModulePtr, nn::ModulePtr> fsdp_models(int rank, Units units) {
+inline std::pair<nn::ModulePtr, nn::ModulePtr> fsdp_models(int rank, Units units, Device device = Device::cpu()) {
   manual_seed(11);
   return reference_and_local(units == Units::Nested ? nn::ModulePtr(make_nested_net()) : nn::ModulePtr(make_net(false)),
-                             rank);
+                             rank, device);
 }
 
 // The largest relative difference between a full state and a model's parameters, by name.
@@ -206,10 +210,10 @@ struct FsdpTraining {
 };
 
 // Batch `step` of the stream, the same on every rank: micro-batch m's inputs and targets.
-inline std::pair<Tensor, Tensor> stream_batch(int step, int m) {
+inline std::pair<Tensor, Tensor> stream_batch(int step, int m, Device device = Device::cpu()) {
   Generator gen(1000 + 100 * step + m);
   Tensor x = randn({12, 2, 6, 6}, {.dtype = kFloat64}, &gen);
-  return {x, randint(0, 3, {12}, {.dtype = kInt64}, &gen)};
+  return {x.to(device), randint(0, 3, {12}, {.dtype = kInt64}, &gen).to(device)};
 }
 
 inline void train_reference_steps(nn::Module& reference, optim::Optimizer& opt, int first_step, int steps,
@@ -218,7 +222,7 @@ inline void train_reference_steps(nn::Module& reference, optim::Optimizer& opt, 
   for (int step = first_step; step < first_step + steps; ++step) {
     opt.zero_grad();
     for (int m = 0; m < c.micro_batches; ++m) {
-      auto [x, y] = stream_batch(step, m);
+      auto [x, y] = stream_batch(step, m, c.device);
       (F::cross_entropy(reference.forward(x), y) / c.micro_batches).backward();
     }
     opt.step();
@@ -234,7 +238,7 @@ inline void train_steps(FsdpTraining& t, ProcessGroup& group, int first_step, in
     if (t.reference) train_reference_steps(*t.reference, *t.opt_reference, step, 1, c);
     t.opt->zero_grad();
     for (int m = 0; m < c.micro_batches; ++m) {
-      auto [x, y] = stream_batch(step, m);
+      auto [x, y] = stream_batch(step, m, c.device);
       Tensor mine = t.fsdp->forward(x.narrow(0, rank * share, share));
       (F::cross_entropy(mine, y.narrow(0, rank * share, share)) / c.micro_batches).backward();
     }
@@ -271,7 +275,7 @@ inline void check_fsdp_matches_single_device(const std::shared_ptr<ProcessGroup>
   // Eval-mode forward without gradients gathers and frees as well, and gives the reference's outputs.
   {
     NoGradGuard no_grad;
-    Tensor x = randn({3, 2, 6, 6}, {.dtype = kFloat64});
+    Tensor x = randn({3, 2, 6, 6}, {.dtype = kFloat64}).to(c.device);
     EXPECT_LT(loom::testing::max_rel_error(t.fsdp->forward(x), reference->forward(x)), c.tolerance);
     for (const auto& unit : t.fsdp->units()) EXPECT_FALSE(unit->gathered());
   }
