@@ -4,6 +4,7 @@
 
 #include "nn/init.h"
 #include "parallel/tensor_parallel/conjugates.h"
+#include "tensor/autocast.h"
 #include "tensor/error.h"
 
 namespace loom::parallel {
@@ -131,6 +132,8 @@ void VocabParallelEmbeddingImpl::load_from(const nn::EmbeddingImpl& full) {
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     const std::shared_ptr<ProcessGroup>& group) {
+  // As cross_entropy under autocast: float32, not 16-bit exponentials and target logits.
+  if (autocast_wants_float32({logits})) return vocab_parallel_cross_entropy(autocast_to_float32(logits), targets, group);
   const int64_t local = logits.size(-1), first = group->rank() * local, last_dim = logits.dim() - 1;
   // The row maximum over the whole vocabulary: a constant shift, no gradient.
   Tensor max;

@@ -93,7 +93,8 @@ LOOM_MODULE(VocabParallelEmbedding);
 // Mean cross-entropy of logits split along the vocabulary (this rank's
 // (..., V/N) slice, from a ColumnParallelLinear without gather) against
 // targets (...,) over the whole vocabulary. Only scalars per position cross
-// ranks: the row maximum, the sum of exponentials, the target's logit.
+// ranks: the row maximum, the sum of exponentials, the target's logit. Under
+// autocast it runs in float32, as cross_entropy does.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     const std::shared_ptr<ProcessGroup>& group);
 

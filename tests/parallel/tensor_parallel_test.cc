@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/tensor_parallel/conjugates.h"
+#include "tensor/autocast.h"
 #include "tests/parallel/tensor_parallel_checks.h"
 #include "tests/parallel/thread_ranks.h"
 
@@ -47,6 +48,31 @@ TEST(VocabParallelCrossEntropy, EqualsTheFullLoss) {
     loss.backward();
     EXPECT_LT(max_rel_error(mine.grad(), whole.grad().narrow(2, rank * 3, 3)), 1e-12);
   });
+}
+
+// Under autocast the loss runs in float32 as cross_entropy does (16-bit
+// logits cast up first): the same loss as cross_entropy on the whole 16-bit
+// logits to float32's accuracy, not 16-bit exponentials and target logits.
+TEST(VocabParallelCrossEntropy, RunsInFloat32UnderAutocast) {
+  for (DType low : {kBFloat16, kFloat16}) {
+    manual_seed(8);
+    const Tensor logits = (randn({4, 5, 12}) * 4).to(low), targets = randint(0, 12, {4, 5}, {.dtype = kInt64});
+    AutocastGuard autocast(low);
+    Tensor whole = logits.detach().requires_grad_();
+    Tensor expected = nn::functional::cross_entropy(whole.reshape({-1, 12}), targets.reshape({-1}));
+    expected.backward();
+    testing::run_rank_threads(2, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+      AutocastGuard in_this_thread(low);  // autocast is per thread
+      Tensor mine = logits.narrow(2, rank * 6, 6).contiguous().requires_grad_();
+      Tensor loss = vocab_parallel_cross_entropy(mine, targets, group);
+      EXPECT_EQ(loss.dtype(), kFloat32);
+      EXPECT_NEAR(loss.item(), expected.item(), 1e-6 * std::abs(expected.item())) << low;
+      loss.backward();
+      EXPECT_EQ(mine.grad().dtype(), low);
+      // The float32 gradients differ in their last bits; rounded to 16 bits, by one unit at most.
+      EXPECT_LT(max_rel_error(mine.grad(), whole.grad().narrow(2, rank * 6, 6)), low == kBFloat16 ? 1e-2 : 1e-3) << low;
+    });
+  }
 }
 
 class TensorParallelGpt : public ::testing::TestWithParam<int> {};
