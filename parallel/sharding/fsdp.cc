@@ -215,6 +215,11 @@ Tensor FullyShardedDataParallelImpl::forward(const Tensor& x) {
   return runtime_->after_forward(0, module_->forward(x));
 }
 
+void FullyShardedDataParallelImpl::train(bool on) {
+  Module::train(on);
+  module_->train(on);
+}
+
 const std::vector<std::shared_ptr<FsdpUnit>>& FullyShardedDataParallelImpl::units() const { return runtime_->units; }
 
 int64_t FullyShardedDataParallelImpl::numel() const {

@@ -69,6 +69,9 @@ class FullyShardedDataParallelImpl : public nn::Module {
   FullyShardedDataParallelImpl(nn::ModulePtr module, std::shared_ptr<ProcessGroup> group, FsdpOptions options = {});
 
   Tensor forward(const Tensor& x) override;
+  // Reaches the wrapped model, which is not a registered child (parameters()
+  // are the shards): eval() turns its Dropout and BatchNorm to evaluation.
+  void train(bool on = true) override;
 
   const nn::ModulePtr& module() const { return module_; }
   ProcessGroup& process_group() const { return *group_; }

@@ -276,6 +276,26 @@ TEST(Fsdp, RejectsUnitsItCannotWrap) {
   });
 }
 
+// eval() and train() reach the wrapped model, whose Dropout then stops
+// dropping: its outputs are the unwrapped model's in eval mode.
+TEST(Fsdp, EvalReachesTheWrappedModel) {
+  testing::run_rank_threads(1, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    manual_seed(4);
+    nn::Sequential net(nn::Linear(4, 8), nn::Dropout(0.5), nn::Linear(8, 2));
+    nn::ModulePtr reference = net->clone();
+    reference->eval();
+    FullyShardedDataParallel fsdp(net, group, {.wrap = wrap_type<nn::LinearImpl>()});
+    fsdp->eval();
+    EXPECT_FALSE(net->is_training());
+    EXPECT_FALSE((*net)[1]->is_training()) << "the Dropout";
+    NoGradGuard no_grad;
+    Tensor x = randn({5, 4});
+    EXPECT_LT(loom::testing::max_rel_error(fsdp->forward(x), reference->forward(x)), 1e-6);
+    fsdp->train();
+    EXPECT_TRUE((*net)[1]->is_training());
+  });
+}
+
 TEST(Zero, RejectsBadOptions) {
   testing::run_rank_threads(1, [](int, const std::shared_ptr<ProcessGroup>& group) {
     nn::Linear net(2, 2);
