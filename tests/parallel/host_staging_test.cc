@@ -11,6 +11,7 @@
 #include "tests/parallel/pipeline_checks.h"
 #include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/staging_checks.h"
+#include "tests/parallel/tensor_parallel_checks.h"
 #include "tests/parallel/subgroup_checks.h"
 #include "tests/parallel/thread_ranks.h"
 #include "tests/test_util.h"
@@ -86,6 +87,16 @@ TEST(HostStaged, ShardedStrategiesOnCudaMatchOneDevice) {
             check_fsdp_matches_single_device(HostStagedGroup::wrap(group), models.first, models.second, c);
           });
   }
+}
+
+// The tensor-parallel GPT over two ranks (threads) sharing cuda:0.
+TEST(HostStaged, TensorParallelGptOnCudaMatchesOneDevice) {
+  LOOM_REQUIRE_CUDA();
+  run_prepared_ranks<models::GPT>(
+      2, [](int) { return full_gpt(Device::cuda(0)); },
+      [](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
+        check_tp_gpt_matches_single_device(HostStagedGroup::wrap(group), full);
+      });
 }
 
 // A pipeline over two ranks (threads) whose stages share the GPU.

@@ -12,6 +12,7 @@
 #include "tests/parallel/ddp_checks.h"
 #include "tests/parallel/sharding_checks.h"
 #include "tests/parallel/staging_checks.h"
+#include "tests/parallel/tensor_parallel_checks.h"
 #include "tests/parallel/thread_ranks.h"
 #include "tests/test_util.h"
 
@@ -183,6 +184,20 @@ TEST(Nccl, ShardedStrategiesMatchOneDevice) {
             mine.device = Device::cuda(bootstrap->rank());
             check_fsdp_matches_single_device(nccl_for(bootstrap), models.first, models.second, mine);
           });
+  }
+}
+
+// The tensor-parallel GPT on 1, 2 or 4 GPUs (its 4 heads split) against the
+// full GPT on each rank's GPU: logits, loss, clipped norm, AdamW steps, sampling.
+TEST(Nccl, TensorParallelGptMatchesOneDevice) {
+  REQUIRE_GPUS(1);
+  for (int world : {1, 2, 4}) {
+    if (world > cuda_device_count()) break;
+    run_prepared_ranks<models::GPT>(
+        world, [](int rank) { return full_gpt(Device::cuda(rank)); },
+        [](const std::shared_ptr<ProcessGroup>& bootstrap, models::GPT& full) {
+          check_tp_gpt_matches_single_device(for_device(bootstrap, Device::cuda(bootstrap->rank())), full);
+        });
   }
 }
 

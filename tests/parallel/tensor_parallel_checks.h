@@ -18,19 +18,21 @@ inline models::GPTConfig tp_config() {
   return {.vocab_size = 16, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16, .dropout = 0};
 }
 
-// The full GPT, the same on every rank. Seeds the global generator: call it
-// before the ranks' threads start.
-inline models::GPT full_gpt() {
+// The full GPT on `device`, the same on every rank. Seeds the global
+// generator: call it before the ranks' threads start.
+inline models::GPT full_gpt(Device device = Device::cpu()) {
   manual_seed(17);
   models::GPT full(tp_config());
   full->to(kFloat64);
+  full->to(device);
   return full;
 }
 
-// This rank's slices of `full`.
+// This rank's slices of `full`, on full's device.
 inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shared_ptr<ProcessGroup>& group) {
   models::TensorParallelGPT tp(tp_config(), group);
   tp->to(kFloat64);
+  tp->to(full->head->weight.device());
   tp->load_from(*full);
   return tp;
 }
@@ -40,9 +42,7 @@ inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shar
 // is checked on its own by the forward comparison).
 inline double max_slice_difference(const models::GPT& full, const models::TensorParallelGPT& tp,
                                    const std::shared_ptr<ProcessGroup>& group) {
-  models::TensorParallelGPT expected(tp_config(), group);
-  expected->to(kFloat64);
-  expected->load_from(*full);
+  models::TensorParallelGPT expected = tp_gpt(full, group);
   double worst = 0;
   const TensorList a = tp->parameters(), b = expected->parameters();
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
@@ -53,8 +53,10 @@ inline double max_slice_difference(const models::GPT& full, const models::Tensor
 // steps with gradient clipping, each compared with the unsharded GPT.
 inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, models::GPT full) {
   models::TensorParallelGPT tp = tp_gpt(full, group);
+  const Device device = full->head->weight.device();
   Generator gen(5);  // the same batch on every rank: tensor parallelism splits the model, not the data
-  Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen), targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen).to(device),
+         targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen).to(device);
   {
     NoGradGuard no_grad;
     EXPECT_LT(loom::testing::max_rel_error(tp->full_logits(idx), full->forward(idx)), 1e-12);
@@ -79,7 +81,7 @@ inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
   }
   // Generation gathers the logits: every rank samples the same tokens as the full model.
   Generator g1(3), g2(3);
-  Tensor start = zeros({1, 1}, {.dtype = kInt64});
+  Tensor start = zeros({1, 1}, {.dtype = kInt64, .device = device});
   EXPECT_EQ(tp->generate(start, 5, 1.0, &g1).to_vector<int64_t>(), full->generate(start, 5, 1.0, &g2).to_vector<int64_t>());
 }
 
