@@ -26,11 +26,11 @@
 #include "tensor/cuda/launch.h"
 #include "tensor/cuda/loops.cuh"
 #include "tensor/cuda/row_reduce.cuh"
+#include "tensor/cuda/softmax_layout.h"
 
 namespace loom::cuda {
 namespace {
 
-constexpr int kRowBlock = 512;  // threads of the block-per-row kernels
 constexpr int kWarpRowsBlock = 128;
 
 // Loads row elements into v[ELEMS]: element j*GROUP + lane, or with `vec`,
@@ -249,50 +249,6 @@ RowShape row_shape(const Tensor& t, int dim) {
   if (t.dim() > 0) s.size = t.size(dim);
   for (int d = dim + 1; d < t.dim(); ++d) s.inner *= t.size(d);
   return s;
-}
-
-constexpr int kMaxWarpRow = 32 * 32;  // elements a warp keeps in registers
-// Elements a block keeps in registers: 32 per thread forward; the backward
-// holds two arrays, and 2 x 32 doubles would spill, so it stops at 16.
-constexpr int kMaxBlockRow = kRowBlock * 32;
-constexpr int kMaxBlockRowBackward = kRowBlock * 16;
-
-// Calls launch(GROUP, ELEMS) with the register layout for rows of `size`
-// (at most kMaxBlockRow).
-template <typename Launch>
-void with_row_config(int64_t size, Launch&& launch) {
-  using std::integral_constant;
-  if (size <= kMaxWarpRow) {
-    const int64_t per_lane = ceil_div(size, 32);
-    if (per_lane <= 1) return launch(integral_constant<int, 32>(), integral_constant<int, 1>());
-    if (per_lane <= 2) return launch(integral_constant<int, 32>(), integral_constant<int, 2>());
-    if (per_lane <= 4) return launch(integral_constant<int, 32>(), integral_constant<int, 4>());
-    if (per_lane <= 8) return launch(integral_constant<int, 32>(), integral_constant<int, 8>());
-    if (per_lane <= 16) return launch(integral_constant<int, 32>(), integral_constant<int, 16>());
-    return launch(integral_constant<int, 32>(), integral_constant<int, 32>());
-  }
-  const int64_t per_thread = ceil_div(size, kRowBlock);
-  if (per_thread <= 4) return launch(integral_constant<int, kRowBlock>(), integral_constant<int, 4>());
-  if (per_thread <= 8) return launch(integral_constant<int, kRowBlock>(), integral_constant<int, 8>());
-  if (per_thread <= 16) return launch(integral_constant<int, kRowBlock>(), integral_constant<int, 16>());
-  return launch(integral_constant<int, kRowBlock>(), integral_constant<int, 32>());
-}
-
-// The same, for rows of at most kMaxBlockRowBackward: no layout holds 32 per
-// thread, so rows of 513..1024, a warp's 32 per lane forward, go to a block.
-template <typename Launch>
-void with_backward_row_config(int64_t size, Launch&& launch) {
-  bool launched = false;
-  with_row_config(size, [&](auto group, auto elems) {
-    if constexpr (decltype(elems)::value <= 16) {
-      launch(group, elems);
-      launched = true;
-    } else if constexpr (decltype(group)::value == 32) {
-      launch(std::integral_constant<int, kRowBlock>(), std::integral_constant<int, 4>());
-      launched = true;
-    }
-  });
-  LOOM_INTERNAL_ASSERT(launched, "softmax backward: no kernel for rows of ", size);
 }
 
 // Whether rows of `size` starting at each pointer can be moved 4 elements at a time.
