@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LOOM_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define LOOM_HOST_DEVICE inline
-#endif
+#include "tensor/host_device.h"
 
 namespace loom::philox {
 

@@ -8,7 +8,8 @@
 //   launch_elementwise<1, float, float>(out, {&x}, Scale{2.f});   // out = 2 x
 //
 // Dims that are contiguous for every operand are merged and size-1 dims
-// dropped (as the CPU's loops.h does), so most calls end up one-dimensional.
+// dropped (merge_dims, which the CPU's loops.h runs too), so most calls end
+// up one-dimensional.
 // Then there are two kernels:
 //  - contiguous: every operand is dense or a broadcast scalar (stride 0 in
 //    the one dim left). Threads move 4 elements per access (16-byte float4
@@ -22,72 +23,10 @@
 #include <cstdint>
 
 #include "tensor/cuda/launch.h"
+#include "tensor/merged_layout.h"
 #include "tensor/tensor.h"
 
 namespace loom::cuda {
-
-// Operand k's byte strides over `dims` merged dims, innermost first.
-template <int N>
-struct StridedLayout {
-  int dims = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[kMaxDims][N] = {};
-  char* base[N] = {};
-};
-
-template <int N>
-StridedLayout<N> make_strided_layout(const std::array<const Tensor*, N>& operands, const Shape& shape) {
-  StridedLayout<N> layout;
-  for (int k = 0; k < N; ++k) layout.base[k] = static_cast<char*>(operands[k]->raw_data());
-  for (int d = shape.size() - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    int64_t stride[N];
-    for (int k = 0; k < N; ++k)
-      stride[k] = operands[k]->stride(d) * static_cast<int64_t>(operands[k]->element_size());
-    // Merge into the dim inside this one when every operand steps exactly over it.
-    bool merge = layout.dims > 0;
-    for (int k = 0; k < N && merge; ++k)
-      merge = stride[k] == layout.strides[layout.dims - 1][k] * layout.sizes[layout.dims - 1];
-    if (merge) {
-      layout.sizes[layout.dims - 1] *= shape[d];
-    } else {
-      for (int k = 0; k < N; ++k) layout.strides[layout.dims][k] = stride[k];
-      layout.sizes[layout.dims++] = shape[d];
-    }
-  }
-  return layout;
-}
-
-// q = n / d, r = n % d, in 32-bit arithmetic when both fit (much cheaper on
-// the GPU than 64-bit division).
-__device__ __forceinline__ void divmod(uint64_t n, uint64_t d, uint64_t& q, uint64_t& r) {
-  if (((n | d) >> 32) == 0) {
-    const uint32_t q32 = static_cast<uint32_t>(n) / static_cast<uint32_t>(d);
-    q = q32;
-    r = static_cast<uint32_t>(n) - q32 * static_cast<uint32_t>(d);
-  } else {
-    q = n / d;
-    r = n - q * d;
-  }
-}
-
-// Byte offsets of element `linear` (row-major over the layout) in each operand.
-template <int N>
-__device__ __forceinline__ void element_offsets(const StridedLayout<N>& layout, int64_t linear,
-                                                int64_t (&offset)[N]) {
-#pragma unroll
-  for (int k = 0; k < N; ++k) offset[k] = 0;
-  uint64_t rest = static_cast<uint64_t>(linear);
-#pragma unroll
-  for (int d = 0; d < kMaxDims; ++d) {
-    if (d == layout.dims) break;
-    uint64_t q, r;
-    divmod(rest, static_cast<uint64_t>(layout.sizes[d]), q, r);
-    rest = q;
-#pragma unroll
-    for (int k = 0; k < N; ++k) offset[k] += static_cast<int64_t>(r) * layout.strides[d][k];
-  }
-}
 
 template <int N>
 struct ContiguousArgs {
@@ -179,7 +118,7 @@ __global__ void elementwise_contiguous(ContiguousArgs<NIN + 1> args, int64_t n, 
 }
 
 template <typename F, int NIN, typename Out, typename A, typename B, typename C>
-__global__ void elementwise_strided(StridedLayout<NIN + 1> layout, int64_t n, F f) {
+__global__ void elementwise_strided(MergedLayout<NIN + 1> layout, int64_t n, F f) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads) {
     int64_t offset[NIN + 1];
@@ -206,7 +145,7 @@ void launch_elementwise(const Tensor& out, const std::array<const Tensor*, NIN>&
   std::array<const Tensor*, N> operands{};
   operands[0] = &out;
   for (int k = 0; k < NIN; ++k) operands[k + 1] = inputs[k];
-  const StridedLayout<N> layout = make_strided_layout<N>(operands, out.shape());
+  const MergedLayout<N> layout = merge_dims<N>(operands, out.shape());
   const int64_t element[4] = {sizeof(Out), sizeof(A), sizeof(B), sizeof(C)};
 
   // Contiguous when one dim (or none) is left, out is dense and each input

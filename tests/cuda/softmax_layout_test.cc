@@ -35,8 +35,9 @@ TEST(SoftmaxLayout, EveryForwardRowFitsTheSmallestLayoutThatHoldsIt) {
     ASSERT_GE(layout.holds(), size) << "rows of " << size;
     ASSERT_EQ(layout.group, size <= kMaxWarpRow ? 32 : kRowBlock) << "rows of " << size;
     // Half the elements per thread would not hold it (the layouts double).
-    if (layout.elems > (layout.group == 32 ? 1 : 4))
+    if (layout.elems > (layout.group == 32 ? 1 : 4)) {
       ASSERT_LT(int64_t{layout.group} * (layout.elems / 2), size) << "rows of " << size;
+    }
   }
 }
 
