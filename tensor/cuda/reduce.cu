@@ -30,6 +30,7 @@
 #include "tensor/cuda/device_math.cuh"
 #include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
+#include "tensor/cuda/reduce_plan.h"
 
 namespace loom::cuda {
 namespace {
@@ -150,90 +151,6 @@ __device__ __forceinline__ typename Op::Acc group_reduce(typename Op::Acc v) {
     }
     return v;
   }
-}
-
-// ---- the plan: kept and reduced dims, innermost first ----
-
-struct ReducePlan {
-  int kept_dims = 0;
-  int64_t kept_sizes[kMaxDims] = {};
-  int64_t kept_in_strides[kMaxDims] = {};
-  int64_t kept_out_strides[kMaxDims] = {};
-  int reduced_dims = 0;
-  int64_t reduced_sizes[kMaxDims] = {};
-  int64_t reduced_strides[kMaxDims] = {};
-  int64_t outputs = 1;
-  int64_t reduced = 1;
-};
-
-// `reduced_dim(d)` says which of a's dims are reduced; size-1 dims are dropped.
-template <typename IsReduced>
-ReducePlan make_plan(const Tensor& a, const Tensor& out, IsReduced reduced_dim, bool may_merge_reduced) {
-  ReducePlan plan;
-  std::vector<std::pair<int64_t, int64_t>> reduced;  // (stride, size)
-  for (int d = a.dim() - 1; d >= 0; --d) {
-    const int64_t size = a.size(d);
-    if (size == 1) continue;
-    if (reduced_dim(d)) {
-      reduced.emplace_back(a.stride(d), size);
-      plan.reduced *= size;
-      continue;
-    }
-    plan.outputs *= size;
-    const int k = plan.kept_dims;
-    if (k > 0 && a.stride(d) == plan.kept_in_strides[k - 1] * plan.kept_sizes[k - 1] &&
-        out.stride(d) == plan.kept_out_strides[k - 1] * plan.kept_sizes[k - 1]) {
-      plan.kept_sizes[k - 1] *= size;
-    } else {
-      plan.kept_sizes[k] = size;
-      plan.kept_in_strides[k] = a.stride(d);
-      plan.kept_out_strides[k] = out.stride(d);
-      ++plan.kept_dims;
-    }
-  }
-  // A sum does not care in which order it meets its elements: walk the
-  // smallest stride fastest, merging dims that continue each other.
-  if (may_merge_reduced)
-    std::sort(reduced.begin(), reduced.end(), [](const auto& x, const auto& y) {
-      return std::abs(x.first) < std::abs(y.first);
-    });
-  for (const auto& [stride, size] : reduced) {
-    const int k = plan.reduced_dims;
-    if (may_merge_reduced && k > 0 && stride == plan.reduced_strides[k - 1] * plan.reduced_sizes[k - 1]) {
-      plan.reduced_sizes[k - 1] *= size;
-    } else {
-      plan.reduced_sizes[k] = size;
-      plan.reduced_strides[k] = stride;
-      ++plan.reduced_dims;
-    }
-  }
-  return plan;
-}
-
-__device__ __forceinline__ void kept_offsets(const ReducePlan& plan, int64_t output, int64_t& in_offset,
-                                             int64_t& out_offset) {
-  in_offset = 0;
-  out_offset = 0;
-#pragma unroll
-  for (int d = 0; d < kMaxDims; ++d) {
-    if (d == plan.kept_dims) break;
-    const int64_t i = output % plan.kept_sizes[d];
-    output /= plan.kept_sizes[d];
-    in_offset += i * plan.kept_in_strides[d];
-    out_offset += i * plan.kept_out_strides[d];
-  }
-}
-
-__device__ __forceinline__ int64_t reduced_offset(const ReducePlan& plan, int64_t r) {
-  if (plan.reduced_dims == 1) return r * plan.reduced_strides[0];
-  int64_t offset = 0;
-#pragma unroll
-  for (int d = 0; d < kMaxDims; ++d) {
-    if (d == plan.reduced_dims) break;
-    offset += (r % plan.reduced_sizes[d]) * plan.reduced_strides[d];
-    r /= plan.reduced_sizes[d];
-  }
-  return offset;
 }
 
 // ---- kernels ----
