@@ -6,9 +6,10 @@
 //   loss(y).backward();   // the block runs forward again here, then its backward
 //
 // Forward runs `fn` without recording a graph and remembers the inputs and
-// the default generator's state. Backward replays `fn` from the same inputs
-// with the same random numbers (so Dropout drops the same elements), under
-// grad mode, and backpropagates the arriving gradients through the new
+// the random draws `fn` made (tensor/generator.h). Backward replays `fn` from
+// the same inputs with the same random numbers (so Dropout drops the same
+// elements, also when other threads drew from the generator in between, as
+// DataParallel replicas do), under grad mode, and backpropagates the arriving gradients through the new
 // graph: the parameters inside `fn` get their gradients then, and the inputs
 // theirs through this node. The nested backward hands its callbacks to the
 // outer one (engine.h), so DDP and FSDP hooks inside `fn` finish once.
