@@ -129,6 +129,18 @@ TEST(CudaAutograd, AGradientLeftOnTheCpuByAMovedLeafIsAnError) {
   EXPECT_NEAR(sum(layer->weight.grad()).item(), 2 * 4 * 3, 1e-5);
 }
 
+// BatchNorm with its module left on the CPU and the input on the GPU: an
+// error naming both, before the running statistics change (they were
+// scaled by 1 - momentum in place, then the update's add threw).
+TEST(CudaAutograd, BatchNormOnAnotherDeviceThanItsInputIsAnErrorThatChangesNothing) {
+  LOOM_REQUIRE_CUDA();
+  nn::BatchNorm2d bn(3);
+  bn->running_mean.fill_(1.0);
+  EXPECT_THROW_MSG(bn->forward(gpu(testing::random({2, 3, 4, 4}, kFloat32, 1))),
+                   "batch_norm: the input is on cuda:0 but a per-channel tensor");
+  testing::expect_values(bn->running_mean, {1, 1, 1});
+}
+
 // Checkpointed Dropout on the GPU draws the forward's numbers in the replay
 // (the (seed, offset) pairs are kernel arguments, so streams do not matter),
 // also while other threads, each on a stream of its own, draw meanwhile.
