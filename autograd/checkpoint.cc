@@ -22,20 +22,13 @@ class GradModeGuard {
   bool previous_;
 };
 
-// Runs `fn` with the default generator set to `state`, then puts the
-// generator back where it was: the replay draws the forward's numbers and
-// leaves the stream of later ones untouched. It runs under the forward's
-// autocast, so it computes in the forward's dtypes.
-TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const GeneratorState& state,
+// Runs `fn` drawing the forward's random numbers (`draws`, recorded on the
+// forward's thread) and advancing no generator, so the stream of later
+// numbers is untouched, also for other threads drawing meanwhile. It runs
+// under the forward's autocast, so it computes in the forward's dtypes.
+TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const std::vector<Draw>& draws,
                   std::optional<DType> autocast) {
-  Generator& generator = default_generator();
-  const GeneratorState now = generator.state();
-  generator.set_state(state);
-  struct Restore {
-    Generator& g;
-    GeneratorState s;
-    ~Restore() { g.set_state(s); }
-  } restore{generator, now};
+  DrawReplay forward_numbers(draws);
   GradModeGuard grad_on(true);
   AutocastGuard as_in_forward(autocast);  // backward turned it off
   return fn(inputs);
@@ -45,11 +38,12 @@ TensorList replay(const CheckpointFn& fn, const TensorList& inputs, const Genera
 
 TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs) {
   if (!grad_enabled()) return fn(inputs);
-  const GeneratorState rng = default_generator().state();
   const std::optional<DType> autocast = autocast_dtype();
   TensorList outputs;
+  std::vector<Draw> draws;
   {
     NoGradGuard no_grad;
+    DrawRecording record(draws);
     outputs = fn(inputs);
   }
   std::vector<SavedTensor> saved;
@@ -66,14 +60,14 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs) {
                " tensor; outputs of a checkpointed segment carry gradients, so they are floating-point");
     results.push_back(t.detach());  // a handle of its own: record() makes it the node's output
   }
-  record("CheckpointBackward", inputs, results, [fn, saved, wants_grad, rng, autocast](const TensorList& grads) {
+  record("CheckpointBackward", inputs, results, [fn, saved, wants_grad, draws, autocast](const TensorList& grads) {
     TensorList replay_inputs;
     for (size_t i = 0; i < saved.size(); ++i) {
       Tensor t = saved[i].get().detach();
       if (wants_grad[i]) t.requires_grad_();
       replay_inputs.push_back(t);
     }
-    const TensorList recomputed = replay(fn, replay_inputs, rng, autocast);
+    const TensorList recomputed = replay(fn, replay_inputs, draws, autocast);
     LOOM_CHECK(recomputed.size() == grads.size(), "checkpoint: the replay returned ", recomputed.size(),
                " tensors, the forward ", grads.size(), "; the function must compute the same thing twice");
     TensorList roots, root_grads;

@@ -6,16 +6,19 @@
 //   loss(y).backward();   // the block runs forward again here, then its backward
 //
 // Forward runs `fn` without recording a graph and remembers the inputs and
-// the default generator's state. Backward replays `fn` from the same inputs
-// with the same random numbers (so Dropout drops the same elements), under
-// grad mode, and backpropagates the arriving gradients through the new
-// graph: the parameters inside `fn` get their gradients then, and the inputs
-// theirs through this node. The nested backward hands its callbacks to the
+// the random draws `fn` made on this thread (tensor/generator.h). Backward
+// replays `fn` from the same inputs with the same random numbers (so Dropout
+// drops the same elements, also when other threads drew from the generator
+// in between, as DataParallel replicas do), under grad mode, and
+// backpropagates the arriving gradients through the new graph: the
+// parameters inside `fn` get their gradients then, and the inputs theirs
+// through this node. The nested backward hands its callbacks to the
 // outer one (engine.h), so DDP and FSDP hooks inside `fn` finish once.
 //
 // `fn` must compute the same thing both times: same modules, same mode, no
 // side effects that matter (BatchNorm's running statistics are updated twice,
-// as in PyTorch). An input modified in place before backward is an error. The
+// as in PyTorch), and no random draws on threads it starts (a DataParallel
+// inside `fn`: those are not recorded, so the replay draws new ones). An input modified in place before backward is an error. The
 // outputs require grad whenever grad mode is on, since the parameters `fn`
 // uses may need gradients even when its inputs do not.
 #pragma once

@@ -2,6 +2,13 @@
 //
 //   autograd::backward({loss});                       // what loss.backward() does
 //   TensorList g = autograd::grad({y}, {x}, {dy});    // dy/dx without touching x.grad()
+//
+// On a GPU every node's backward runs on the calling thread's current stream
+// of its device, like any other op, not (as in PyTorch) on the stream its
+// forward used. So backpropagate where the forward ran: DataParallel
+// replicas and pipeline stages run both on their own queue. A backward on
+// another stream than its forward's must first wait for the forward's
+// work (an Event), or its kernels may read activations not yet written.
 #pragma once
 
 #include <functional>

@@ -33,13 +33,25 @@ AccumulateGrad::AccumulateGrad(Tensor leaf)
 
 namespace {
 
-// Adds `incoming` into meta.grad; the caller holds meta.mutex.
-void accumulate_locked(AutogradMeta& meta, const Tensor& incoming) {
+// Adds `incoming` into leaf.grad(); the caller holds meta.mutex.
+void accumulate_locked(const Tensor& leaf, AutogradMeta& meta, const Tensor& incoming) {
+  // The engine checks gradients against the leaf as the forward saw it; a
+  // leaf moved or converted since (Module::to) would otherwise have a
+  // kernel add memory of another device or dtype into its .grad().
+  LOOM_CHECK(incoming.shape() == leaf.shape() && incoming.dtype() == leaf.dtype() &&
+                 incoming.device() == leaf.device(),
+             "accumulate_grad: gradient ", incoming.shape(), " ", incoming.dtype(), " on ", incoming.device(),
+             " does not match the tensor ", leaf.shape(), " ", leaf.dtype(), " on ", leaf.device(),
+             " (was it moved or converted between the forward and this backward?)");
   if (!meta.grad.defined()) {
-    // Keep the incoming gradient only if nothing else can see its memory;
-    // otherwise an in-place update of .grad() would change another tensor.
-    const bool exclusive = incoming.is_contiguous() && incoming.storage().use_count() == 1 &&
-                           incoming.storage_offset() == 0;
+    // Keep the incoming gradient only if nothing else can see it: no other
+    // handle (a backward that returns one gradient for two inputs, as
+    // AddBackward does, sends the same tensor to both leaves; a caller's
+    // grad_output) and no other view of its memory. Otherwise an in-place
+    // update of .grad() (the next accumulation, clipping, unscaling) would
+    // change another tensor too.
+    const bool exclusive = incoming.use_count() == 1 && incoming.is_contiguous() &&
+                           incoming.storage().use_count() == 1 && incoming.storage_offset() == 0;
     meta.grad = exclusive ? incoming : contiguous_copy(incoming);
   } else {
     backend_for(meta.grad.device()).binary(BinaryOp::Add, meta.grad, incoming, meta.grad, 1.0);
@@ -53,7 +65,7 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   std::vector<GradHook> hooks;
   {
     std::lock_guard<std::mutex> lock(meta.mutex);
-    accumulate_locked(meta, grad_outputs[0]);
+    accumulate_locked(leaf_, meta, grad_outputs[0]);
     hooks = meta.post_accumulate_grad_hooks;
   }
   for (const GradHook& hook : hooks) hook(leaf_);
@@ -61,12 +73,9 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
 }
 
 void accumulate_grad(const Tensor& leaf, const Tensor& grad) {
-  LOOM_CHECK(grad.shape() == leaf.shape() && grad.dtype() == leaf.dtype() && grad.device() == leaf.device(),
-             "accumulate_grad: gradient ", grad.shape(), " ", grad.dtype(), " on ", grad.device(),
-             " does not match the tensor ", leaf.shape(), " ", leaf.dtype(), " on ", leaf.device());
   AutogradMeta& meta = leaf.impl()->autograd_meta();
   std::lock_guard<std::mutex> lock(meta.mutex);
-  accumulate_locked(meta, grad);
+  accumulate_locked(leaf, meta, grad);
 }
 
 SavedTensor::SavedTensor(const Tensor& t) : data_(t.detach()), version_(t.version()) {}

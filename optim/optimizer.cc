@@ -12,9 +12,16 @@ Optimizer::Optimizer(TensorList params, double lr)
     : params_(std::move(params)), lr_(lr), state_(params_.size()), step_counts_(params_.size(), 0) {
   LOOM_CHECK(!params_.empty(), "optimizer: got an empty parameter list");
   LOOM_CHECK(lr >= 0, "optimizer: learning rate must be non-negative, got ", lr);
-  for (size_t i = 0; i < params_.size(); ++i)
+  std::map<const TensorImpl*, size_t> seen;
+  for (size_t i = 0; i < params_.size(); ++i) {
     LOOM_CHECK(params_[i].defined() && params_[i].is_leaf() && is_floating(params_[i].dtype()),
                "optimizer: parameter ", i, " must be a floating-point leaf tensor");
+    // Listed twice, a parameter would take two steps with one gradient, and
+    // on a GPU two blocks of one fused launch would update it concurrently.
+    const auto [first, inserted] = seen.emplace(params_[i].impl(), i);
+    LOOM_CHECK(inserted, "optimizer: parameter ", i, " is parameter ", first->second,
+               " again (a module registered twice in the model?); pass each parameter once");
+  }
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -43,6 +50,12 @@ std::map<Device, std::vector<size_t>> Optimizer::params_with_grad_by_device() co
     LOOM_CHECK(g.device() == params_[i].device() && g.shape() == params_[i].shape(), "optimizer: parameter ", i,
                " has a gradient of shape ", g.shape(), " on ", g.device(), " for a parameter of shape ",
                params_[i].shape(), " on ", params_[i].device());
+    // The fused steps walk parameter, gradient and state element by element
+    // in memory order (the CUDA kernel checked this; the CPU's updated a
+    // transposed parameter with other elements' gradients). A gradient is
+    // read only: the steps take a contiguous copy of a strided one.
+    LOOM_CHECK(params_[i].is_contiguous(), "optimizer: parameter ", i, " (shape ", params_[i].shape(),
+               ") is not contiguous; the optimizers update parameters in place, in memory order");
     groups[params_[i].device()].push_back(i);
   }
   return groups;
@@ -145,7 +158,7 @@ void SGD::step() {
     for (size_t i : indices) {
       Launch& l = momentum && !has_state(i, "momentum_buffer") ? starting : continuing;
       l.params.push_back(params()[i]);
-      l.grads.push_back(params()[i].grad());
+      l.grads.push_back(params()[i].grad().contiguous());
       if (momentum) l.buffers.push_back(state(i, "momentum_buffer"));
       ++step_count(i);
     }
@@ -177,7 +190,7 @@ void Adam::step() {
       TensorList params, grads, m, v;
       for (size_t i : group) {
         params.push_back(this->params()[i]);
-        grads.push_back(this->params()[i].grad());
+        grads.push_back(this->params()[i].grad().contiguous());
         m.push_back(state(i, "exp_avg"));
         v.push_back(state(i, "exp_avg_sq"));
       }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "autograd/grad_mode.h"
+#include "tensor/autocast.h"
 
 namespace loom::parallel {
 
@@ -29,6 +30,7 @@ void WorkerPool::run(const std::function<void(int)>& task, int count) {
   count_ = count < 0 ? size() : std::min(count, size());
   pending_ = count_;
   grad_enabled_ = autograd::grad_enabled();
+  autocast_ = autocast_dtype();  // a replica or stage under the caller's autocast computes in its dtypes
   error_ = nullptr;
   ++generation_;
   start_.notify_all();
@@ -48,10 +50,12 @@ void WorkerPool::loop(int index, int omp_threads) {
     if (index >= count_) continue;
     const std::function<void(int)>* task = task_;
     const bool grad = grad_enabled_;
+    const std::optional<DType> autocast = autocast_;
     lock.unlock();
     std::exception_ptr error;
     try {
       autograd::set_grad_enabled(grad);
+      AutocastGuard as_the_caller(autocast);
       (*task)(index);
     } catch (...) {
       error = std::current_exception();

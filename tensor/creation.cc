@@ -16,7 +16,8 @@ Tensor random_tensor(RandomOp op, const Shape& shape, double a, double b,
                      const TensorOptions& options, Generator* generator) {
   Generator& gen = generator ? *generator : default_generator();
   Tensor t = empty(shape, options);
-  backend_for(t.device()).random(op, t, a, b, gen.seed(), gen.reserve());
+  const Draw d = gen.draw();
+  backend_for(t.device()).random(op, t, a, b, d.seed, d.offset);
   return finish(t, options);
 }
 

@@ -1,16 +1,53 @@
 #include "tensor/generator.h"
 
+#include "tensor/error.h"
 #include "tensor/philox.h"
 
 namespace loom {
+namespace {
+
+// This thread's recordings and replays, innermost last.
+struct DrawFrame {
+  std::vector<Draw>* recording = nullptr;    // a DrawRecording's log
+  const std::vector<Draw>* replay = nullptr;  // or a DrawReplay's
+  size_t next = 0;                            // the replay's next draw
+};
+thread_local std::vector<DrawFrame> t_draw_frames;
+
+}  // namespace
+
+Draw Generator::draw() {
+  // The innermost replay supplies the draw; the recordings inside it keep it.
+  std::vector<DrawFrame>& frames = t_draw_frames;
+  size_t replay = frames.size();
+  while (replay > 0 && frames[replay - 1].replay == nullptr) --replay;
+  Draw d;
+  if (replay > 0) {
+    DrawFrame& f = frames[replay - 1];
+    LOOM_CHECK(f.next < f.replay->size(), "checkpoint: the replay of a segment draws more random numbers than its "
+               "forward did (", f.replay->size(), " draws); the function must compute the same thing twice");
+    d = (*f.replay)[f.next++];
+  } else {
+    d = {seed_, reserve()};
+  }
+  for (size_t i = replay; i < frames.size(); ++i) frames[i].recording->push_back(d);
+  return d;
+}
+
+DrawRecording::DrawRecording(std::vector<Draw>& log) { t_draw_frames.push_back({&log, nullptr, 0}); }
+DrawRecording::~DrawRecording() { t_draw_frames.pop_back(); }
+DrawReplay::DrawReplay(const std::vector<Draw>& log) { t_draw_frames.push_back({nullptr, &log, 0}); }
+DrawReplay::~DrawReplay() { t_draw_frames.pop_back(); }
 
 uint64_t Generator::next_u64() {
-  philox::Block b = philox::random_block(seed_, reserve(), 0);
+  const Draw d = draw();
+  philox::Block b = philox::random_block(d.seed, d.offset, 0);
   return (static_cast<uint64_t>(b.v[0]) << 32) | b.v[1];
 }
 
 double Generator::next_double() {
-  philox::Block b = philox::random_block(seed_, reserve(), 0);
+  const Draw d = draw();
+  philox::Block b = philox::random_block(d.seed, d.offset, 0);
   return philox::uniform_double(b.v[0], b.v[1]);
 }
 

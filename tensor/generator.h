@@ -12,10 +12,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace loom {
 
 struct GeneratorState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// One random op's numbers: element i comes from (seed, offset, i).
+struct Draw {
   uint64_t seed = 0;
   uint64_t offset = 0;
 };
@@ -31,6 +38,9 @@ class Generator {
   uint64_t seed() const { return seed_; }
   // Reserves `count` draws and returns the offset of the first; thread-safe.
   uint64_t reserve(uint64_t count = 1) { return offset_.fetch_add(count); }
+  // What a random op draws from: a reserved offset, or, on a thread that
+  // is replaying (DrawReplay), the next recorded draw. Thread-safe.
+  Draw draw();
 
   GeneratorState state() const { return {seed_, offset_.load()}; }
   void set_state(const GeneratorState& state) {
@@ -46,6 +56,31 @@ class Generator {
  private:
   uint64_t seed_;
   std::atomic<uint64_t> offset_{0};
+};
+
+// Activation checkpointing (autograd/checkpoint.h) runs a segment twice,
+// in the forward and again in the backward, and the second run must draw
+// the first run's numbers, although other threads (DataParallel replicas,
+// each running its own segments) draw from the same generator meanwhile: so
+// a generator's state cannot be set back for the replay. Instead, while a
+// DrawRecording lives, the draws this thread makes are appended to its log;
+// while a DrawReplay lives, this thread's draws are the log's, in order, and
+// no generator advances. They nest (LIFO): a recording inside a replay
+// keeps the replayed draws.
+class DrawRecording {
+ public:
+  explicit DrawRecording(std::vector<Draw>& log);
+  ~DrawRecording();
+  DrawRecording(const DrawRecording&) = delete;
+  DrawRecording& operator=(const DrawRecording&) = delete;
+};
+
+class DrawReplay {
+ public:
+  explicit DrawReplay(const std::vector<Draw>& log);
+  ~DrawReplay();
+  DrawReplay(const DrawReplay&) = delete;
+  DrawReplay& operator=(const DrawReplay&) = delete;
 };
 
 // The process-wide default generator, used when an op is given none. It is

@@ -66,6 +66,8 @@ class Tensor {
   // True when both handles refer to the same tensor (not just equal values).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   TensorImpl* impl() const { return impl_.get(); }
+  // How many handles share this tensor (PyTorch's use_count).
+  long use_count() const { return impl_.use_count(); }
 
   // ---- data access (tensor.cc); CPU only, no conversion ----
   void* raw_data() const;  // address of element 0

@@ -71,9 +71,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                       autocast_to_float32(bias), training, momentum, eps);
   const int64_t channels = x.size(1);
   const Shape per_channel{channels};
-  for (const Tensor* t : {&running_mean, &running_var, &weight, &bias})
+  for (const Tensor* t : {&running_mean, &running_var, &weight, &bias}) {
     LOOM_CHECK(!t->defined() || t->shape() == per_channel, "batch_norm: per-channel tensors must have shape ",
                per_channel, ", got ", t->shape());
+    // Checked here, not by the ops below: the running statistics are
+    // scaled in place before the first op that would see the mismatch.
+    LOOM_CHECK(!t->defined() || t->device() == x.device(), "batch_norm: the input is on ", x.device(),
+               " but a per-channel tensor (weight, bias or running statistics) is on ", t->device());
+  }
   // (1, C, 1, ...) so that per-channel values broadcast against x.
   std::vector<int64_t> channel_shape(x.dim(), 1);
   channel_shape[1] = channels;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <thread>
 
 #include "autograd/engine.h"
 #include "nn/nn.h"
@@ -75,6 +76,55 @@ TEST(Checkpoint, LeavesTheRandomStreamAsWithout) {
   manual_seed(9);
   net->forward(randn({3, 4}, {.dtype = kFloat64})).sum().backward();
   EXPECT_TRUE(rand({4}).to_vector<float>() == after_checkpointed.to_vector<float>());
+}
+
+// DataParallel replicas run checkpointed segments in threads of their own,
+// all drawing from the one default generator: each replay must draw what its
+// own forward drew, whatever the other threads draw meanwhile.
+TEST(Checkpoint, ThreadsReplayTheirOwnRandomNumbers) {
+  constexpr int kThreads = 4, kSteps = 200;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int step = 0; step < kSteps; ++step) {
+        Tensor x = ones({512}, {.dtype = kFloat64}).requires_grad_();
+        Tensor y = autograd::checkpoint([](const Tensor& in) { return nn::functional::dropout(in, 0.5, true); }, x);
+        y.sum().backward();
+        // dy/dx is the forward's mask scaled by 2: y itself, as x is ones.
+        if (!allclose(x.grad(), y.detach(), 0, 0)) ++mismatches[t];
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(kThreads, 0)) << "replays whose mask differed from their forward's";
+}
+
+// A checkpoint inside a checkpoint (checkpoint_sequential under
+// checkpoint): the inner segments are recorded during the outer replay and
+// must record the replayed numbers, so Dropout still drops as without.
+TEST(Checkpoint, NestedSegmentsDrawTheForwardsNumbers) {
+  manual_seed(5);
+  nn::Sequential net = mlp(4, 6, 0.5, kFloat64);
+  Generator data(6);
+  Tensor x = randn({3, 6}, {.dtype = kFloat64}, &data).requires_grad_(), x2 = x.detach().requires_grad_();
+  manual_seed(7);
+  net->forward(x).square().sum().backward();
+  const TensorList plain = {x.grad(), net->parameters()[0].grad()};
+  x.set_grad(Tensor());
+  net->zero_grad();
+  manual_seed(7);
+  autograd::checkpoint([&](const Tensor& in) { return nn::checkpoint_sequential(net, 2, in); }, x2)
+      .square().sum().backward();
+  EXPECT_LT(max_rel_error(x2.grad(), plain[0]), 1e-12);
+  EXPECT_LT(max_rel_error(net->parameters()[0].grad(), plain[1]), 1e-12);
+}
+
+TEST(Checkpoint, AReplayThatDrawsMoreThanItsForwardIsAnError) {
+  Tensor x = ones({4}).requires_grad_();
+  // Draws only under grad mode, which the forward runs without.
+  Tensor y = autograd::checkpoint(
+      [](const Tensor& in) { return autograd::grad_enabled() ? nn::functional::dropout(in, 0.5, true) : in * 1.0; }, x);
+  EXPECT_THROW_MSG(y.sum().backward(), "draws more random numbers than its forward did (0 draws)");
 }
 
 // Several inputs and outputs; an output that gets no gradient; an input that

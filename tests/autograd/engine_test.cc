@@ -108,6 +108,41 @@ TEST(Backward, GradFunctionLeavesDotGradAlone) {
   expect_values(autograd::grad({b}, {a})[0], {6, 12});
 }
 
+// AddBackward sends one gradient tensor to both of its inputs, and a leaf's
+// own backward gets the caller's tensor: a leaf's .grad() must be its own,
+// or the next accumulation into one leaf would change the other (or the
+// caller's tensor) too.
+TEST(Backward, LeavesNeverShareTheirGradientMemory) {
+  Tensor a = from_vector<double>({1, 2}).requires_grad_(), b = from_vector<double>({3, 4}).requires_grad_();
+  (a + b).backward(from_vector<double>({1, 1}));
+  EXPECT_NE(a.grad().storage(), b.grad().storage());
+  (a + b).backward(from_vector<double>({1, 1}));
+  expect_values(a.grad(), {2, 2});
+  expect_values(b.grad(), {2, 2});
+
+  Tensor x = from_vector<double>({1, 2}).requires_grad_(), dy = from_vector<double>({5, 5});
+  x.clone().backward(dy);
+  x.clone().backward(dy);
+  expect_values(x.grad(), {10, 10});
+  expect_values(dy, {5, 5});
+  x.backward(dy);  // x is its own root: its AccumulateGrad gets dy itself
+  expect_values(x.grad(), {15, 15});
+  expect_values(dy, {5, 5});
+}
+
+// A graph recorded before its leaf moved to another dtype (Module::to): the
+// gradient no longer fits the leaf's .grad(), and adding it would have the
+// kernel read float64 memory as float32.
+TEST(Backward, AGradientThatNoLongerFitsItsLeafIsAnError) {
+  Tensor w = from_vector<double>({1, 2}).requires_grad_();
+  Tensor loss = (w * 3.0).sum();
+  {
+    NoGradGuard no_grad;
+    w.set_data(w.to(kFloat32));
+  }
+  EXPECT_THROW_MSG(loss.backward(), "was it moved or converted between the forward and this backward?");
+}
+
 // The hook of a parameter used late in forward (so early in backward) fires
 // while earlier layers' gradients are still being computed: DDP relies on it.
 TEST(Hooks, LeafHookFiresAsSoonAsItsGradientIsFinal) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "nn/nn.h"
 #include "optim/lr_scheduler.h"
 #include "tests/test_util.h"
 
@@ -186,6 +187,40 @@ TEST(Optimizer, Errors) {
   EXPECT_THROW_MSG(optim::Adam({param({1})}, {.beta1 = 1.0}), "Adam: betas must be in [0, 1)");
   EXPECT_THROW_MSG(optim::SGD({param({1})}, {.nesterov = true}), "Nesterov momentum needs momentum > 0");
   EXPECT_THROW_MSG(optim::SGD({arange(3)}, {}), "parameter 0 must be a floating-point leaf tensor");
+  Tensor w = param({1, 2});
+  EXPECT_THROW_MSG(optim::Adam({param({1}), w, w}, {}), "optimizer: parameter 2 is parameter 1 again");
+}
+
+// A module registered twice lists its parameters twice: each would step
+// twice per gradient (on a GPU, concurrently within one launch).
+TEST(Optimizer, AModuleRegisteredTwiceIsAnError) {
+  nn::Linear shared(2, 2);
+  nn::Sequential net(shared, nn::Tanh(), shared);
+  EXPECT_THROW_MSG(optim::SGD(net->parameters(), {}), "optimizer: parameter 2 is parameter 0 again");
+}
+
+// The CPU step walked memory in order, so a transposed parameter took other
+// elements' gradients, and so did any parameter with a transposed gradient;
+// the CUDA kernel refused both. A strided parameter is an error on both now,
+// a strided gradient is read through a contiguous copy.
+TEST(Optimizer, StridedParametersAreErrorsStridedGradientsAreRead) {
+  Tensor w = from_vector<double>({1, 2, 3, 4, 5, 6}).reshape({2, 3}).t().detach().requires_grad_();
+  w.set_grad(ones({3, 2}, {.dtype = kFloat64}));
+  optim::SGD sgd({w}, {.lr = 1});
+  EXPECT_THROW_MSG(sgd.step(), "optimizer: parameter 0 (shape [3, 2]) is not contiguous");
+  for (bool adam : {false, true}) {
+    Tensor v = zeros({2, 3}, {.dtype = kFloat64}).requires_grad_();
+    v.set_grad(from_vector<double>({1, 2, 3, 4, 5, 6}).reshape({3, 2}).t());  // [[1, 3, 5], [2, 4, 6]]
+    if (adam) {
+      optim::Adam opt({v}, {.lr = 1});
+      opt.step();
+      expect_values(v, {-1, -1, -1, -1, -1, -1}, 1e-6);  // Adam's first step: -lr * sign(g)
+    } else {
+      optim::SGD opt({v}, {.lr = 1});
+      opt.step();
+      expect_values(v, {-1, -3, -5, -2, -4, -6});
+    }
+  }
 }
 
 TEST(ClipGradNorm, ScalesToTheMaximumNorm) {

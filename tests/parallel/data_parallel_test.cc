@@ -5,6 +5,7 @@
 
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "tensor/autocast.h"
 #include "tests/parallel/equivalence.h"
 #include "tests/test_util.h"
 
@@ -88,6 +89,27 @@ TEST(DataParallel, InputGradientMatchesSingleDevice) {
   net->forward(x1).square().sum().backward();
   dp->forward(x2).square().sum().backward();
   testing::expect_values(x2.grad(), testing::values(x1.grad()), 1e-5);
+}
+
+// The replicas run in worker threads, and autocast is per thread: they must
+// run under the caller's (they ran in float32, the output came back float32).
+TEST(DataParallel, ReplicasRunUnderTheCallersAutocast) {
+  manual_seed(4);
+  nn::Sequential net(nn::Linear(5, 4), nn::Tanh(), nn::Linear(4, 2));
+  nn::ModulePtr copy = net->clone();
+  parallel::DataParallel dp(copy, {Device::cpu(), Device::cpu(), Device::cpu()});
+  const Tensor x = randn({7, 5});
+  Tensor expected, got;
+  {
+    AutocastGuard autocast(kBFloat16);
+    expected = net->forward(x);
+    got = dp->forward(x);
+  }
+  EXPECT_EQ(expected.dtype(), kBFloat16);
+  EXPECT_EQ(got.dtype(), kBFloat16);
+  testing::expect_values(got, testing::values(expected), 1e-2);
+  got.to(kFloat32).sum().backward();
+  EXPECT_EQ(dp->parameters()[0].grad().dtype(), kFloat32);
 }
 
 TEST(DataParallel, SmallBatchUsesFewerReplicasAndErrorsPropagate) {

@@ -68,5 +68,35 @@ TEST(Random, GeneratorStateRoundTrips) {
   EXPECT_EQ(values(randn({10}, {}, &g)), next);
 }
 
+// What activation checkpointing replays: the recorded draws come back in
+// order, from any generator, and nothing advances; a recording inside the
+// replay keeps the replayed draws.
+TEST(Random, RecordedDrawsReplayWithoutAdvancingTheGenerator) {
+  Generator g(5);
+  std::vector<Draw> log;
+  std::vector<double> first, second;
+  {
+    DrawRecording record(log);
+    first = values(rand({4}, {}, &g));
+    second = values(randn({3}));  // the default generator, recorded too
+  }
+  ASSERT_EQ(log.size(), 2u);
+  const GeneratorState g_after = g.state(), default_after = default_generator().state();
+  std::vector<Draw> inner;
+  {
+    DrawReplay replay(log);
+    EXPECT_EQ(values(rand({4}, {}, &g)), first);
+    DrawRecording record(inner);
+    EXPECT_EQ(values(randn({3})), second);
+  }
+  EXPECT_EQ(g.state().offset, g_after.offset);
+  EXPECT_EQ(default_generator().state().offset, default_after.offset);
+  ASSERT_EQ(inner.size(), 1u);
+  EXPECT_EQ(inner[0].offset, log[1].offset);
+  DrawReplay replay(inner);
+  rand({1});
+  EXPECT_THROW_MSG(rand({1}), "draws more random numbers than its forward did (1 draws)");
+}
+
 }  // namespace
 }  // namespace loom
