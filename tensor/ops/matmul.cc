@@ -14,6 +14,12 @@ void check_matmul_operands(const char* op, const Tensor& a, const Tensor& b) {
              " and ", b.dtype());
 }
 
+// Whether each matrix of a (batch, rows, cols) tensor is stored column by
+// column: a transposed view of a contiguous one.
+bool is_transposed_matrices(const Tensor& t) {
+  return t.size(1) > 1 && t.size(2) > 1 && t.stride(1) == 1 && t.stride(2) == t.size(1);
+}
+
 }  // namespace
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
@@ -32,11 +38,23 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   if (autograd::needs_grad(a, b)) {
     const bool da = a.requires_grad(), db = b.requires_grad();
     // d(a @ b) = dy @ b^T for a and a^T @ dy for b; transposes are views.
+    // An operand that is a transposed view (a Linear's weight.t()) gets its
+    // gradient in its own layout, computed transposed: then the gradient of
+    // the transpose, and the parameter's .grad(), are contiguous, where they
+    // would otherwise be copied once more.
     autograd::record("BmmBackward", {a, b}, y,
                      [sa = db ? autograd::SavedTensor(a) : autograd::SavedTensor(),
-                      sb = da ? autograd::SavedTensor(b) : autograd::SavedTensor(), da, db](const TensorList& g) {
-                       return TensorList{da ? bmm(g[0], sb.get().transpose(1, 2)) : Tensor(),
-                                         db ? bmm(sa.get().transpose(1, 2), g[0]) : Tensor()};
+                      sb = da ? autograd::SavedTensor(b) : autograd::SavedTensor(), da, db,
+                      a_transposed = is_transposed_matrices(a), b_transposed = is_transposed_matrices(b)](
+                         const TensorList& g) {
+                       Tensor grad_a, grad_b;
+                       if (da)
+                         grad_a = a_transposed ? bmm(sb.get(), g[0].transpose(1, 2)).transpose(1, 2)
+                                               : bmm(g[0], sb.get().transpose(1, 2));
+                       if (db)
+                         grad_b = b_transposed ? bmm(g[0].transpose(1, 2), sa.get()).transpose(1, 2)
+                                               : bmm(sa.get().transpose(1, 2), g[0]);
+                       return TensorList{grad_a, grad_b};
                      });
   }
   return y;

@@ -1,6 +1,7 @@
 // Matrix products against a triple loop in double.
 #include <gtest/gtest.h>
 
+#include "autograd/engine.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -95,6 +96,34 @@ TEST(Matmul, EmptyInnerDimensionGivesZeros) {
   EXPECT_EQ(a.grad().shape(), Shape({2, 0}));
   EXPECT_EQ(b.grad().shape(), Shape({0, 3}));
   expect_values(z.grad(), std::vector<double>(10, 0.0));
+}
+
+// Gradients through transposed operands (a Linear's weight.t()): the same
+// values as through contiguous copies (against a triple loop), computed in
+// the operand's own layout, so that the transpose's gradient, what reaches
+// the leaf, is contiguous and AccumulateGrad keeps it without a copy.
+TEST(Matmul, TransposedOperandsGetGradientsInTheirOwnLayout) {
+  Generator gen(3);
+  Tensor a_leaf = randn({6, 5}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+  Tensor w = randn({4, 6}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+  Tensor at = a_leaf.t(), wt = w.t();  // (5, 6) and (6, 4), column-major
+  Tensor dy = randn({5, 4}, {.dtype = kFloat64}, &gen);
+  TensorList views = autograd::grad({mm(at, wt)}, {at, wt}, {dy}, true);
+  // d(at) = dy @ wt^T, d(wt) = at^T @ dy.
+  expect_values(views[0], naive_mm(dy, wt.detach().t()), 1e-12);
+  expect_values(views[1], naive_mm(at.detach().t(), dy), 1e-12);
+  EXPECT_EQ(views[0].strides(), at.strides());
+  EXPECT_EQ(views[1].strides(), wt.strides());
+  TensorList leaves = autograd::grad({mm(at, wt)}, {a_leaf, w}, {dy});
+  EXPECT_TRUE(leaves[0].is_contiguous());
+  EXPECT_TRUE(leaves[1].is_contiguous());
+
+  // A Linear-shaped product, batch folded: the weight's gradient is (out, in), contiguous.
+  Tensor x = randn({2, 3, 6}, {.dtype = kFloat64}, &gen);
+  Tensor g = randn({2, 3, 4}, {.dtype = kFloat64}, &gen);
+  Tensor dweight = autograd::grad({matmul(x, w.t())}, {w}, {g})[0];
+  expect_values(dweight, naive_mm(g.reshape({6, 4}).t(), x.reshape({6, 6})), 1e-12);
+  EXPECT_TRUE(dweight.is_contiguous());
 }
 
 }  // namespace
