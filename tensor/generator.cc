@@ -28,7 +28,7 @@ Draw Generator::draw() {
                "forward did (", f.replay->size(), " draws); the function must compute the same thing twice");
     d = (*f.replay)[f.next++];
   } else {
-    d = {seed_, reserve()};
+    d = {seed_, offset_.fetch_add(1)};
   }
   for (size_t i = replay; i < frames.size(); ++i) frames[i].recording->push_back(d);
   return d;

@@ -36,10 +36,9 @@ class Generator {
     offset_ = 0;
   }
   uint64_t seed() const { return seed_; }
-  // Reserves `count` draws and returns the offset of the first; thread-safe.
-  uint64_t reserve(uint64_t count = 1) { return offset_.fetch_add(count); }
-  // What a random op draws from: a reserved offset, or, on a thread that
-  // is replaying (DrawReplay), the next recorded draw. Thread-safe.
+  // What a random op draws from, the one way to take numbers from a
+  // generator: the next offset, or, on a thread that is replaying
+  // (DrawReplay), the next recorded draw. Thread-safe.
   Draw draw();
 
   GeneratorState state() const { return {seed_, offset_.load()}; }
