@@ -18,9 +18,10 @@
 // `fn` must compute the same thing both times: same modules, same mode, no
 // side effects that matter (BatchNorm's running statistics are updated twice,
 // as in PyTorch), and no random draws on threads it starts (a DataParallel
-// inside `fn`: those are not recorded, so the replay draws new ones). An input modified in place before backward is an error. The
-// outputs require grad whenever grad mode is on, since the parameters `fn`
-// uses may need gradients even when its inputs do not.
+// inside `fn`: those are not recorded, so the replay draws new ones). An
+// input modified in place before backward is an error. The outputs require
+// grad whenever grad mode is on, since the parameters `fn` uses may need
+// gradients even when its inputs do not.
 #pragma once
 
 #include <functional>

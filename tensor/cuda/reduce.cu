@@ -19,11 +19,8 @@
 // (the first NaN, if any).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <type_traits>
-#include <utility>
-#include <vector>
 
 #include "tensor/creation.h"
 #include "tensor/cuda/cuda_backend.h"
