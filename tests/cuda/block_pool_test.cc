@@ -313,6 +313,18 @@ TEST(BlockPool, OutOfMemoryAfterEmptyingTheCacheThrowsAndThePoolStillWorks) {
   pool.deallocate(again);
 }
 
+// The blocks a test has live: start -> (end, stream).
+struct LiveBlock {
+  uintptr_t end;
+  StreamKey stream;
+};
+using LiveBlocks = std::map<uintptr_t, LiveBlock>;
+
+bool overlaps_a_live_block(const LiveBlocks& live, uintptr_t begin, uintptr_t end) {
+  auto next = live.lower_bound(begin);
+  return (next != live.end() && next->first < end) || (next != live.begin() && std::prev(next)->second.end > begin);
+}
+
 // Random requests on three streams, against a record kept here: live blocks
 // never overlap and lie in one segment; a segment serves one stream; a
 // block other streams used is not handed out before their work is done;
@@ -322,11 +334,7 @@ TEST(BlockPool, RandomAllocationsKeepEveryInvariant) {
   BlockPool pool(device);
   std::mt19937_64 rng(7);
   const StreamKey streams[] = {kStreamA, kStreamB, kStreamC};
-  struct Live {
-    uintptr_t begin, end;
-    StreamKey stream;
-  };
-  std::map<uintptr_t, Live> live;                 // by start
+  LiveBlocks live;
   std::map<uintptr_t, StreamKey> segment_stream;  // which stream a segment serves
   struct Fenced {
     uintptr_t begin, end;
@@ -351,24 +359,23 @@ TEST(BlockPool, RandomAllocationsKeepEveryInvariant) {
       ASSERT_NE(segment, 0u) << "block outside every segment";
       auto [it, fresh] = segment_stream.emplace(segment, stream);
       ASSERT_EQ(it->second, stream) << "a segment serves one stream";
-      auto next = live.lower_bound(begin);
-      ASSERT_TRUE(next == live.end() || next->second.begin >= end) << "overlaps a live block";
-      ASSERT_TRUE(next == live.begin() || std::prev(next)->second.end <= begin) << "overlaps a live block";
+      ASSERT_FALSE(overlaps_a_live_block(live, begin, end));
       for (const Fenced& f : fenced)
         ASSERT_TRUE(end <= f.begin || begin >= f.end) << "handed out before another stream's work was done";
-      live[begin] = {begin, end, stream};
+      live[begin] = {end, stream};
       live_requested += static_cast<int64_t>(end - begin);
     } else if (what < 9) {
       auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
-      const Live block = it->second;
+      const uintptr_t begin = it->first;
+      const LiveBlock block = it->second;
       const bool used_elsewhere = rng() % 4 == 0;
       const StreamKey other = streams[(std::find(streams, streams + 3, block.stream) - streams + 1) % 3];
       if (used_elsewhere) {
-        ASSERT_TRUE(pool.record_use(reinterpret_cast<void*>(block.begin), other));
+        ASSERT_TRUE(pool.record_use(reinterpret_cast<void*>(begin), other));
       }
-      pool.deallocate(reinterpret_cast<void*>(block.begin));
-      if (used_elsewhere) fenced.push_back({block.begin, block.end, other});
-      live_requested -= static_cast<int64_t>(block.end - block.begin);
+      pool.deallocate(reinterpret_cast<void*>(begin));
+      if (used_elsewhere) fenced.push_back({begin, block.end, other});
+      live_requested -= static_cast<int64_t>(block.end - begin);
       live.erase(it);
     } else {
       const StreamKey stream = streams[rng() % 3];
@@ -404,7 +411,7 @@ TEST(BlockPool, ConcurrentUseHandsOutDisjointBlocks) {
   FakeDevice device;
   BlockPool pool(device);
   std::mutex record_mutex;
-  std::map<uintptr_t, uintptr_t> live;  // begin -> end
+  LiveBlocks live;
   bool overlap = false;
   auto worker = [&](int seed, StreamKey stream) {
     std::mt19937 rng(seed);
@@ -415,10 +422,8 @@ TEST(BlockPool, ConcurrentUseHandsOutDisjointBlocks) {
         void* p = pool.allocate(nbytes, stream);
         const uintptr_t begin = address(p), end = begin + BlockPool::block_size(nbytes);
         std::lock_guard<std::mutex> lock(record_mutex);
-        auto next = live.lower_bound(begin);
-        if ((next != live.end() && next->first < end) || (next != live.begin() && std::prev(next)->second > begin))
-          overlap = true;
-        live[begin] = end;
+        if (overlaps_a_live_block(live, begin, end)) overlap = true;
+        live[begin] = {end, stream};
         mine.emplace_back(p, nbytes);
       } else {
         const size_t k = rng() % mine.size();
