@@ -1,5 +1,6 @@
 #include "parallel/comm/host_staged_group.h"
 
+#include "parallel/comm/descriptor.h"
 #include "parallel/comm/host_staging.h"
 #include "tensor/error.h"
 
@@ -42,6 +43,13 @@ int device_of(const Op& op) {
 }
 
 bool writes_output(OpKind kind) { return kind != OpKind::Send && kind != OpKind::Barrier; }
+
+// Where an in-place all_gather's input (reduce_scatter's output) starts in
+// its whole, in elements, as the inner group reads it; -1 when not in place.
+int64_t in_place_at(const Op& op) {
+  if (op.kind != OpKind::AllGather && op.kind != OpKind::ReduceScatter) return -1;
+  return make_descriptor(op).in_place_at;
+}
 
 // The same operation on other tensors, issued to `group`.
 WorkPtr reissue(ProcessGroup& group, const Op& op, const Tensor& input, const Tensor& output,
@@ -106,6 +114,16 @@ void HostStagedGroup::issue_loop() {
           s->host_input = op.input;
           s->host_output = op.output;
           s->host_outputs = op.outputs;
+        } else if (const int64_t at = in_place_at(op); at >= 0) {
+          // In place: the host piece is a view of the host whole at the same
+          // place, so that the inner group sees (and checks) where it lies.
+          const bool gather = op.kind == OpKind::AllGather;
+          const Tensor& piece = gather ? op.input : op.output;
+          Tensor whole = gather ? staging::host_like(op.output) : staging::to_host(*s->ready, op.input);
+          Tensor host_piece = whole.flatten().narrow(0, at, piece.numel()).view(piece.shape().vec());
+          if (gather) host_piece.copy_(staging::to_host(*s->ready, piece));
+          s->host_input = gather ? host_piece : whole;
+          s->host_output = gather ? whole : host_piece;
         } else {
           for (const Tensor& out : op.outputs) s->host_outputs.push_back(staging::host_like(out));
           const bool shared = op.input.defined() && op.input.is_same(op.output);

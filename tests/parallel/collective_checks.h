@@ -223,6 +223,14 @@ inline void check_in_place(ProcessGroup& pg, Device device = Device::cpu()) {
     }
   }
   if (n < 2) return;
+  // Two pieces of one buffer that do not overlap are not in place: an ordinary all_gather.
+  Tensor buffer = zeros({total}).to(device);
+  buffer.narrow(0, n, 1).fill_(r + 1.0);
+  pg.all_gather(buffer.narrow(0, 0, n), buffer.narrow(0, n, 1))->wait();
+  std::vector<double> ranks_plus_one(n);
+  for (int q = 0; q < n; ++q) ranks_plus_one[q] = q + 1;
+  expect_values(buffer.narrow(0, 0, n).to(Device::cpu()), ranks_plus_one);
+
   Tensor whole = zeros({total}).to(device);
   const int64_t wrong = r == n - 1 ? 0 : at;  // the last rank passes the first piece's place
   EXPECT_THROW_MSG(pg.all_gather(whole, whole.narrow(0, wrong, r + 1))->wait(),
