@@ -184,17 +184,20 @@ DataRank run_data_rank(const std::string& strategy, const Workload& w, const Com
   return result;
 }
 
-// The slowest rank's step; exposed communication averaged over ranks.
+// The slowest rank's step; exposed communication averaged over the ranks
+// that measured it (on a GPU shared by thread ranks, only the one that owns
+// the trace; the others say -1, unknown).
 Measurement combine_data_ranks(const std::string& strategy, const std::vector<DataRank>& ranks) {
   Measurement m{strategy};
   double exposed = 0, peak = 0;
+  int measured = 0;
   for (const DataRank& r : ranks) {
     m.step_s = std::max(m.step_s, r.step_s);
-    exposed += r.exposed_s / ranks.size();
+    if (r.exposed_s >= 0) exposed += r.exposed_s, ++measured;
     peak = std::max(peak, r.peak_bytes);
   }
-  if (ranks[0].exposed_s >= 0)
-    split_step(m, exposed, 0);
+  if (measured > 0)
+    split_step(m, exposed / measured, 0);
   else
     m.compute_s = m.step_s, m.split_known = false;
   m.peak_bytes = static_cast<int64_t>(peak);

@@ -27,6 +27,9 @@ assert 1.3 < rows["fsdp"]["comm_bytes"] / ddp <= 1.5, rows["fsdp"]["comm_bytes"]
 assert rows["zero1"]["modeled_state_bytes"] < rows["ddp"]["modeled_state_bytes"]
 assert rows["zero2"]["modeled_state_bytes"] < rows["zero1"]["modeled_state_bytes"]
 assert rows["ddp"]["comm_ms"] is not None and rows["fsdp"]["comm_ms"] is None
+for s, d in rows.items():  # a step splits into parts that are never negative
+    parts = [d[k] for k in ("compute_ms", "comm_ms", "idle_ms") if d[k] is not None]
+    assert min(parts) >= 0 and abs(sum(parts) - d["step_ms"]) < 0.01 * d["step_ms"] + 1e-3, (s, parts, d["step_ms"])
 PY
 # DDP with its buckets sent in bfloat16 or float16 moves half DDP's bytes.
 "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 2 --steps 2 --warmup 1 \
