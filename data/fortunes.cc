@@ -50,7 +50,7 @@ std::string read_fortunes(const std::string& dir) {
   std::error_code ec;
   LOOM_CHECK(fs::is_directory(dir, ec), "read_fortunes: ", dir,
              " not found; install the Debian package fortunes (sudo apt-get install fortunes, or ",
-             "run tools/setup.sh), or pass the folder of fortune files");
+             "run tools/setup.sh), or pass the folder of fortune files (the examples' --fortunes DIR)");
   std::vector<fs::path> files;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir))
     if (is_fortune_file(entry)) files.push_back(entry.path());

@@ -30,7 +30,7 @@ int train(int argc, char** argv) {
   using examples::integer_in, examples::number_in, examples::Scope;
   std::shared_ptr<parallel::ProcessGroup> world = parallel::init(argc, argv);  // the MPI ranks, else one
   examples::Flags flags("Train a character-level GPT on the fortunes text");
-  std::string preset = "cpu", device_name = "cpu", metrics = "char_gpt.csv";
+  std::string preset = "cpu", device_name = "cpu", metrics = "char_gpt.csv", fortunes_dir = data::kFortunesDir;
   models::GPTConfig config{.vocab_size = 0, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128, .dropout = 0};
   int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
   double lr = 2e-3, weight_decay = 0.1;
@@ -55,6 +55,7 @@ int train(int argc, char** argv) {
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
+  flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.add("--precision", precision,
             "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); weights stay fp32",
             Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -78,7 +79,7 @@ int train(int argc, char** argv) {
   const Device device = me.device;
   const bool writer = world->rank() == 0;
   manual_seed(seed);
-  data::CharCorpus corpus = data::CharCorpus::fortunes();
+  data::CharCorpus corpus = data::CharCorpus::fortunes(fortunes_dir);
   data::CharDataset train(corpus.train, config.block_size), validation(corpus.validation, config.block_size);
   // Tensor parallel: the vocabulary padded to a multiple of the ranks (as Megatron does); the padding's
   // tokens never occur, and sampling never draws them.

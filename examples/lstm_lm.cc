@@ -21,7 +21,7 @@ int train(int argc, char** argv) {
   int64_t steps = 800, batch = 32, seq = 64, eval_every = 200, eval_batches = 10, sample_chars = 300;
   double lr = 3e-3;
   uint64_t seed = 0;
-  std::string device_name = "cpu", metrics = "lstm_lm.csv";
+  std::string device_name = "cpu", metrics = "lstm_lm.csv", fortunes_dir = data::kFortunesDir;
   flags.add("--steps", steps, "optimizer steps", Scope::Run, integer_in<int64_t>(1, 1e9));
   flags.add("--batch-size", batch, "sequences per step", Scope::Run, integer_in<int64_t>(1, 1 << 20));
   flags.add("--seq-len", seq, "characters per sequence (truncated backpropagation)", Scope::Run,
@@ -36,11 +36,12 @@ int train(int argc, char** argv) {
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
+  flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.parse(argc, argv);
 
   const Device device = Device::parse(device_name);
   manual_seed(seed);
-  data::CharCorpus corpus = data::CharCorpus::fortunes();
+  data::CharCorpus corpus = data::CharCorpus::fortunes(fortunes_dir);
   data::CharDataset train(corpus.train, seq), validation(corpus.validation, seq);
   options.vocab_size = corpus.vocab.size();
   models::CharLSTM model(options);

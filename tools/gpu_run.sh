@@ -23,8 +23,8 @@
 #   *_mpi_test_bin programs that run under mpirun), the Fashion-MNIST examples, char_gpt,
 #   lstm_lm and the benchmarks (cuda_bench,
 #   allreduce_bench, compare_parallel, train_bench, and bench/compare_torch.sh with
-#   torch_reference.py) with the CUDA backend, takes the Fashion-MNIST files along (the
-#   GPU machine lacks them), the shared libraries the binaries need beyond glibc and
+#   torch_reference.py) with the CUDA backend, takes the Fashion-MNIST files and the
+#   fortunes text along (the GPU machine lacks them), the shared libraries the binaries need beyond glibc and
 #   CUDA (Open MPI's, libgomp) and Debian's Open MPI packages (for mpirun, in case the
 #   GPU machine has none), strips the binaries and packs everything into one solid
 #   .gpu/bundle.tar.xz (the binaries share most of their bytes), with this script beside
@@ -36,7 +36,7 @@
 #   GPU, compare_torch against the machine's PyTorch, gpt under bf16 autocast on both
 #   sides), inside the time budget. On a GPU machine a skipped test is a failure (it
 #   did not run what it is there for), except those that need more GPUs than the
-#   machine has, or caching under --sanitize. Results: summary.txt (a line per binary,
+#   machine has, or caching and asynchrony under --sanitize. Results: summary.txt (a line per binary,
 #   written as each ends, so a run cut short still returns it) and results.tgz (every
 #   log, GoogleTest XML and benchmark's JSON lines) in $OUT; the device tool brings back
 #   at most 8 files, so nothing else goes there. Exit status: 0 when every test passed,
@@ -90,6 +90,7 @@ build() {
   local stage="$gpu_dir/stage"
   rm -rf "$gpu_dir" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data" "$stage/debs" "$stage/bench"
   cp -r /usr/share/datasets/fashion-mnist "$stage/data/" || exit 1
+  cp -r /usr/share/games/fortunes "$stage/data/" || exit 1  # char_gpt's and lstm_lm's text
   # loom against PyTorch on the GPU machine's own PyTorch (bench/compare_torch.sh).
   cp bench/compare_torch.sh bench/torch_reference.py "$stage/bench/"
   local label path name
@@ -130,7 +131,7 @@ build() {
 # From a GoogleTest XML file: "passed failed skipped unexpected_skips"; the
 # names and messages of unexpected skips are appended to $2. A skip is
 # expected where the test needs more GPUs than this machine has ($3), or
-# where a sanitizer run turned caching off.
+# where a sanitizer run turned caching off or makes launches wait.
 count_xml() {
   python3 - "$1" "$2" "$3" <<'EOF'
 import re, sys, xml.etree.ElementTree as ET
@@ -139,7 +140,7 @@ def expected(message):
     needs = re.search(r"needs (\d+) GPUs|needs a GPU per rank \((\d+)\)", message)
     if needs:
         return int(needs.group(1) or needs.group(2)) > gpus
-    return "LOOM_CUDA_NO_CACHING is set" in message
+    return "LOOM_CUDA_NO_CACHING is set" in message or "LOOM_UNDER_COMPUTE_SANITIZER is set" in message
 p = f = s = u = 0
 try:
     for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
@@ -242,6 +243,7 @@ run() {
     [ -n "$tool" ] || { echo "gpu_run run: --sanitize needs compute-sanitizer (CUDA toolkit), not found" >&2; exit 1; }
     sanitizer=("$tool" --tool "$sanitize" --error-exitcode 86 --print-limit 100)
     export LOOM_CUDA_NO_CACHING=1  # every tensor its own cudaMalloc: exact bounds for the tool
+    export LOOM_UNDER_COMPUTE_SANITIZER=1  # tests of asynchrony skip: its launches wait for the kernel
     bench=0
     examples=0
   fi
@@ -324,8 +326,9 @@ run() {
       # and wall time at 250 and 500 steps (issue #12; the full 5000 in a call
       # of its own: --no-tests --no-bench with LOOM_CHAR_GPT_STEPS=5000).
       example_cap=520 example char_gpt "$work/bin/char_gpt" --preset shakespeare --device cuda:0 \
-        --steps "${LOOM_CHAR_GPT_STEPS:-500}" --eval-every 250 --metrics "$ex/char_gpt.csv"
-      example lstm_lm "$work/bin/lstm_lm" --device cuda:0 --metrics "$ex/lstm_lm.csv"
+        --steps "${LOOM_CHAR_GPT_STEPS:-500}" --eval-every 250 --metrics "$ex/char_gpt.csv" \
+        --fortunes "$work/data/fortunes"
+      example lstm_lm "$work/bin/lstm_lm" --device cuda:0 --metrics "$ex/lstm_lm.csv" --fortunes "$work/data/fortunes"
       (cd "$ex" && grep -H '^RESULT' ./*.log)
     } > "$out/examples.txt" 2>&1
     sed 's/^/# example: /' "$out/examples.txt" >> "$summary"

@@ -3,6 +3,7 @@
 // events time device work, and synchronize() waits for everything.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "tensor/cuda/caching_allocator.h"
@@ -84,6 +85,9 @@ TEST(CudaStreams, EventsTimeDeviceWork) {
 
 TEST(CudaStreams, OpsReturnBeforeTheWorkIsDoneAndSynchronizeWaits) {
   LOOM_REQUIRE_CUDA();
+  // Seen on the H200, 2026-11-26: under memcheck the queue was empty when the ops returned.
+  if (std::getenv("LOOM_UNDER_COMPUTE_SANITIZER") != nullptr)
+    GTEST_SKIP() << "LOOM_UNDER_COMPUTE_SANITIZER is set: the sanitizer's launches return once the kernel is done";
   Tensor a = randn({4096, 4096}, {.device = gpu_device()});
   synchronize(gpu_device());
   Tensor c = mm(a, a);
