@@ -3,6 +3,8 @@
 //   - elementwise add of 2^28 floats vs a device-to-device cudaMemcpy of the
 //     same size (GB/s counting bytes read + written; goal: >= 85% of the copy);
 //   - softmax over rows of 4096 floats (goal: >= 70% of the copy's GB/s);
+//   - sums of 2^28 floats: along rows of 4096, down columns of 4096 and over
+//     everything (GB/s of the bytes read; goal: >= 80% of the copy's GB/s);
 //   - a 4096^3 float32 matmul through loom vs cuBLAS called directly
 //     (TFLOP/s; goal: >= 95% of cuBLAS), exact FP32 and TF32;
 //   - host-to-device copies from pinned and from pageable memory (GB/s).
@@ -135,6 +137,41 @@ void bench_softmax(double copy_gbps) {
           "\"rows\":" + std::to_string(rows) + ",\"ms\":" + std::to_string(ms) + "," + check_field(error, 1e-5)});
 }
 
+// A reduction reads each byte once and writes next to nothing: its GB/s
+// (bytes read) against the copy's (bytes read + written), the traffic the
+// memory sustains.
+void bench_sums(double copy_gbps) {
+  const int64_t rows = 1 << 16, cols = 4096;
+  const double bytes = static_cast<double>(rows * cols) * sizeof(float);
+  Generator g(4);
+  Tensor x = randn({rows, cols}, {.device = kGpu}, &g), columns = x.view({cols, rows});
+  struct Case {
+    const char* name;
+    std::function<Tensor()> run;
+    std::function<double(const Tensor&)> error;  // against the CPU on a slice
+  };
+  const int64_t check = 64;
+  const Case cases[] = {
+      {"sum_rows_4096", [&] { return sum(x, {1}); },
+       [&](const Tensor& y) { return max_difference(y, sum(x.narrow(0, 0, check).cpu(), {1}), check); }},
+      {"sum_cols_4096", [&] { return sum(columns, {0}); },
+       [&](const Tensor& y) {
+         return max_difference(y, sum(columns.narrow(1, 0, check).contiguous().cpu(), {0}), check);
+       }},
+      {"sum_all", [&] { return sum(x); },
+       [&](const Tensor& y) {  // the error relative to the sum of magnitudes
+         const Tensor exact = x.cpu().to(kFloat64);
+         return std::abs(y.item() - sum(exact).item()) / sum(abs(exact)).item();
+       }},
+  };
+  for (const Case& c : cases) {
+    Tensor y;
+    const double ms = median_ms([&] { y = c.run(); });
+    report({c.name, "GBps", bytes / ms / 1e6, copy_gbps, 0.80, "d2d_memcpy",
+            "\"ms\":" + std::to_string(ms) + "," + check_field(c.error(y), 1e-4)});
+  }
+}
+
 void bench_matmul() {
   const int n = 4096;
   const double flops = 2.0 * n * n * n;
@@ -203,6 +240,7 @@ int main() {
     gpu_name = props.name;
     const double copy_gbps = bench_copy_and_add();
     bench_softmax(copy_gbps);
+    bench_sums(copy_gbps);
     bench_matmul();
     bench_host_to_device();
     std::fprintf(stderr, "\n%-20s %12s %12s %8s %6s  (%s)\n", "bench", "loom", "reference", "ratio", "goal",
