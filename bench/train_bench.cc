@@ -16,7 +16,9 @@
 // Besides the speed, each line says how the timed steps used memory: calls
 // the device's caching allocator made to the system ("system_allocs_per_step",
 // 0 once it is warm) and calls to malloc from anywhere in the process
-// ("malloc_calls_per_step": autograd nodes, shapes, Eigen's GEMM buffers).
+// ("malloc_calls_per_step": autograd nodes, shapes, Eigen's GEMM buffers),
+// and how often the host waited for the GPU ("host_waits_per_step": 0 but
+// for the GradScaler's finite check under fp16; always 0 on the CPU).
 // On the CPU, workloads whose FLOPs are counted (cnn) also print Eigen's fp32
 // GEMM rate (1024^3, the same threads) and the step's rate as a fraction of
 // it, both medians of rounds that alternate a GEMM and a step.
@@ -38,6 +40,7 @@
 #include "optim/optimizer.h"
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
+#include "tensor/host_waits.h"
 #include "tensor/precision.h"
 #include "tensor/stopwatch.h"
 
@@ -128,7 +131,9 @@ int main(int argc, char** argv) {
     const int64_t system_allocs_before = memory_stats(device).system_allocations;
     const int64_t malloc_calls_before = bench::malloc_calls();
     const auto start = std::chrono::steady_clock::now();
+    const int64_t host_waits_before = host_waits();
     for (int i = 0; i < steps; ++i) loss = train_step();
+    const double waits = double(host_waits() - host_waits_before) / steps;
     synchronize(device);
     const double seconds = seconds_since(start);
     const double system_allocs = double(memory_stats(device).system_allocations - system_allocs_before) / steps;
@@ -137,11 +142,12 @@ int main(int argc, char** argv) {
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
                 "\"precision\": \"%s\", \"tf32\": %s, \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
-                "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f",
+                "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
+                "\"host_waits_per_step\": %.1f",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
                 tf32 ? "true" : "false", steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
-                system_allocs, malloc_calls);
+                system_allocs, malloc_calls, waits);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {
       const Efficiency e = measure_efficiency(w.flops_per_step, train_step);
       std::printf(", \"step_gflop\": %.3f, \"step_gflops\": %.1f, \"gemm_gflops\": %.1f, "

@@ -13,6 +13,7 @@
 #include "tensor/cuda/block_pool.h"
 #include "tensor/cuda/device.h"
 #include "tensor/error.h"
+#include "tensor/host_waits.h"
 
 namespace loom::cuda {
 namespace {
@@ -91,6 +92,7 @@ class CudaMemory final : public DeviceMemory {
   }
 
   void wait(Mark mark) noexcept override {
+    note_host_wait();
     if (cudaEventSynchronize(static_cast<cudaEvent_t>(mark)) != cudaSuccess) cudaGetLastError();
   }
 

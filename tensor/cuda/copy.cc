@@ -19,6 +19,7 @@
 #include "tensor/cuda/index_error.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/cuda/pinned_allocator.h"
+#include "tensor/host_waits.h"
 
 namespace loom::cuda {
 namespace {
@@ -88,6 +89,7 @@ void copy_device_to_host(const Tensor& src, const Tensor& dst) {
   Tensor landing = dst.is_contiguous() ? dst : empty(dst.shape(), {.dtype = dst.dtype()});
   CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), dense.raw_data(), landing.nbytes(), cudaMemcpyDeviceToHost,
                              ctx.stream));
+  note_host_wait();
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   check_index_errors(ctx.device);
   if (!landing.is_same(dst)) backend_for(DeviceType::CPU).copy(landing, dst);

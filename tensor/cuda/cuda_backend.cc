@@ -9,6 +9,7 @@
 #include "tensor/cuda/stream.h"
 #include "tensor/cuda/index_error.h"
 #include "tensor/cuda/pinned_allocator.h"
+#include "tensor/host_waits.h"
 
 namespace loom::cuda {
 
@@ -18,6 +19,7 @@ int CudaBackend::device_count() { return cuda::device_count(); }
 
 void CudaBackend::synchronize(int device_index) {
   DeviceGuard guard(device_index);
+  note_host_wait();
   CUDA_CHECK(cudaDeviceSynchronize());
   check_index_errors(device_index);
 }

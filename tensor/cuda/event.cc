@@ -8,6 +8,7 @@
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/index_error.h"
 #include "tensor/error.h"
+#include "tensor/host_waits.h"
 
 namespace loom::cuda {
 
@@ -49,6 +50,7 @@ void Event::wait(const Stream& stream) const {
 
 void Event::synchronize() const {
   if (event_ == nullptr) return;
+  note_host_wait();
   CUDA_CHECK(cudaEventSynchronize(event_));
   check_index_errors(device_);
 }

@@ -13,6 +13,7 @@
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device.h"
 #include "tensor/error.h"
+#include "tensor/host_waits.h"
 
 namespace loom::cuda {
 namespace {
@@ -143,8 +144,10 @@ class PinnedHostAllocator final : public Allocator {
     std::deque<PendingEvent> waiting;
     waiting.swap(pending_);  // their blocks stay out of the free lists until finish_event
     lock.unlock();
-    for (const PendingEvent& entry : waiting)
+    for (const PendingEvent& entry : waiting) {
+      note_host_wait();
       if (cudaEventSynchronize(entry.event) != cudaSuccess) cudaGetLastError();
+    }
     lock.lock();
     for (const PendingEvent& entry : waiting) finish_event(entry);
     std::vector<void*> released;

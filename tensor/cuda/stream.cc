@@ -11,6 +11,7 @@
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/index_error.h"
 #include "tensor/error.h"
+#include "tensor/host_waits.h"
 
 namespace loom::cuda {
 namespace {
@@ -71,6 +72,7 @@ Stream Stream::for_purpose(int device, const std::string& purpose) {
 Stream Stream::dedicated(int device) { return Stream(device, create_stream(device)); }
 
 void Stream::synchronize() const {
+  note_host_wait();
   CUDA_CHECK(cudaStreamSynchronize(handle_));
   check_index_errors(device_);
 }

@@ -9,6 +9,7 @@
 #include "tensor/cuda/caching_allocator.h"
 #include "tensor/cuda/event.h"
 #include "tensor/cuda/stream.h"
+#include "tensor/host_waits.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace loom {
@@ -96,6 +97,24 @@ TEST(CudaStreams, OpsReturnBeforeTheWorkIsDoneAndSynchronizeWaits) {
   EXPECT_FALSE(current_stream(0).query()) << "ops should not wait for the GPU";
   synchronize(gpu_device());
   EXPECT_TRUE(current_stream(0).query());
+}
+
+TEST(CudaStreams, HostWaitsCountSynchronisationsAndReadsButNotOps) {
+  LOOM_REQUIRE_CUDA();
+  Tensor a = randn({256, 256}, {.device = gpu_device()});
+  synchronize(gpu_device());
+  const int64_t start = host_waits();
+  Tensor c = softmax(mm(a, a) + 1.0, 1);
+  Tensor total = c.sum();
+  EXPECT_EQ(host_waits(), start) << "queuing ops never waits";
+  EXPECT_NEAR(total.item(), 256.0, 1e-3);
+  EXPECT_EQ(host_waits(), start + 1) << "item() waits once";
+  synchronize(gpu_device());
+  current_stream(0).synchronize();
+  Event done;
+  done.record(current_stream(0));
+  done.synchronize();
+  EXPECT_EQ(host_waits(), start + 4);
 }
 
 TEST(CudaStreams, KernelsOnAStreamOfAnotherThreadAreIndependent) {
