@@ -367,6 +367,15 @@ run() {
           python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 20 --precision "$precision"
       done
     done
+    # Each training line in brief (ms a step, loom's host waits), into the summary.
+    python3 - "$out/compare_torch.jsonl" >> "$b" 2>&1 <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line) if line.startswith("{") else {}
+    if "framework" in d:
+        waits = f", {d['host_waits_per_step']} host waits" if "host_waits_per_step" in d else ""
+        print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4} {d['ms_per_step']:8.3f} ms{waits}")
+PY
     # Where the gpt step's GPU time goes, kernel by kernel (issue #12): one
     # warm-up and one timed step under Nsight Compute, summed by kernel name.
     local ncu
