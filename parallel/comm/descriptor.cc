@@ -10,19 +10,12 @@
 
 namespace loom::parallel {
 
-namespace {
-
-// Elements from the start of `whole` to the start of `piece`, or -1 when
-// `piece` does not lie inside `whole` (two pieces of one buffer that do not
-// overlap are not in place).
 int64_t offset_inside(const Tensor& piece, const Tensor& whole) {
   if (piece.storage() != whole.storage() || piece.numel() == 0 || whole.numel() == 0) return -1;
   const auto bytes = static_cast<const char*>(piece.raw_data()) - static_cast<const char*>(whole.raw_data());
   if (bytes < 0 || bytes + static_cast<int64_t>(piece.nbytes()) > static_cast<int64_t>(whole.nbytes())) return -1;
   return bytes / static_cast<int64_t>(whole.element_size());
 }
-
-}  // namespace
 
 Descriptor make_descriptor(const Op& op) {
   Descriptor d;

@@ -35,6 +35,12 @@ static_assert(sizeof(Descriptor) == 8 * sizeof(int64_t), "Descriptor travels as 
 
 Descriptor make_descriptor(const Op& op);
 
+// Elements from the start of `whole` to the start of `piece` when `piece`
+// lies wholly inside `whole` (an in-place all_gather's input, reduce_scatter's
+// output), else -1: two pieces of one buffer that do not overlap are not in
+// place, nor is an empty piece.
+int64_t offset_inside(const Tensor& piece, const Tensor& whole);
+
 // Throws loom::Error, beginning with op.where(), when the ranks' descriptors
 // disagree; `all` holds one per rank, in rank order.
 void check_descriptors(const Op& op, const std::vector<Descriptor>& all);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "parallel/comm/descriptor.h"
 #include "tensor/backend.h"
 #include "tensor/creation.h"
 #include "tensor/error.h"
@@ -56,13 +57,10 @@ bool overlap(const Tensor& a, const Tensor& b) {
 }
 
 // Whether `piece` lies wholly inside `whole` (an in-place all_gather's input,
-// an in-place reduce_scatter's output); that it is the rank's own piece is
-// checked once every rank's sizes are known (check_descriptors).
-bool inside(const Tensor& piece, const Tensor& whole) {
-  auto begin = [](const Tensor& t) { return static_cast<const char*>(t.raw_data()); };
-  return piece.storage() == whole.storage() && begin(whole) <= begin(piece) &&
-         begin(piece) + piece.nbytes() <= begin(whole) + whole.nbytes();
-}
+// an in-place reduce_scatter's output), by the descriptors' own definition;
+// that it is the rank's own piece is checked once every rank's sizes are
+// known (check_descriptors).
+bool inside(const Tensor& piece, const Tensor& whole) { return offset_inside(piece, whole) >= 0; }
 
 // Collectives write through raw pointers, not through ops: bump the version
 // counter so that autograd notices a saved tensor that was overwritten.
