@@ -32,6 +32,8 @@ expect_failure dropout 2 "--dropout: expected a finite number from 0 to 0.99" --
 expect_failure eval_every 2 "--eval-every: expected an integer from 1" -- "$gpt" --eval-every 0
 expect_failure hidden 2 "--hidden: expected an integer from 1" -- "$lstm" --hidden 0
 expect_failure seq_len 2 "--seq-len: expected an integer from 1" -- "$lstm" --seq-len -5
+expect_failure gpt_text 1 "read_fortunes: nowhere not found" -- "$gpt" --fortunes nowhere
+expect_failure lstm_text 1 "read_fortunes: nowhere not found" -- "$lstm" --fortunes nowhere
 expect_failure points 2 "--points: expected an integer from 1" -- "$mlp" --points 0
 
 # Outputs that cannot be written are found before any training.
