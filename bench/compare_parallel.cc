@@ -279,8 +279,9 @@ int main(int argc, char** argv) {
         if (writer && config.devices > 1 && shared) {
           if (config.device.is_cuda())
             std::printf("NOTE: the %d devices are one GPU: replicas, ranks and stages share it, so a speed-up here "
-                        "is not a multi-GPU speed-up. The 'projected' column is the model's estimate for %d separate "
-                        "GPUs.\n",
+                        "is not a multi-GPU speed-up, and the ranks' collectives go through host memory (host "
+                        "staging: NCCL takes one GPU per rank), so their communication costs what a round trip "
+                        "over PCIe does. The 'projected' column is the model's estimate for %d separate GPUs.\n",
                         config.devices, config.devices);
           else
             std::printf("NOTE: the %d devices are one CPU with %u cores, shared by every replica, rank and stage: a "
