@@ -1,6 +1,7 @@
 #include "parallel/pipeline/pipeline.h"
 
 #include <chrono>
+#include <map>
 
 #include "parallel/trace.h"
 #include "tensor/device_queue.h"
@@ -30,6 +31,16 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> stages, std::vector<Device> device
   LOOM_CHECK(!stages_.empty() && stages_.size() == devices_.size(), "Pipeline: got ", stages_.size(),
              " stages for ", devices_.size(), " devices");
   LOOM_CHECK(options.micro_batches >= 1, "Pipeline: micro_batches must be positive, got ", options.micro_batches);
+  // A parameter in two stages would be moved to the later stage's device,
+  // listed (and stepped) twice, and get its gradient added by two stage
+  // threads at once, on a GPU from two streams in no order.
+  std::map<const TensorImpl*, size_t> owner;
+  for (size_t s = 0; s < stages_.size(); ++s)
+    for (const Tensor& p : stages_[s]->parameters()) {
+      const auto [it, first] = owner.emplace(p.impl(), s);
+      LOOM_CHECK(first || it->second == s, "Pipeline: stages ", it->second, " and ", s, " share a parameter (",
+                 p.shape(), "); each stage must own its parameters: give the later stage a module of its own");
+    }
   for (size_t s = 0; s < stages_.size(); ++s) {
     stages_[s]->to(devices_[s]);
     lanes_.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices_[s].str() + ")"));

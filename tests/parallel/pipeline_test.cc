@@ -116,6 +116,15 @@ TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
   EXPECT_THROW_MSG(pipe.train_step(ones({1, 4}), zeros({1}), sum_loss), "a batch of 1 cannot make 2 micro-batches");
 }
 
+TEST(Pipeline, StagesThatShareAParameterAreRefused) {
+  nn::Linear shared(4, 4);
+  EXPECT_THROW_MSG(parallel::Pipeline({nn::Sequential(shared, nn::ReLU()), nn::Sequential(nn::Linear(4, 4), shared)},
+                                      {Device::cpu(), Device::cpu()}),
+                   "Pipeline: stages 0 and 1 share a parameter ([4, 4])");
+  // One module used twice inside one stage is that stage's own business.
+  EXPECT_NO_THROW(parallel::Pipeline({nn::Sequential(shared, shared), nn::Linear(4, 2)}, {Device::cpu(), Device::cpu()}));
+}
+
 // Three stages on one GPU, each on a queue (stream) of its own, so they overlap.
 TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
   LOOM_REQUIRE_CUDA();
