@@ -17,7 +17,9 @@ cd "$(dirname "$0")/.."
 target=${1:-}
 case $target in
   idx) sources=(data/fuzz/idx_fuzzer.cc data/idx_parser.cc tensor/dtype.cc tensor/error.cc) ;;
-  safetensors) sources=(nn/fuzz/safetensors_fuzzer.cc nn/safetensors.cc tensor/dtype.cc tensor/error.cc tensor/shape.cc) ;;
+  safetensors)  # checkpoints carry a CRC-32 (zlib's)
+    sources=(nn/fuzz/safetensors_fuzzer.cc nn/safetensors.cc tensor/dtype.cc tensor/error.cc tensor/shape.cc)
+    extra=(-lz) ;;
   resume)  # everything a resume touches: the CPU tensor library, autograd, nn, optim, the run record
     sources=(examples/common/fuzz/resume_fuzzer.cc examples/common/run_record.cc examples/common/progress.cc
              tensor/*.cc tensor/cpu/*.cc tensor/ops/*.cc autograd/engine.cc autograd/node.cc autograd/checkpoint.cc
