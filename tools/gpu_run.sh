@@ -377,13 +377,14 @@ for line in open(sys.argv[1]):
         print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4} {d['ms_per_step']:8.3f} ms{waits}")
 PY
     # Where the gpt step's GPU time goes, kernel by kernel (issue #12): one
-    # warm-up and one timed step under Nsight Compute, summed by kernel name.
+    # step under Nsight Compute, each kernel timed once, caches left as the
+    # step leaves them, summed by kernel name.
     local ncu
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
     if [ -n "$ncu" ]; then
       bench_step "profile gpt (ncu)" 200 "$out/profile_gpt_raw.csv" "$ncu" --clock-control none \
-        --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-        "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 1
+        --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+        "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0
       python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_raw.csv" --top 30 > "$out/profile_gpt.txt" 2>> "$b" &&
         head -n 12 "$out/profile_gpt.txt" | sed 's/^/profile: /' >> "$b"
     else
