@@ -121,7 +121,7 @@ void HostStagedGroup::issue_loop() {
           const Tensor& piece = gather ? op.input : op.output;
           Tensor whole = gather ? staging::host_like(op.output) : staging::to_host(*s->ready, op.input);
           Tensor host_piece = whole.flatten().narrow(0, at, piece.numel()).view(piece.shape().vec());
-          if (gather) host_piece.copy_(staging::to_host(*s->ready, piece));
+          if (gather) staging::copy_to_host(*s->ready, piece, host_piece);  // straight into its place
           s->host_input = gather ? host_piece : whole;
           s->host_output = gather ? whole : host_piece;
         } else {

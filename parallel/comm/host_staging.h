@@ -23,8 +23,10 @@ struct ReadyMark;
 std::shared_ptr<ReadyMark> mark_ready(int device, const std::vector<Tensor>& tensors);
 
 // On the staging thread: waits (host) until `ready` is reached and returns a
-// pinned host copy of `tensor`.
+// pinned host copy of `tensor`, or copies it into `host` (pinned memory of
+// its shape: a view of a larger host tensor, say).
 Tensor to_host(const ReadyMark& ready, const Tensor& tensor);
+void copy_to_host(const ReadyMark& ready, const Tensor& tensor, const Tensor& host);
 // A pinned host tensor shaped like `like`, for results.
 Tensor host_like(const Tensor& like);
 

@@ -31,16 +31,20 @@ std::shared_ptr<ReadyMark> mark_ready(int device, const std::vector<Tensor>& ten
   return mark;
 }
 
-Tensor to_host(const ReadyMark& ready, const Tensor& tensor) {
+void copy_to_host(const ReadyMark& ready, const Tensor& tensor, const Tensor& host) {
   const cuda::Stream staging = staging_stream(ready.device);
   cuda::StreamGuard on_staging(staging);
   ready.event.wait(staging);
-  Tensor host = empty_pinned(tensor.shape(), {.dtype = tensor.dtype()});
   copy_data(tensor, host);  // device to host waits for the staging stream: the host copy is complete
-  return host;
 }
 
 Tensor host_like(const Tensor& like) { return empty_pinned(like.shape(), {.dtype = like.dtype()}); }
+
+Tensor to_host(const ReadyMark& ready, const Tensor& tensor) {
+  Tensor host = host_like(tensor);
+  copy_to_host(ready, tensor, host);
+  return host;
+}
 
 std::function<void()> copy_to_device(const ReadyMark& ready,
                                      const std::vector<std::pair<Tensor, Tensor>>& host_to_device) {

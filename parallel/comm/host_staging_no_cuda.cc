@@ -14,6 +14,7 @@ namespace {
 
 std::shared_ptr<ReadyMark> mark_ready(int, const std::vector<Tensor>&) { no_cuda(); }
 Tensor to_host(const ReadyMark&, const Tensor&) { no_cuda(); }
+void copy_to_host(const ReadyMark&, const Tensor&, const Tensor&) { no_cuda(); }
 Tensor host_like(const Tensor&) { no_cuda(); }
 std::function<void()> copy_to_device(const ReadyMark&, const std::vector<std::pair<Tensor, Tensor>>&) { no_cuda(); }
 
