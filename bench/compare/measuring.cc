@@ -95,7 +95,7 @@ double span_seconds(const std::vector<trace::Event>& events, const std::string& 
 }
 
 void split_step(Measurement& m, double comm_s, double idle_s) {
-  m.comm_s = std::clamp(comm_s, 0.0, m.step_s);
+  m.comm_s = std::min(comm_s, m.step_s);
   m.idle_s = std::clamp(idle_s, 0.0, m.step_s - m.comm_s);
   m.compute_s = m.step_s - m.comm_s - m.idle_s;
 }
