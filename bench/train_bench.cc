@@ -36,6 +36,7 @@
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
+#include "nn/functional.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "tensor/autocast.h"
@@ -86,7 +87,7 @@ Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 1
 int main(int argc, char** argv) {
   return run_program("train_bench", [&] {
     Flags flags("Time training steps of loom's benchmark models");
-    std::string model = "cnn", device_name = "cpu", precision = "fp32";
+    std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto";
     int steps = 20, warmup = 3, threads = 0;
     bool tf32 = false;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));
@@ -97,6 +98,8 @@ int main(int argc, char** argv) {
               "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); parameters stay fp32",
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
+    flags.add("--attention", attention, "auto, fused or composite: the kernel of the attention layers (nn/functional.h)",
+              Scope::Run, CLI::IsMember({"auto", "fused", "composite"}));
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
               integer_in(0, 1024));
     flags.parse(argc, argv);
@@ -104,6 +107,9 @@ int main(int argc, char** argv) {
     if (threads > 0) omp_set_num_threads(threads);
     tf32 = tf32 && device.is_cuda();  // the CPU computes float32 exactly either way
     set_allow_tf32(tf32);
+    nn::functional::set_attention_kernel(attention == "fused"       ? nn::functional::AttentionKernel::kFused
+                                         : attention == "composite" ? nn::functional::AttentionKernel::kComposite
+                                                                    : nn::functional::AttentionKernel::kAuto);
 
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
@@ -140,12 +146,12 @@ int main(int argc, char** argv) {
     const double malloc_calls = double(bench::malloc_calls() - malloc_calls_before) / steps;
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
-                "\"precision\": \"%s\", \"tf32\": %s, \"steps\": %d, "
+                "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
                 "\"host_waits_per_step\": %.1f",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
-                tf32 ? "true" : "false", steps, omp_get_max_threads(), 1000 * seconds / steps,
+                tf32 ? "true" : "false", attention.c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls, waits);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {

@@ -47,7 +47,20 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = 
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
 // q, k, v (..., T, D): softmax(q k^T / sqrt(D), masked to the past when causal) v.
+// Runs the kernel set_attention_kernel() names; under autocast, in its dtype.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+
+// Which kernel scaled_dot_product_attention runs, process-wide (PyTorch's
+// torch.backends.cuda.enable_flash_sdp / enable_math_sdp).
+enum class AttentionKernel {
+  kAuto,       // fused on the CPU; composite on CUDA until its fused kernels have run on a GPU
+  kFused,      // one op each way, the (T, T) scores never stored (FlashAttention's algorithm)
+  kComposite,  // matmul, attention_softmax, matmul: the scores and weights stored for backward
+};
+// Inputs the fused kernels do not take run the composite whatever the
+// setting: broadcast leading dims, empty tensors, and on CUDA head dims over 128.
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
 
 // One LSTM step's pointwise part, fused (PyTorch's _thnn_fused_lstm_cell):
 // input_gates and hidden_gates (B, 4H) are x W_ih^T + b_ih and h W_hh^T + b_hh

@@ -63,6 +63,13 @@ struct SoftmaxParams {
   bool causal = false;
 };
 
+// Fused attention (tensor/backend.h attention): softmax(scale q k^T) v, and
+// with `causal` query i attends only to keys j <= i (needs Tq == Tk).
+struct AttentionParams {
+  double scale = 1;
+  bool causal = false;
+};
+
 // Convolution geometry (NCHW), as torch.nn.Conv2d's arguments.
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;
@@ -223,6 +230,22 @@ class Backend {
   virtual void lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Tensor& activations,
                                   const Tensor& c_prev, const Tensor& c, const Tensor& dgates,
                                   const Tensor& dc_prev) = 0;
+
+  // ---- attention, fused (FlashAttention's algorithm): the (Tq, Tk) scores are never stored ----
+  // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) and out (B, H, Tq, Dv)
+  // share one dtype and may have any strides with stride 1 along the last dim;
+  // Tq, Tk, D, Dv >= 1. Writes out = softmax(p.scale q k^T) v, row by row (the
+  // causal mask as AttentionParams says), and logsumexp (B, H, Tq),
+  // contiguous, float64 for float64 and float32 otherwise: the log of each
+  // row's sum of exp(p.scale q.k), kept for the backward.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                         const Tensor& out, const Tensor& logsumexp) = 0;
+  // dq, dk, dv (q's, k's and v's shapes, any strides with stride 1 along the
+  // last dim, overwritten) from dout (out's shape, likewise), recomputing the
+  // attention weights from q, k and logsumexp.
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
+                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
 
   // ---- fused optimizer steps over many tensors at once, in place ----
   virtual void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,

@@ -1,10 +1,91 @@
-// Scaled dot-product attention: two matmuls around attention_softmax,
-// which scales, masks and normalises the scores in one pass each way.
+// Scaled dot-product attention, two ways:
+//  - fused (FlashAttention's algorithm, tensor/backend.h attention): one op
+//    each way that never stores the (Tq, Tk) scores; the backward recomputes
+//    them from q, k and each row's logsumexp;
+//  - composite: two matmuls around attention_softmax (which scales, masks and
+//    normalises the scores in one pass each way), every intermediate a tensor.
+// set_attention_kernel() picks one, as PyTorch's torch.backends.cuda.enable_*_sdp.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
+#include "autograd/node.h"
 #include "nn/functional.h"
+#include "nn/functional/operands.h"
+#include "tensor/autocast.h"
 
 namespace loom::nn::functional {
+namespace {
+
+std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::kAuto};
+
+// The CUDA kernels hold a row of q, k and v in registers and shared memory.
+constexpr int64_t kCudaMaxHeadDim = 128;
+
+bool fused_wanted(const Tensor& q) {
+  switch (attention_kernel()) {
+    case AttentionKernel::kComposite: return false;
+    case AttentionKernel::kFused: return true;
+    case AttentionKernel::kAuto: return q.device().is_cpu();  // the CUDA kernels have not yet run on a GPU
+  }
+  return false;
+}
+
+// Whether the fused kernels take these tensors (else the composite runs).
+bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
+  return q.device().is_cpu() || (q.size(-1) <= kCudaMaxHeadDim && v.size(-1) <= kCudaMaxHeadDim);
+}
+
+// (..., T, D) as (B, H, T, D) with stride 1 along D: 4-D tensors as they
+// are, others with their leading dims as H (a view where the strides allow).
+Tensor as_heads(const Tensor& t, DType dtype) {
+  Tensor x = t.to(dtype);
+  if (x.dim() != 4) x = x.reshape({1, -1, x.size(-2), x.size(-1)});
+  return x.stride(3) == 1 || x.size(3) == 1 ? x : x.contiguous();
+}
+
+// An uninitialised (B, H, T, D) tensor laid out as `like`: (B, T, H, D) in
+// memory when like's heads lie inside its rows (the attention layers' q, k and
+// v are such views of one projection), so that the heads' outputs and
+// gradients are side by side again without a copy. Else contiguous.
+Tensor empty_in_layout_of(const Tensor& like, int64_t last_dim) {
+  const int64_t b = like.size(0), h = like.size(1), t = like.size(2);
+  if (h > 1 && t > 1 && like.stride(1) < like.stride(2))
+    return empty({b, t, h, last_dim}, like.options()).transpose(1, 2);
+  return empty({b, h, t, last_dim}, like.options());
+}
+
+Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale, bool causal) {
+  const DType dtype = promoted_floating_dtype("scaled_dot_product_attention", {q_in, k_in, v_in});
+  const Tensor q = as_heads(q_in, dtype), k = as_heads(k_in, dtype), v = as_heads(v_in, dtype);
+  const AttentionParams params{.scale = scale, .causal = causal};
+  Tensor out = empty_in_layout_of(q, v.size(3));
+  Tensor logsumexp = empty({q.size(0), q.size(1), q.size(2)},
+                           {.dtype = dtype == kFloat64 ? kFloat64 : kFloat32, .device = q.device()});
+  backend_for(q.device()).attention(q, k, v, params, out, logsumexp);
+  if (autograd::needs_grad({q, k, v}))
+    autograd::record(
+        "ScaledDotProductAttentionBackward", {q, k, v}, out,
+        [params, logsumexp, sq = autograd::SavedTensor(q), sk = autograd::SavedTensor(k),
+         sv = autograd::SavedTensor(v), so = autograd::SavedTensor(out)](const TensorList& g) {
+          const Tensor &q = sq.get(), &k = sk.get(), &v = sv.get();
+          Tensor dout = g[0].stride(3) == 1 ? g[0] : g[0].contiguous();
+          Tensor dq = empty_in_layout_of(q, q.size(3)), dk = empty_in_layout_of(k, k.size(3)),
+                 dv = empty_in_layout_of(v, v.size(3));
+          backend_for(q.device()).attention_backward(q, k, v, so.get(), dout, logsumexp, params, dq, dk, dv);
+          return TensorList{dq, dk, dv};
+        });
+  if (q_in.dim() == 4) return out;
+  std::vector<int64_t> shape = q_in.shape().vec();
+  shape.back() = v.size(3);
+  return out.reshape(shape);
+}
+
+}  // namespace
+
+void set_attention_kernel(AttentionKernel kernel) { g_attention_kernel.store(kernel); }
+AttentionKernel attention_kernel() { return g_attention_kernel.load(); }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   LOOM_CHECK(q.defined() && k.defined() && v.defined(), "scaled_dot_product_attention: got an undefined tensor");
@@ -14,12 +95,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   LOOM_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2),
              "scaled_dot_product_attention: shapes q ", q.shape(), ", k ", k.shape(), ", v ", v.shape(),
              " do not fit together");
+  promoted_floating_dtype("scaled_dot_product_attention", {q, k, v});  // one device, floating
   const int64_t tq = q.size(-2), tk = k.size(-2);
   LOOM_CHECK(!causal || tq == tk, "scaled_dot_product_attention: causal attention needs as many queries as keys, got ",
              tq, " and ", tk);
-  // att: (..., Tq, Tk), scaled, masked to the past when causal, and
-  // normalised in one pass (attention_softmax).
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  // Leading dims that differ broadcast, which only the composite does.
+  const bool same_batch = std::equal(q.shape().begin(), q.shape().end() - 2, k.shape().begin()) &&
+                          std::equal(q.shape().begin(), q.shape().end() - 2, v.shape().begin());
+  if (same_batch && fused_wanted(q) && fused_fits(q, k, v)) {
+    if (autocast_wants_low({q, k, v}))
+      return fused_attention(autocast_to_low(q), autocast_to_low(k), autocast_to_low(v), scale, causal);
+    return fused_attention(q, k, v, scale, causal);
+  }
+  // att: (..., Tq, Tk), scaled, masked to the past when causal, and normalised in one pass.
   return matmul(attention_softmax(matmul(q, k.transpose(-2, -1)), scale, causal), v);
 }
 

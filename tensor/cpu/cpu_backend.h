@@ -59,6 +59,11 @@ class CpuBackend final : public Backend {
                            const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                            const Tensor& dbias) override;
 
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
+                 const Tensor& logsumexp) override;
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                          const Tensor& logsumexp, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv) override;
   void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev, const Tensor& h,
                  const Tensor& c, const Tensor& activations) override;
   void lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Tensor& activations, const Tensor& c_prev,

@@ -1,0 +1,168 @@
+// CPU fused attention: softmax(scale q k^T) v a block of queries at a time,
+// so the scores exist only as one block's rows (kQueryBlock x Tk, in a
+// per-thread buffer) and never as a (Tq, Tk) tensor. With a causal mask a
+// block multiplies only the keys its last query can see, about half the
+// products of the unmasked attention. (B, H) slices go to threads; each
+// block's products are Eigen GEMMs on strided views of q, k and v.
+// Masked weights are written as zeros, not computed as exp(-inf): Eigen's
+// vectorised exp clamps its argument and returns a denormal there, and a
+// GEMM reading denormals runs about 100 times slower.
+//
+// The backward recomputes a block's attention weights from q, k and the
+// saved logsumexp (P = exp(s - L)) instead of keeping them:
+//   delta_i = dout_i . out_i,   dS = P (dout v^T - delta),
+//   dq = scale dS k,   dk += scale dS^T q,   dv += P^T dout.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/float32_compute.h"
+#include "tensor/cpu/parallel.h"
+
+namespace loom::cpu {
+namespace {
+
+constexpr int64_t kQueryBlock = 64;
+
+template <typename T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+// Rows of a (B, H, T, D) tensor's slice: T x D with its row stride.
+template <typename T>
+using RowsMap = Eigen::Map<RowMajor<T>, 0, Eigen::OuterStride<>>;
+template <typename T>
+using ConstRowsMap = Eigen::Map<const RowMajor<T>, 0, Eigen::OuterStride<>>;
+
+// One (b, h) slice of a 4-D tensor as rows (stride 1 along the last dim).
+template <typename T>
+ConstRowsMap<T> rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_row, int64_t count) {
+  const T* p = t.data_ptr<T>() + b * t.stride(0) + h * t.stride(1) + first_row * t.stride(2);
+  return ConstRowsMap<T>(p, count, t.size(3), Eigen::OuterStride<>(t.stride(2)));
+}
+template <typename T>
+RowsMap<T> mutable_rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_row, int64_t count) {
+  T* p = t.data_ptr<T>() + b * t.stride(0) + h * t.stride(1) + first_row * t.stride(2);
+  return RowsMap<T>(p, count, t.size(3), Eigen::OuterStride<>(t.stride(2)));
+}
+
+// The keys queries [q0, q1) attend to: all, or with the causal mask those up to q1 - 1.
+int64_t keys_seen(const AttentionParams& p, int64_t q1, int64_t tk) { return p.causal ? std::min(q1, tk) : tk; }
+
+// s (rows x keys) = scale q k^T; row r's masked keys (past seen(r)) are left
+// for the caller, which writes its weights there as exact zeros.
+template <typename T>
+void scores(const ConstRowsMap<T>& q, const ConstRowsMap<T>& k, const AttentionParams& p, RowMajor<T>& s) {
+  s.noalias() = q * k.transpose();
+  s *= static_cast<T>(p.scale);
+}
+
+// How many keys query `query` sees in a block of `keys`.
+int64_t seen_by(const AttentionParams& p, int64_t query, int64_t keys) {
+  return p.causal ? std::min(query + 1, keys) : keys;
+}
+
+// A thread's score block, kept between calls (no allocation once grown).
+template <typename T>
+RowMajor<T>& score_buffer(int which) {
+  thread_local RowMajor<T> buffers[2];
+  return buffers[which];
+}
+
+template <typename T, typename L>
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                       const Tensor& out, const Tensor& logsumexp) {
+  const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2);
+  L* lse = logsumexp.data_ptr<L>();
+  parallel_for(q.size(0) * heads, 1, [&](int64_t begin, int64_t end) {
+    RowMajor<T>& s = score_buffer<T>(0);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / heads, h = bh % heads;
+      for (int64_t q0 = 0; q0 < tq; q0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
+        s.resize(rows, keys);
+        scores<T>(rows_of<T>(q, b, h, q0, rows), rows_of<T>(k, b, h, 0, keys), p, s);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t seen = seen_by(p, q0 + r, keys);  // >= 1: every query sees key 0
+          auto row = s.row(r).head(seen);
+          const T max = row.maxCoeff();
+          row = (row.array() - max).exp();
+          const T sum = row.sum();
+          row /= sum;
+          s.row(r).tail(keys - seen).setZero();
+          lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));
+        }
+        mutable_rows_of<T>(out, b, h, q0, rows).noalias() = s * rows_of<T>(v, b, h, 0, keys);
+      }
+    }
+  });
+}
+
+template <typename T, typename L>
+void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2);
+  const L* lse = logsumexp.data_ptr<L>();
+  const T scale = static_cast<T>(p.scale);
+  parallel_for(q.size(0) * heads, 1, [&](int64_t begin, int64_t end) {
+    RowMajor<T>& weights = score_buffer<T>(0);
+    RowMajor<T>& dscores = score_buffer<T>(1);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / heads, h = bh % heads;
+      RowsMap<T> dk_all = mutable_rows_of<T>(dk, b, h, 0, tk), dv_all = mutable_rows_of<T>(dv, b, h, 0, tk);
+      dk_all.setZero();
+      dv_all.setZero();
+      for (int64_t q0 = 0; q0 < tq; q0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
+        const ConstRowsMap<T> qb = rows_of<T>(q, b, h, q0, rows), kb = rows_of<T>(k, b, h, 0, keys),
+                              vb = rows_of<T>(v, b, h, 0, keys), ob = rows_of<T>(out, b, h, q0, rows),
+                              dob = rows_of<T>(dout, b, h, q0, rows);
+        weights.resize(rows, keys);
+        scores<T>(qb, kb, p, weights);
+        for (int64_t r = 0; r < rows; ++r) {  // P = exp(s - L)
+          const int64_t seen = seen_by(p, q0 + r, keys);
+          weights.row(r).head(seen) = (weights.row(r).head(seen).array() - static_cast<T>(lse[bh * tq + q0 + r])).exp();
+          weights.row(r).tail(keys - seen).setZero();
+        }
+        dv_all.topRows(keys).noalias() += weights.transpose() * dob;
+        dscores.resize(rows, keys);
+        dscores.noalias() = dob * vb.transpose();
+        for (int64_t r = 0; r < rows; ++r) {
+          const T delta = dob.row(r).dot(ob.row(r));
+          dscores.row(r) = weights.row(r).array() * (dscores.row(r).array() - delta);
+        }
+        mutable_rows_of<T>(dq, b, h, q0, rows).noalias() = scale * (dscores * kb);
+        dk_all.topRows(keys).noalias() += scale * (dscores.transpose() * qb);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                           const Tensor& out, const Tensor& logsumexp) {
+  if (run_in_float32({q, k, v, out, logsumexp}, {3},
+                     [&](const TensorList& t) { attention(t[0], t[1], t[2], p, t[3], t[4]); }))
+    return;
+  if (q.dtype() == kFloat64) return attention_forward<double, double>(q, k, v, p, out, logsumexp);
+  LOOM_CHECK(q.dtype() == kFloat32, "attention: expected floating-point tensors, got ", q.dtype());
+  attention_forward<float, float>(q, k, v, p, out, logsumexp);
+}
+
+void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
+                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  if (run_in_float32({q, k, v, out, dout, logsumexp, dq, dk, dv}, {6, 7, 8}, [&](const TensorList& t) {
+        attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], p, t[6], t[7], t[8]);
+      }))
+    return;
+  if (q.dtype() == kFloat64)
+    return attention_backward_impl<double, double>(q, k, v, out, dout, logsumexp, p, dq, dk, dv);
+  LOOM_CHECK(q.dtype() == kFloat32, "attention_backward: expected floating-point tensors, got ", q.dtype());
+  attention_backward_impl<float, float>(q, k, v, out, dout, logsumexp, p, dq, dk, dv);
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,161 @@
+// Fused attention on the GPU (tensor/cuda/attention.cu) against the CPU's
+// fused attention in float64 (itself checked against the composite and
+// finite differences: tests/nn/attention_test): the output and the three
+// input gradients, for float64, float32 and the 16-bit floats, causal or
+// not, sizes that leave partial tiles, and the attention layers' strided
+// q, k, v. Each case checks the fused kernels ran (not the composite
+// fallback), so none can pass without them.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "autograd/node.h"
+#include "nn/nn.h"
+#include "tensor/autocast.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace loom::testing {
+namespace {
+
+namespace F = nn::functional;
+
+class KernelChoice {
+ public:
+  explicit KernelChoice(F::AttentionKernel kernel) : previous_(F::attention_kernel()) {
+    F::set_attention_kernel(kernel);
+  }
+  ~KernelChoice() { F::set_attention_kernel(previous_); }
+
+ private:
+  F::AttentionKernel previous_;
+};
+
+struct Case {
+  int64_t batch, heads, tq, tk, d, dv;
+  bool causal;
+  bool heads_inside_rows;  // q, k, v as (B, T, H, D) memory viewed as (B, H, T, D)
+};
+
+std::string describe(const Case& c) {
+  return "B" + std::to_string(c.batch) + " H" + std::to_string(c.heads) + " Tq" + std::to_string(c.tq) + " Tk" +
+         std::to_string(c.tk) + " D" + std::to_string(c.d) + " Dv" + std::to_string(c.dv) +
+         (c.causal ? " causal" : "") + (c.heads_inside_rows ? " strided" : "");
+}
+
+Tensor make(const Case& c, int64_t t, int64_t d, uint64_t seed, const Device& device, DType dtype) {
+  Tensor x = random({c.batch, t, c.heads, d}, kFloat64, seed).to(dtype).to(device);
+  return c.heads_inside_rows ? x.transpose(1, 2) : x.transpose(1, 2).contiguous();
+}
+
+struct Attended {
+  Tensor out, dq, dk, dv;
+  std::string node;
+};
+
+Attended attend(const Case& c, const Device& device, DType dtype) {
+  Tensor q = make(c, c.tq, c.d, 1, device, dtype).requires_grad_();
+  Tensor k = make(c, c.tk, c.d, 2, device, dtype).requires_grad_();
+  Tensor v = make(c, c.tk, c.dv, 3, device, dtype).requires_grad_();
+  Tensor dout = random({c.batch, c.heads, c.tq, c.dv}, kFloat64, 4).to(dtype).to(device);
+  Tensor out = F::scaled_dot_product_attention(q, k, v, c.causal);
+  const std::string node = out.grad_fn()->name();
+  (out * dout).sum().backward();
+  auto leaf_grad = [](const Tensor& t) { return t.grad(); };
+  return {out.detach(), leaf_grad(q), leaf_grad(k), leaf_grad(v), node};
+}
+
+const std::vector<Case> kCases = {
+    {2, 3, 70, 70, 40, 24, true, false},      // partial tiles, D and Dv not multiples of 16
+    {2, 3, 70, 70, 40, 24, false, false},
+    {1, 2, 33, 90, 64, 64, false, false},     // Tq != Tk
+    {2, 6, 256, 256, 64, 64, true, true},     // the gpt workload's layout, one tile row of four
+    {1, 2, 130, 130, 128, 128, true, true},   // the largest head dim the kernels take
+    {1, 1, 1, 1, 8, 8, true, false},          // one position
+};
+
+class CudaFusedAttention : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaFusedAttention, MatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  KernelChoice fused(F::AttentionKernel::kFused);
+  // float32 sums in other orders than Eigen; 16-bit inputs and outputs are
+  // rounded, the compute float32 on both sides.
+  const double tol = dtype == kFloat64 ? 1e-10 : dtype == kFloat32 ? 2e-4 : dtype == kBFloat16 ? 4e-2 : 6e-3;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(describe(c));
+    Attended on_gpu = attend(c, gpu_device(), dtype);
+    EXPECT_EQ(on_gpu.node, "ScaledDotProductAttentionBackward");
+    // Reference: the same (rounded) inputs in float64 on the CPU, rounded as the GPU's result is.
+    Attended on_cpu = attend(c, Device::cpu(), kFloat64);
+    expect_close(on_gpu.out, on_cpu.out.to(dtype), tol, "out");
+    expect_close(on_gpu.dq, on_cpu.dq.to(dtype), tol, "dq");
+    expect_close(on_gpu.dk, on_cpu.dk.to(dtype), tol, "dk");
+    expect_close(on_gpu.dv, on_cpu.dv.to(dtype), tol, "dv");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedAttention, ::testing::Values(kFloat64, kFloat32, kBFloat16, kFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The fused op's output keeps q's (B, T, H, D) layout, so the heads go side
+// by side again without a copy, as on the CPU.
+TEST(CudaFusedAttentionLayout, OutputKeepsTheHeadsSideBySide) {
+  LOOM_REQUIRE_CUDA();
+  KernelChoice fused(F::AttentionKernel::kFused);
+  const Case c{2, 6, 256, 256, 64, 64, true, true};
+  Attended r = attend(c, gpu_device(), kFloat32);
+  EXPECT_TRUE(r.out.transpose(1, 2).is_contiguous());
+}
+
+// Head dims over 128 do not fit the CUDA kernels: the composite runs, with
+// the same result as the CPU's fused kernel.
+TEST(CudaFusedAttentionLayout, WideHeadsRunTheComposite) {
+  LOOM_REQUIRE_CUDA();
+  KernelChoice fused(F::AttentionKernel::kFused);
+  const Case c{1, 2, 20, 20, 160, 160, true, false};
+  Attended on_gpu = attend(c, gpu_device(), kFloat64);
+  EXPECT_NE(on_gpu.node, "ScaledDotProductAttentionBackward");
+  Attended on_cpu = attend(c, Device::cpu(), kFloat64);
+  expect_close(on_gpu.out, on_cpu.out, 1e-10, "out");
+  expect_close(on_gpu.dq, on_cpu.dq, 1e-10, "dq");
+}
+
+// A GPT block trained a few steps with the fused kernels follows the
+// composite's losses: the kernels hold up inside a real model, under
+// autocast too.
+TEST(CudaFusedAttentionLayout, TrainsLikeTheComposite) {
+  LOOM_REQUIRE_CUDA();
+  auto losses = [](F::AttentionKernel kernel, std::optional<DType> autocast) {
+    KernelChoice choice(kernel);
+    manual_seed(7);
+    nn::CausalSelfAttention attn({.embed_dim = 64, .num_heads = 4});
+    attn->to(gpu_device());
+    Tensor x = random({4, 48, 64}, kFloat32, 9).to(gpu_device());
+    std::vector<double> out;
+    for (int step = 0; step < 5; ++step) {
+      Tensor loss;
+      {
+        AutocastGuard guard(autocast);
+        loss = attn->forward(x).to(kFloat32).square().mean();
+      }
+      for (const Tensor& p : attn->parameters()) p.set_grad(Tensor());
+      loss.backward();
+      NoGradGuard no_grad;
+      for (const Tensor& p : attn->parameters()) p.sub_(p.grad(), 0.1);
+      out.push_back(loss.item());
+    }
+    return out;
+  };
+  for (std::optional<DType> autocast : {std::optional<DType>(), std::optional<DType>(kBFloat16)}) {
+    SCOPED_TRACE(autocast ? "bf16 autocast" : "float32");
+    std::vector<double> fused = losses(F::AttentionKernel::kFused, autocast);
+    std::vector<double> composite = losses(F::AttentionKernel::kComposite, autocast);
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_NEAR(fused[i], composite[i], (autocast ? 2e-2 : 1e-4) * std::abs(composite[i])) << "step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace loom::testing

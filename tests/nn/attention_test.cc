@@ -1,0 +1,174 @@
+// Fused scaled-dot-product attention (FlashAttention's algorithm, on the
+// CPU) against the composite one (matmul, attention_softmax, matmul) and
+// against finite differences.
+#include <gtest/gtest.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/node.h"
+#include "nn/nn.h"
+#include "tensor/autocast.h"
+#include "tests/test_util.h"
+
+namespace loom {
+namespace {
+
+namespace F = nn::functional;
+using F::AttentionKernel;
+using testing::leaf64;
+using testing::max_rel_error;
+
+// The process-wide setting for one test, restored after it.
+class KernelChoice {
+ public:
+  explicit KernelChoice(AttentionKernel kernel) : previous_(F::attention_kernel()) { F::set_attention_kernel(kernel); }
+  ~KernelChoice() { F::set_attention_kernel(previous_); }
+
+ private:
+  AttentionKernel previous_;
+};
+
+struct Result {
+  Tensor out, dq, dk, dv;
+};
+
+// Output and input gradients of attention on copies of q, k, v, for a fixed
+// random upstream gradient `dout`.
+Result run(AttentionKernel kernel, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+           const Tensor& dout) {
+  KernelChoice choice(kernel);
+  Tensor qc = q.detach().clone().requires_grad_(), kc = k.detach().clone().requires_grad_(),
+         vc = v.detach().clone().requires_grad_();
+  Tensor out = F::scaled_dot_product_attention(qc, kc, vc, causal);
+  (out * dout).sum().backward();
+  return {out.detach(), qc.grad(), kc.grad(), vc.grad()};
+}
+
+void expect_same(const Result& fused, const Result& composite, double tol) {
+  EXPECT_LT(max_rel_error(fused.out, composite.out), tol);
+  EXPECT_LT(max_rel_error(fused.dq, composite.dq), tol);
+  EXPECT_LT(max_rel_error(fused.dk, composite.dk), tol);
+  EXPECT_LT(max_rel_error(fused.dv, composite.dv), tol);
+}
+
+struct Case {
+  Shape q, k, v;
+  bool causal;
+};
+
+TEST(FusedAttention, MatchesTheCompositeForwardAndBackward) {
+  // Query blocks are 64 rows: 70 spans two, the second partly.
+  const std::vector<Case> cases = {
+      {{2, 3, 70, 8}, {2, 3, 70, 8}, {2, 3, 70, 8}, true},
+      {{2, 3, 70, 8}, {2, 3, 70, 8}, {2, 3, 70, 8}, false},
+      {{1, 2, 33, 5}, {1, 2, 90, 5}, {1, 2, 90, 7}, false},  // Tq != Tk, D != Dv
+      {{4, 130, 16}, {4, 130, 16}, {4, 130, 16}, true},       // 3-D: (heads, T, D)
+      {{9, 4}, {9, 4}, {9, 2}, true},                         // 2-D
+      {{1, 1, 1, 3}, {1, 1, 1, 3}, {1, 1, 1, 3}, true},       // one position
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.q) + (c.causal ? " causal" : ""));
+    Tensor q = leaf64(c.q, seed++), k = leaf64(c.k, seed++), v = leaf64(c.v, seed++);
+    std::vector<int64_t> out_shape = c.q.vec();
+    out_shape.back() = c.v.vec().back();
+    Tensor dout = leaf64(Shape(out_shape), seed++).detach();
+    Result fused = run(AttentionKernel::kFused, q, k, v, c.causal, dout);
+    Result composite = run(AttentionKernel::kComposite, q, k, v, c.causal, dout);
+    EXPECT_EQ(fused.out.shape(), composite.out.shape());
+    expect_same(fused, composite, 1e-12);
+  }
+}
+
+TEST(FusedAttention, GradientsMatchFiniteDifferences) {
+  KernelChoice choice(AttentionKernel::kFused);
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    Tensor q = leaf64({1, 2, 67, 3}, 21), k = leaf64({1, 2, 67, 3}, 22), v = leaf64({1, 2, 67, 2}, 23);
+    autograd::GradcheckResult r = autograd::gradcheck(
+        [causal](const TensorList& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], causal); },
+        {q, k, v});
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+// The attention layers' q, k and v are (B, H, T, D) views of one (B, T, 3C)
+// projection. The fused op's output and gradients come back laid out as
+// (B, T, H, D), so that putting the heads side by side again copies nothing.
+TEST(FusedAttention, HeadsOfOneProjectionStaySideBySide) {
+  const int64_t b = 2, t = 11, heads = 3, d = 4, c = heads * d;
+  Tensor qkv = leaf64({b, t, 3 * c}, 31);
+  Tensor dout = leaf64({b, t, c}, 32).detach();
+  auto layer = [&](AttentionKernel kernel) {
+    KernelChoice choice(kernel);
+    Tensor x = qkv.detach().clone().requires_grad_();
+    TensorList parts = split(x, c, 2);
+    auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
+    Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), true);
+    Tensor side_by_side = y.transpose(1, 2);
+    (side_by_side.reshape({b, t, c}) * dout).sum().backward();
+    return std::make_pair(side_by_side, x.grad());
+  };
+  auto [fused, fused_grad] = layer(AttentionKernel::kFused);
+  auto [composite, composite_grad] = layer(AttentionKernel::kComposite);
+  EXPECT_TRUE(fused.is_contiguous());
+  EXPECT_LT(max_rel_error(fused, composite), 1e-12);
+  EXPECT_LT(max_rel_error(fused_grad, composite_grad), 1e-12);
+}
+
+TEST(FusedAttention, SettingPicksTheKernel) {
+  Tensor q = leaf64({1, 2, 5, 4}, 41), k = leaf64({1, 2, 5, 4}, 42), v = leaf64({1, 2, 5, 4}, 43);
+  auto last_op = [&](AttentionKernel kernel) {
+    KernelChoice choice(kernel);
+    return std::string(F::scaled_dot_product_attention(q, k, v, true).grad_fn()->name());
+  };
+  EXPECT_EQ(last_op(AttentionKernel::kFused), "ScaledDotProductAttentionBackward");
+  EXPECT_EQ(last_op(AttentionKernel::kAuto), "ScaledDotProductAttentionBackward");  // fused on the CPU
+  EXPECT_NE(last_op(AttentionKernel::kComposite), "ScaledDotProductAttentionBackward");
+  // Leading dims that broadcast (one k and v for both batch rows) take the composite path, fused or not.
+  KernelChoice fused(AttentionKernel::kFused);
+  Tensor q2 = leaf64({2, 2, 5, 4}, 44);
+  Tensor broadcast = F::scaled_dot_product_attention(q2, k, v, true);
+  EXPECT_NE(std::string(broadcast.grad_fn()->name()), "ScaledDotProductAttentionBackward");
+  EXPECT_EQ(broadcast.shape(), Shape({2, 2, 5, 4}));
+}
+
+// bfloat16 and float16 compute in float32 and round once: within a 16-bit
+// rounding of the float32 result. Under autocast, float32 inputs run in the
+// autocast dtype and their gradients come back in float32.
+TEST(FusedAttention, SixteenBitAndAutocast) {
+  KernelChoice choice(AttentionKernel::kFused);
+  Generator g(51);
+  Tensor q = randn({2, 2, 20, 8}, {}, &g), k = randn({2, 2, 20, 8}, {}, &g), v = randn({2, 2, 20, 8}, {}, &g);
+  Tensor reference = F::scaled_dot_product_attention(q, k, v, true);
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double tol = dtype == kBFloat16 ? 3e-2 : 4e-3;
+    Tensor low = F::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), true);
+    EXPECT_EQ(low.dtype(), dtype);
+    EXPECT_LT(max_rel_error(low, reference), tol);
+
+    Tensor ql = q.clone().requires_grad_(), kl = k.clone().requires_grad_(), vl = v.clone().requires_grad_();
+    Tensor out;
+    {
+      AutocastGuard autocast(dtype);
+      out = F::scaled_dot_product_attention(ql, kl, vl, true);
+    }
+    EXPECT_EQ(out.dtype(), dtype);
+    EXPECT_LT(max_rel_error(out, reference), tol);
+    out.to(kFloat32).sum().backward();
+    EXPECT_EQ(ql.grad().dtype(), kFloat32);
+    EXPECT_EQ(vl.grad().dtype(), kFloat32);
+  }
+}
+
+TEST(FusedAttention, BadInputIsRefusedClearly) {
+  KernelChoice choice(AttentionKernel::kFused);
+  Tensor q = randn({2, 5, 4}), k = randn({2, 6, 4}), v = randn({2, 6, 4});
+  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, k, v, true), "causal attention needs as many queries as keys");
+  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, randn({2, 6, 3}), v, false), "do not fit together");
+  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q.to(kInt64), k.to(kInt64), v.to(kInt64), false),
+                   "floating");
+}
+
+}  // namespace
+}  // namespace loom
