@@ -1,9 +1,10 @@
 // Mixed precision as torch.autocast: inside a scope, the ops that gain from
-// 16-bit arithmetic (matmul, linear, conv2d, and attention through its
-// matmuls) run in bfloat16 or float16, and the ops that need float32's range
-// or accuracy (softmax, log_softmax, cross-entropy, layer and batch norm, sum
+// 16-bit arithmetic (matmul, linear, conv2d and scaled_dot_product_attention)
+// run in bfloat16 or float16, and the ops that need float32's range or
+// accuracy (softmax, log_softmax, cross-entropy, layer and batch norm, sum
 // and mean) run in float32, whatever dtype their inputs come in. Other ops
-// take their inputs' dtype. Parameters stay float32: the casts are ops, so
+// take their inputs' dtype (attention_softmax too: it computes in float32
+// inside and rounds once). Parameters stay float32: the casts are ops, so
 // their gradients reach the float32 parameters in float32, where the
 // optimizer updates them (the "master weights").
 //

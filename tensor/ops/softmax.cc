@@ -11,7 +11,6 @@ namespace {
 
 Tensor softmax_impl(const char* op, const Tensor& x_in, int64_t dim_in, const SoftmaxParams& p) {
   detail::check_defined(op, x_in);
-  if (autocast_wants_float32({x_in})) return softmax_impl(op, autocast_to_float32(x_in), dim_in, p);
   Tensor x = is_floating(x_in.dtype()) ? x_in : detail::cast_raw(x_in, kFloat32);
   const int dim = wrap_dim(dim_in, x.dim(), op);
   Tensor in = x.is_contiguous() ? x : contiguous_copy(x);
@@ -29,11 +28,21 @@ Tensor softmax_impl(const char* op, const Tensor& x_in, int64_t dim_in, const So
   return y;
 }
 
+// Under autocast, softmax and log_softmax run in float32 (16-bit inputs cast up), as PyTorch's.
+Tensor in_autocast_dtype(const Tensor& x) { return autocast_wants_float32({x}) ? autocast_to_float32(x) : x; }
+
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", x, dim, {}); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl("log_softmax", x, dim, {.log = true}); }
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", in_autocast_dtype(x), dim, {}); }
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl("log_softmax", in_autocast_dtype(x), dim, {.log = true});
+}
 
+// Attention's scores stay in their dtype under autocast: the kernel computes
+// in float32 and rounds once, so a cast up before it and down after it (for
+// the product with v) would add four passes over the T x T scores each way
+// and change nothing but the weights' rounding (PyTorch's fused attention
+// never holds them in float32 either).
 Tensor attention_softmax(const Tensor& scores, double scale, bool causal) {
   detail::check_defined("attention_softmax", scores);
   LOOM_CHECK(scale > 0 && std::isfinite(scale), "attention_softmax: scale must be positive and finite, got ", scale);

@@ -46,6 +46,11 @@ std::vector<PolicyCase> policy_cases() {
        [=](const Cast& c) { return F::batch_norm(c(img), Tensor(), Tensor(), c(bn_w), c(bn_b), true, 0.1, 1e-5); }},
       {"sum", kBFloat16, kFloat32, [=](const Cast& c) { return sum(c(x), {0}); }},
       {"mean", kBFloat16, kFloat32, [=](const Cast& c) { return mean(c(x), {1}); }},
+      // Attention in 16 bits: fused (float32 inside), or composite with its
+      // scores' softmax in the 16-bit dtype (float32 inside, rounded once).
+      {"scaled_dot_product_attention", kFloat32, kBFloat16,
+       [=](const Cast& c) { return F::scaled_dot_product_attention(c(img), c(img), c(img), true); }},
+      {"attention_softmax", kBFloat16, kBFloat16, [=](const Cast& c) { return attention_softmax(c(x), 0.5, false); }},
       // On neither list: the inputs' dtype.
       {"relu", kBFloat16, kBFloat16, [=](const Cast& c) { return relu(c(x)); }},
       {"tanh", kFloat32, kFloat32, [=](const Cast& c) { return tanh(c(x)); }},
