@@ -18,7 +18,10 @@
 // 0 once it is warm) and calls to malloc from anywhere in the process
 // ("malloc_calls_per_step": autograd nodes, shapes, Eigen's GEMM buffers),
 // and how often the host waited for the GPU ("host_waits_per_step": 0 but
-// for the GradScaler's finite check under fp16; always 0 on the CPU).
+// for the GradScaler's finite check under fp16; always 0 on the CPU), and
+// the most memory live tensors held during them ("peak_mb", the device
+// allocator's high-water mark: activations saved for backward, gradients,
+// optimizer state).
 // On the CPU, workloads whose FLOPs are counted (cnn) also print Eigen's fp32
 // GEMM rate (1024^3, the same threads) and the step's rate as a fraction of
 // it, both medians of rounds that alternate a GEMM and a step.
@@ -134,6 +137,7 @@ int main(int argc, char** argv) {
     Tensor loss;
     for (int i = 0; i < warmup; ++i) loss = train_step();
     synchronize(device);
+    reset_peak_memory_stats(device);
     const int64_t system_allocs_before = memory_stats(device).system_allocations;
     const int64_t malloc_calls_before = bench::malloc_calls();
     const auto start = std::chrono::steady_clock::now();
@@ -142,18 +146,20 @@ int main(int argc, char** argv) {
     const double waits = double(host_waits() - host_waits_before) / steps;
     synchronize(device);
     const double seconds = seconds_since(start);
-    const double system_allocs = double(memory_stats(device).system_allocations - system_allocs_before) / steps;
+    const MemoryStats memory = memory_stats(device);
+    const double system_allocs = double(memory.system_allocations - system_allocs_before) / steps;
+    const double peak_mb = memory.peak_allocated_bytes / double(1 << 20);
     const double malloc_calls = double(bench::malloc_calls() - malloc_calls_before) / steps;
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
                 "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
-                "\"host_waits_per_step\": %.1f",
+                "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
                 tf32 ? "true" : "false", attention.c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
-                system_allocs, malloc_calls, waits);
+                system_allocs, malloc_calls, waits, peak_mb);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {
       const Efficiency e = measure_efficiency(w.flops_per_step, train_step);
       std::printf(", \"step_gflop\": %.3f, \"step_gflops\": %.1f, \"gemm_gflops\": %.1f, "
