@@ -77,7 +77,8 @@ struct Block {
   Block(int threads, size_t shared_bytes) : barrier(threads), shared((shared_bytes + 15) / 16) {
     for (int first = 0; first < threads; first += 32)
       warps.push_back(std::make_unique<Warp>(threads - first < 32 ? threads - first : 32));
-    std::memset(shared.data(), 0xff, shared.size() * sizeof(Chunk));  // all-ones bits: NaN in float and double
+    if (!shared.empty())  // all-ones bits: NaN in float and double
+      std::memset(shared.data(), 0xff, shared.size() * sizeof(Chunk));
   }
 
   struct alignas(16) Chunk {
