@@ -266,6 +266,13 @@ TEST(AttentionEmulated, CausalSelfAttentionEndingMidTile) {
       {.batch = 1, .heads = 2, .queries = 70, .keys = 70, .qk_dim = 40, .v_dim = 24, .scale = 2.0f, .causal = true});
 }
 
+// One head of the gpt benchmark's shape: the last query tile walks four key
+// tiles, the first key tile's dk/dv four query tiles.
+TEST(AttentionEmulated, CausalOverFourTiles) {
+  check_separate_projections(
+      {.batch = 1, .heads = 1, .queries = 256, .keys = 256, .qk_dim = 64, .v_dim = 64, .scale = 0.125f, .causal = true});
+}
+
 TEST(AttentionEmulated, CausalSingleToken) {
   check_separate_projections(
       {.batch = 1, .heads = 2, .queries = 1, .keys = 1, .qk_dim = 3, .v_dim = 1, .scale = 0.5f, .causal = true});
