@@ -263,6 +263,13 @@ __device__ __forceinline__ void store_rows(S* matrix, int64_t row_stride, int fi
   }
 }
 
+// The keys [0, end) that queries [first_query, first_query + tile) attend
+// to: all of them, or with the causal mask those up to the tile's last query.
+__device__ __forceinline__ int keys_seen_by_tile(int first_query, int tile, const AttentionSizes& n, bool causal) {
+  const int last_query = (first_query + tile < n.queries ? first_query + tile : n.queries) - 1;
+  return causal && last_query + 1 < n.keys ? last_query + 1 : n.keys;
+}
+
 template <int HEAD, typename T>
 __device__ __forceinline__ void clear(OutputPiece<T, HEAD>& acc) {
 #pragma unroll
@@ -298,10 +305,9 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
     row_sum[i] = 0;  // this thread's columns only, until the end
   }
   clear<HEAD>(acc);
-  // Causal: key tiles up to the block's last query. Tile 0 holds key 0, seen
-  // by every row, so each running max is finite from the first tile on.
-  const int last_query = (first_query + TILE < n.queries ? first_query + TILE : n.queries) - 1;
-  const int key_end = causal && last_query + 1 < n.keys ? last_query + 1 : n.keys;
+  // Tile 0 holds key 0, seen by every row, so each running max is finite
+  // from the first tile on.
+  const int key_end = keys_seen_by_tile(first_query, TILE, n, causal);
   for (int first_key = 0; first_key < key_end; first_key += TILE) {
     __syncthreads();  // the previous tile's readers are done with k_tile, v_tile, p_tile
     load_rows<TILE, HEAD>(k_tile, k_head, k.row_stride, first_key, n.keys, n.qk_dim);
@@ -462,8 +468,7 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
 
   OutputPiece<T, HEAD> dq_acc;
   clear<HEAD>(dq_acc);
-  const int last_query = (first_query + TILE < n.queries ? first_query + TILE : n.queries) - 1;
-  const int key_end = causal && last_query + 1 < n.keys ? last_query + 1 : n.keys;
+  const int key_end = keys_seen_by_tile(first_query, TILE, n, causal);
   for (int first_key = 0; first_key < key_end; first_key += TILE) {
     __syncthreads();  // the previous tile's readers are done with k_tile, v_tile, ds_tile
     load_rows<TILE, HEAD>(k_tile, k_head, k.row_stride, first_key, n.keys, n.qk_dim);
