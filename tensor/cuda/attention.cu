@@ -1,5 +1,9 @@
 // CUDA fused attention, forward and backward: the launches of the kernels in
-// attention_kernels.cuh (which says how they work).
+// attention_kernels.cuh and attention_tensor_core.cuh (which say how they
+// work). bfloat16 and float16 run on tensor cores (attention_tensor_core.cuh:
+// 16-bit products accumulated in float); float32 and float64 on the FP32 and
+// FP64 cores (attention_kernels.cuh). Both use attention_kernels.cuh's delta
+// kernel.
 //
 // Head dims up to 128: each kernel is compiled for a bound of 64 and of 128
 // (registers and shared tiles are sized by it), and the smaller one that
@@ -12,6 +16,7 @@
 
 #include "tensor/creation.h"
 #include "tensor/cuda/attention_kernels.cuh"
+#include "tensor/cuda/attention_tensor_core.cuh"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/half.cuh"
 #include "tensor/cuda/launch.h"
@@ -59,6 +64,54 @@ void allow_shared_bytes(Kernel* kernel, int bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+// The kernels for storage type S (compute type T) and head-dim bound HEAD,
+// with their block shape and shared memory: the tensor-core ones for the
+// 16-bit floats, the SIMT ones otherwise. Their parameters agree (T is float
+// for 16 bits), so one launch takes either.
+template <typename S, typename T, int HEAD>
+struct AttentionKernels {
+  static constexpr bool kTensorCores = std::is_same_v<S, __nv_bfloat16> || std::is_same_v<S, __half>;
+  static constexpr int kRows = kTensorCores ? kTensorCoreRows : attention_tile<T>();  // q's (k's for dk, dv) per block
+  static constexpr int kThreads = kTensorCores ? kTensorCoreThreads : kAttentionThreads;
+
+  static constexpr int forward_shared() {
+    if constexpr (kTensorCores)
+      return tensor_core_forward_shared_bytes<HEAD>();
+    else
+      return attention_forward_shared_bytes<T, HEAD>();
+  }
+  static constexpr int dkdv_shared() {
+    if constexpr (kTensorCores)
+      return tensor_core_dkdv_shared_bytes<HEAD>();
+    else
+      return attention_dkdv_shared_bytes<T, HEAD>();
+  }
+  static constexpr int dq_shared() {
+    if constexpr (kTensorCores)
+      return tensor_core_dq_shared_bytes<HEAD>();
+    else
+      return attention_dq_shared_bytes<T, HEAD>();
+  }
+  static auto* forward() {
+    if constexpr (kTensorCores)
+      return attention_forward_tensor_core_kernel<S, HEAD>;
+    else
+      return attention_forward_kernel<S, T, HEAD>;
+  }
+  static auto* dkdv() {
+    if constexpr (kTensorCores)
+      return attention_dkdv_tensor_core_kernel<S, HEAD>;
+    else
+      return attention_dkdv_kernel<S, T, HEAD>;
+  }
+  static auto* dq() {
+    if constexpr (kTensorCores)
+      return attention_dq_tensor_core_kernel<S, HEAD>;
+    else
+      return attention_dq_kernel<S, T, HEAD>;
+  }
+};
+
 dim3 tile_grid(int rows, int per_block, int64_t heads, int64_t batch) {
   return dim3(static_cast<unsigned>(ceil_div(rows, per_block)), static_cast<unsigned>(heads),
               static_cast<unsigned>(batch));
@@ -76,13 +129,13 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
                          "attention: logsumexp must be contiguous ", storage_dtype<T>(), ", got ", logsumexp.dtype());
     LaunchContext ctx(q);
     with_head_bound(n, [&](auto head) {
-      constexpr int HEAD = decltype(head)::value;
-      constexpr int shared = attention_forward_shared_bytes<T, HEAD>();
-      auto* kernel = attention_forward_kernel<S, T, HEAD>;
+      using Kernels = AttentionKernels<S, T, decltype(head)::value>;
+      constexpr int shared = Kernels::forward_shared();
+      auto* kernel = Kernels::forward();
       allow_shared_bytes(kernel, shared);
-      kernel<<<tile_grid(n.queries, attention_tile<T>(), q.size(1), q.size(0)), kAttentionThreads, shared,
-               ctx.stream>>>(operand<const S>(q), operand<const S>(k), operand<const S>(v), operand<S>(out),
-                             data_of<T>(logsumexp), n, T(p.scale), p.causal);
+      kernel<<<tile_grid(n.queries, Kernels::kRows, q.size(1), q.size(0)), Kernels::kThreads, shared, ctx.stream>>>(
+          operand<const S>(q), operand<const S>(k), operand<const S>(v), operand<S>(out), data_of<T>(logsumexp), n,
+          T(p.scale), p.causal);
       LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     });
   });
@@ -106,20 +159,20 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
             operand<const S>(out), operand<const S>(dout), data_of<T>(delta), n);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     with_head_bound(n, [&](auto head) {
-      constexpr int HEAD = decltype(head)::value;
+      using Kernels = AttentionKernels<S, T, decltype(head)::value>;
       const T scale = T(p.scale);
-      constexpr int dkdv_shared = attention_dkdv_shared_bytes<T, HEAD>();
-      auto* dkdv_kernel = attention_dkdv_kernel<S, T, HEAD>;
+      constexpr int dkdv_shared = Kernels::dkdv_shared();
+      auto* dkdv_kernel = Kernels::dkdv();
       allow_shared_bytes(dkdv_kernel, dkdv_shared);
-      dkdv_kernel<<<tile_grid(n.keys, attention_tile<T>(), heads, batch), kAttentionThreads, dkdv_shared, ctx.stream>>>(
+      dkdv_kernel<<<tile_grid(n.keys, Kernels::kRows, heads, batch), Kernels::kThreads, dkdv_shared, ctx.stream>>>(
           operand<const S>(q), operand<const S>(k), operand<const S>(v), operand<const S>(dout),
           data_of<const T>(logsumexp), data_of<const T>(delta), operand<S>(dk), operand<S>(dv), n, scale, p.causal);
       LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 
-      constexpr int dq_shared = attention_dq_shared_bytes<T, HEAD>();
-      auto* dq_kernel = attention_dq_kernel<S, T, HEAD>;
+      constexpr int dq_shared = Kernels::dq_shared();
+      auto* dq_kernel = Kernels::dq();
       allow_shared_bytes(dq_kernel, dq_shared);
-      dq_kernel<<<tile_grid(n.queries, attention_tile<T>(), heads, batch), kAttentionThreads, dq_shared, ctx.stream>>>(
+      dq_kernel<<<tile_grid(n.queries, Kernels::kRows, heads, batch), Kernels::kThreads, dq_shared, ctx.stream>>>(
           operand<const S>(q), operand<const S>(k), operand<const S>(v), operand<const S>(dout),
           data_of<const T>(logsumexp), data_of<const T>(delta), operand<S>(dq), n, scale, p.causal);
       LOOM_CUDA_LAUNCH_CHECK(ctx.stream);

@@ -44,7 +44,7 @@
 #include <cstdint>
 
 #ifdef LOOM_CUDA_EMULATION
-namespace loom::cuda {  // the emulated kernels store and compute in float
+namespace loom::cuda {  // float as itself (cuda_emulation.h widens its emulated bfloat16)
 template <typename S>
 inline S widen(S x) {
   return x;
