@@ -70,7 +70,9 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
         [params, logsumexp, sq = autograd::SavedTensor(q), sk = autograd::SavedTensor(k),
          sv = autograd::SavedTensor(v), so = autograd::SavedTensor(out)](const TensorList& g) {
           const Tensor &q = sq.get(), &k = sk.get(), &v = sv.get();
-          Tensor dout = g[0].stride(3) == 1 ? g[0] : g[0].contiguous();
+          // The kernels read dout as q's dtype with a contiguous last dim.
+          Tensor dout = g[0].to(q.dtype());
+          if (dout.stride(3) != 1) dout = dout.contiguous();
           Tensor dq = empty_in_layout_of(q, q.size(3)), dk = empty_in_layout_of(k, k.size(3)),
                  dv = empty_in_layout_of(v, v.size(3));
           backend_for(q.device()).attention_backward(q, k, v, so.get(), dout, logsumexp, params, dq, dk, dv);
