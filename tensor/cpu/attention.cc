@@ -2,8 +2,10 @@
 // so the scores exist only as one block's rows (kQueryBlock x Tk, in a
 // per-thread buffer) and never as a (Tq, Tk) tensor. With a causal mask a
 // block multiplies only the keys its last query can see, about half the
-// products of the unmasked attention. (B, H) slices go to threads; each
-// block's products are Eigen GEMMs on strided views of q, k and v.
+// products of the unmasked attention. Query blocks (forward) or (B, H)
+// slices (backward, which adds each block into the slice's dk and dv) go to
+// threads; each block's products are Eigen GEMMs on strided views of q, k
+// and v.
 // Masked weights are written as zeros, not computed as exp(-inf): Eigen's
 // vectorised exp clamps its argument and returns a denormal there, and a
 // GEMM reading denormals runs about 100 times slower.
@@ -74,27 +76,29 @@ template <typename T, typename L>
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                        const Tensor& out, const Tensor& logsumexp) {
   const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2);
+  const int64_t blocks = (tq + kQueryBlock - 1) / kQueryBlock;
   L* lse = logsumexp.data_ptr<L>();
-  parallel_for(q.size(0) * heads, 1, [&](int64_t begin, int64_t end) {
+  // Query blocks are independent here: threads take them from every (b, h),
+  // so that one long sequence of one head still uses them all.
+  parallel_for(q.size(0) * heads * blocks, 1, [&](int64_t begin, int64_t end) {
     RowMajor<T>& s = score_buffer<T>(0);
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / heads, h = bh % heads;
-      for (int64_t q0 = 0; q0 < tq; q0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
-        s.resize(rows, keys);
-        scores<T>(rows_of<T>(q, b, h, q0, rows), rows_of<T>(k, b, h, 0, keys), p, s);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t seen = seen_by(p, q0 + r, keys);  // >= 1: every query sees key 0
-          auto row = s.row(r).head(seen);
-          const T max = row.maxCoeff();
-          row = (row.array() - max).exp();
-          const T sum = row.sum();
-          row /= sum;
-          s.row(r).tail(keys - seen).setZero();
-          lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));
-        }
-        mutable_rows_of<T>(out, b, h, q0, rows).noalias() = s * rows_of<T>(v, b, h, 0, keys);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t bh = item / blocks, b = bh / heads, h = bh % heads;
+      const int64_t q0 = item % blocks * kQueryBlock;
+      const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
+      s.resize(rows, keys);
+      scores<T>(rows_of<T>(q, b, h, q0, rows), rows_of<T>(k, b, h, 0, keys), p, s);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t seen = seen_by(p, q0 + r, keys);  // >= 1: every query sees key 0
+        auto row = s.row(r).head(seen);
+        const T max = row.maxCoeff();
+        row = (row.array() - max).exp();
+        const T sum = row.sum();
+        row /= sum;
+        s.row(r).tail(keys - seen).setZero();
+        lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));
       }
+      mutable_rows_of<T>(out, b, h, q0, rows).noalias() = s * rows_of<T>(v, b, h, 0, keys);
     }
   });
 }
