@@ -1,10 +1,14 @@
-// CPU batched matmul on Eigen's GEMM (multithreaded through OpenMP).
+// CPU batched matmul on Eigen's GEMM (multithreaded through OpenMP), built
+// for AVX2 and, on processors that have it, for AVX-512 (gemm_avx512.h).
 //
 // Operands are mapped in place whenever one of their two strides is 1, so a
 // transposed view (x.t()) costs no copy: it is read as a column-major matrix.
 #include <Eigen/Core>
 
+#include <atomic>
+
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/gemm_avx512.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
@@ -37,9 +41,13 @@ void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t m, int
   C.noalias() = A * B;
 }
 
+std::atomic<bool> g_avx512_allowed{true};
+
 template <typename T>
 void gemm_any(const T* a, MatrixLayout la, const T* b, MatrixLayout lb, T* c, int64_t m, int64_t n,
               int64_t k) {
+  if (avx512_gemm_enabled())
+    return gemm_avx512(a, la.leading, la.row_major, b, lb.leading, lb.row_major, c, m, n, k);
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   if (la.row_major && lb.row_major) return gemm<T, R, R>(a, la.leading, b, lb.leading, c, m, n, k);
   if (la.row_major) return gemm<T, R, C>(a, la.leading, b, lb.leading, c, m, n, k);
@@ -48,6 +56,16 @@ void gemm_any(const T* a, MatrixLayout la, const T* b, MatrixLayout lb, T* c, in
 }
 
 }  // namespace
+
+bool avx512_gemm_enabled() {
+  // x86-64-v4's AVX-512 subsets; libgcc also checks that the OS saves the AVX-512 registers.
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                                __builtin_cpu_supports("avx512cd");
+  return supported && g_avx512_allowed.load(std::memory_order_relaxed);
+}
+
+void set_avx512_gemm(bool allowed) { g_avx512_allowed.store(allowed); }
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   if (run_in_float32({a_in, b_in, out}, {2}, [&](const TensorList& t) { matmul(t[0], t[1], t[2]); })) return;

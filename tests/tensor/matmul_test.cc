@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/engine.h"
+#include "tensor/cpu/gemm_avx512.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -19,6 +20,31 @@ std::vector<double> naive_mm(const Tensor& a, const Tensor& b) {
     for (int64_t j = 0; j < n; ++j)
       for (int64_t p = 0; p < k; ++p) out[i * n + j] += x[i * k + p] * y[p * n + j];
   return out;
+}
+
+// The AVX-512 build of the GEMM (on processors that have it) and the AVX2
+// one each against the triple loop, in every operand layout, and against
+// each other.
+TEST(Matmul, Avx512AndAvx2GemmsAgree) {
+  cpu::set_avx512_gemm(true);
+  if (!cpu::avx512_gemm_enabled()) GTEST_SKIP() << "this CPU has no AVX-512: only the AVX2 GEMM runs";
+  Generator gen(8);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    Tensor a = randn({67, 129}, {.dtype = dtype}, &gen), at = randn({129, 67}, {.dtype = dtype}, &gen).t();
+    Tensor b = randn({129, 45}, {.dtype = dtype}, &gen), bt = randn({45, 129}, {.dtype = dtype}, &gen).t();
+    const double tol = dtype == kFloat32 ? 1e-5 : 1e-12;
+    for (const Tensor& x : {a, at})
+      for (const Tensor& y : {b, bt}) {
+        const std::vector<double> expected = naive_mm(x, y);
+        cpu::set_avx512_gemm(false);
+        const Tensor avx2 = matmul(x, y);
+        cpu::set_avx512_gemm(true);
+        const Tensor avx512 = matmul(x, y);
+        expect_values(avx2, expected, tol);
+        expect_values(avx512, expected, tol);
+        EXPECT_LT(testing::max_rel_error(avx512, avx2), tol);
+      }
+  }
 }
 
 TEST(Matmul, AllOperandLayouts) {
