@@ -37,7 +37,7 @@ void BM_matmul_eigen(benchmark::State& state) {
   const bool avx512 = cpu::avx512_gemm_enabled();
   for (auto _ : state) {
     if (avx512)
-      cpu::gemm_avx512(a.data(), n, true, b.data(), n, true, c.data(), n, n, n);
+      cpu::gemm_avx512(a.data(), n, true, b.data(), n, true, c.data(), n, n, n, n, 1.0f, false);
     else
       c.noalias() = a * b;
     benchmark::DoNotOptimize(c.data());

@@ -41,6 +41,7 @@
 #include "examples/common/program.h"
 #include "nn/functional.h"
 #include "optim/grad_scaler.h"
+#include "tensor/cpu/gemm.h"
 #include "optim/optimizer.h"
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
@@ -57,7 +58,9 @@ namespace {
 // so that both see the same machine: a shared VM's speed drifts over seconds
 // (here the 1024^3 GEMM rate ranged from 148 to 219 GFLOP/s in one hour),
 // so rates taken a few seconds apart are not comparable. Medians of rounds
-// of one fp32 1024^3 Eigen GEMM and one training step.
+// of one fp32 1024^3 Eigen GEMM and one training step. The GEMM is the
+// build loom's kernels use on this CPU (tensor/cpu/gemm.h: AVX-512 where
+// the processor has it), so the fraction is of the rate loom can reach.
 struct Efficiency {
   double step_gflops = 0, gemm_gflops = 0;
 };
@@ -72,11 +75,12 @@ Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 1
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int n = 1024;
   Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n), c(n, n);
-  c.noalias() = a * b;  // warm
+  auto product = [&] { cpu::gemm<float>({a.data(), n, true}, {b.data(), n, true}, c.data(), n, n, n, n); };
+  product();  // warm
   std::vector<double> gemm, step;
   for (int r = 0; r < rounds; ++r) {
     auto start = std::chrono::steady_clock::now();
-    c.noalias() = a * b;
+    product();
     gemm.push_back(2.0 * n * n * n / seconds_since(start) / 1e9);
     start = std::chrono::steady_clock::now();
     train_step();

@@ -4,8 +4,8 @@
 // block multiplies only the keys its last query can see, about half the
 // products of the unmasked attention. Query blocks (forward) or (B, H)
 // slices (backward, which adds each block into the slice's dk and dv) go to
-// threads; each block's products are Eigen GEMMs on strided views of q, k
-// and v.
+// threads; each block's products are GEMMs (tensor/cpu/gemm.h) on strided
+// views of q, k and v.
 // Masked weights are written as zeros, not computed as exp(-inf): Eigen's
 // vectorised exp clamps its argument and returns a denormal there, and a
 // GEMM reading denormals runs about 100 times slower.
@@ -22,6 +22,7 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
@@ -52,12 +53,29 @@ RowsMap<T> mutable_rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_
 // The keys queries [q0, q1) attend to: all, or with the causal mask those up to q1 - 1.
 int64_t keys_seen(const AttentionParams& p, int64_t q1, int64_t tk) { return p.causal ? std::min(q1, tk) : tk; }
 
+// Operands of gemm (tensor/cpu/gemm.h): a matrix as it is, or its transpose.
+template <typename T>
+GemmOperand<T> as_is(const ConstRowsMap<T>& m) {
+  return {m.data(), m.outerStride(), true};
+}
+template <typename T>
+GemmOperand<T> transposed(const ConstRowsMap<T>& m) {
+  return {m.data(), m.outerStride(), false};
+}
+template <typename T>
+GemmOperand<T> as_is(const RowMajor<T>& m) {
+  return {m.data(), m.cols(), true};
+}
+template <typename T>
+GemmOperand<T> transposed(const RowMajor<T>& m) {
+  return {m.data(), m.cols(), false};
+}
+
 // s (rows x keys) = scale q k^T; row r's masked keys (past seen(r)) are left
 // for the caller, which writes its weights there as exact zeros.
 template <typename T>
 void scores(const ConstRowsMap<T>& q, const ConstRowsMap<T>& k, const AttentionParams& p, RowMajor<T>& s) {
-  s.noalias() = q * k.transpose();
-  s *= static_cast<T>(p.scale);
+  gemm<T>(as_is(q), transposed(k), s.data(), s.cols(), s.rows(), s.cols(), q.cols(), static_cast<T>(p.scale));
 }
 
 // How many keys query `query` sees in a block of `keys`.
@@ -98,7 +116,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
         s.row(r).tail(keys - seen).setZero();
         lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));
       }
-      mutable_rows_of<T>(out, b, h, q0, rows).noalias() = s * rows_of<T>(v, b, h, 0, keys);
+      RowsMap<T> out_rows = mutable_rows_of<T>(out, b, h, q0, rows);
+      gemm<T>(as_is(s), as_is(rows_of<T>(v, b, h, 0, keys)), out_rows.data(), out_rows.outerStride(), rows,
+              out_rows.cols(), keys);
     }
   });
 }
@@ -130,15 +150,18 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
           weights.row(r).head(seen) = (weights.row(r).head(seen).array() - static_cast<T>(lse[bh * tq + q0 + r])).exp();
           weights.row(r).tail(keys - seen).setZero();
         }
-        dv_all.topRows(keys).noalias() += weights.transpose() * dob;
+        gemm<T>(transposed(weights), as_is(dob), dv_all.data(), dv_all.outerStride(), keys, dv_all.cols(), rows, T(1),
+                /*accumulate=*/true);
         dscores.resize(rows, keys);
-        dscores.noalias() = dob * vb.transpose();
+        gemm<T>(as_is(dob), transposed(vb), dscores.data(), keys, rows, keys, dob.cols());
         for (int64_t r = 0; r < rows; ++r) {
           const T delta = dob.row(r).dot(ob.row(r));
           dscores.row(r) = weights.row(r).array() * (dscores.row(r).array() - delta);
         }
-        mutable_rows_of<T>(dq, b, h, q0, rows).noalias() = scale * (dscores * kb);
-        dk_all.topRows(keys).noalias() += scale * (dscores.transpose() * qb);
+        RowsMap<T> dq_rows = mutable_rows_of<T>(dq, b, h, q0, rows);
+        gemm<T>(as_is(dscores), as_is(kb), dq_rows.data(), dq_rows.outerStride(), rows, dq_rows.cols(), keys, scale);
+        gemm<T>(transposed(dscores), as_is(qb), dk_all.data(), dk_all.outerStride(), keys, dk_all.cols(), rows, scale,
+                /*accumulate=*/true);
       }
     }
   });

@@ -22,6 +22,7 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
@@ -29,13 +30,7 @@ namespace loom::cpu {
 namespace {
 
 template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-template <typename T>
-using StridedMatrixMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
 // Output images at least this wide are multiplied a sample at a time in the
 // forward pass (see conv2d).
@@ -242,14 +237,14 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
         T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
-          ConstMatrixMap<T> w_g(w + g * s.og * s.k(), s.og, s.k());
+          const T* w_g = w + g * s.og * s.k();  // (O_g, K)
           if (s.pixels() >= kWideImage) {
             // Wide images: a product per sample straight into its output plane,
             // from its columns within the block's; the bias added in cache.
             for (int64_t b = 0; b < count; ++b) {
               T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
-              MatrixMap<T>(dst, s.og, s.pixels()).noalias() =
-                  w_g * StridedMatrixMap<T>(col + b * s.pixels(), s.k(), s.pixels(), Eigen::OuterStride<>(width));
+              gemm<T>({w_g, s.k(), true}, {col + b * s.pixels(), width, true}, dst, s.pixels(), s.og, s.pixels(),
+                      s.k());
               if (bias || p.relu)
                 for (int64_t o = 0; o < s.og; ++o) {
                   T* row = dst + o * s.pixels();
@@ -260,7 +255,7 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
           }
           // A single sample's product is its output plane; a block's is copied out.
           T* product = count == 1 ? group_plane(out, first, g, s.groups, s.og, s.pixels()) : product_t.data_ptr<T>();
-          MatrixMap<T>(product, s.og, width).noalias() = w_g * ConstMatrixMap<T>(col, s.k(), width);
+          gemm<T>({w_g, s.k(), true}, {col, width, true}, product, width, s.og, width, s.k());
           if (count == 1 && !bias && !p.relu) continue;
           for (int64_t b = 0; b < count; ++b) {
             T* dst = group_plane(out, first + b, g, s.groups, s.og, s.pixels());
@@ -299,8 +294,8 @@ void CpuBackend::conv2d_backward_input(const Tensor& dy_t, const Tensor& relu_ou
         for (int64_t g = 0; g < s.groups; ++g) {
           const T* dy_g = gather_dy_block(dy, relu_out, s, first, count, g, dy_block);
           // dcol (K, B P) = w_g^T (K, O_g) @ dy_g (O_g, B P)
-          MatrixMap<T>(col, s.k(), width).noalias() =
-              ConstMatrixMap<T>(w + g * s.og * s.k(), s.og, s.k()).transpose() * ConstMatrixMap<T>(dy_g, s.og, width);
+          gemm<T>({w + g * s.og * s.k(), s.k(), /*row_major=*/false}, {dy_g, width, true}, col, width, s.k(), width,
+                  s.og);
           for (int64_t b = 0; b < count; ++b)
             col2im(col + b * s.pixels(), width, s, p, group_plane(dx, first + b, g, s.groups, s.cg, s.plane()));
         }
@@ -342,8 +337,8 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& relu_o
           im2col_block(x, s, p, first, count, g, col);
           ConstMatrixMap<T> dy_g(gather_dy_block(dy, relu_out, s, first, count, g, dy_block), s.og, width);
           // dw_g (O_g, K) += dy_g (O_g, B P) @ col^T (B P, K)
-          MatrixMap<T>(partial + g * s.og * s.k(), s.og, s.k()).noalias() +=
-              dy_g * ConstMatrixMap<T>(col, s.k(), width).transpose();
+          gemm<T>({dy_g.data(), width, true}, {col, width, /*row_major=*/false}, partial + g * s.og * s.k(), s.k(),
+                  s.og, s.k(), width, T(1), /*accumulate=*/true);
           if (dbias_t.defined())
             Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial + dw_t.numel() + g * s.og, s.og) +=
                 dy_g.rowwise().sum();

@@ -1,15 +1,11 @@
-// CPU batched matmul on Eigen's GEMM (multithreaded through OpenMP), built
-// for AVX2 and, on processors that have it, for AVX-512 (gemm_avx512.h).
+// CPU batched matmul on Eigen's GEMM (tensor/cpu/gemm.h: its AVX-512 build
+// where the processor has AVX-512; multithreaded through OpenMP).
 //
 // Operands are mapped in place whenever one of their two strides is 1, so a
 // transposed view (x.t()) costs no copy: it is read as a column-major matrix.
-#include <Eigen/Core>
-
-#include <atomic>
-
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/gemm_avx512.h"
 #include "tensor/cpu/float32_compute.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
@@ -29,43 +25,7 @@ MatrixLayout choose_layout(int64_t rows, int64_t cols, int64_t row_stride, int64
   return {true, 0, false};
 }
 
-template <typename T, int Order>
-using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
-                             Eigen::OuterStride<>>;
-
-template <typename T, int OrderA, int OrderB>
-void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t m, int64_t n, int64_t k) {
-  MatrixMap<T, OrderA> A(a, m, k, Eigen::OuterStride<>(lda));
-  MatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> C(c, m, n);
-  C.noalias() = A * B;
-}
-
-std::atomic<bool> g_avx512_allowed{true};
-
-template <typename T>
-void gemm_any(const T* a, MatrixLayout la, const T* b, MatrixLayout lb, T* c, int64_t m, int64_t n,
-              int64_t k) {
-  if (avx512_gemm_enabled())
-    return gemm_avx512(a, la.leading, la.row_major, b, lb.leading, lb.row_major, c, m, n, k);
-  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
-  if (la.row_major && lb.row_major) return gemm<T, R, R>(a, la.leading, b, lb.leading, c, m, n, k);
-  if (la.row_major) return gemm<T, R, C>(a, la.leading, b, lb.leading, c, m, n, k);
-  if (lb.row_major) return gemm<T, C, R>(a, la.leading, b, lb.leading, c, m, n, k);
-  return gemm<T, C, C>(a, la.leading, b, lb.leading, c, m, n, k);
-}
-
 }  // namespace
-
-bool avx512_gemm_enabled() {
-  // x86-64-v4's AVX-512 subsets; libgcc also checks that the OS saves the AVX-512 registers.
-  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                                __builtin_cpu_supports("avx512cd");
-  return supported && g_avx512_allowed.load(std::memory_order_relaxed);
-}
-
-void set_avx512_gemm(bool allowed) { g_avx512_allowed.store(allowed); }
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   if (run_in_float32({a_in, b_in, out}, {2}, [&](const TensorList& t) { matmul(t[0], t[1], t[2]); })) return;
@@ -84,7 +44,8 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& ou
     const T* pb = b.data_ptr<T>();
     T* pc = out.data_ptr<T>();
     auto one = [&](int64_t i) {
-      gemm_any<T>(pa + i * a.stride(0), la, pb + i * b.stride(0), lb, pc + i * m * n, m, n, k);
+      gemm<T>({pa + i * a.stride(0), la.leading, la.row_major}, {pb + i * b.stride(0), lb.leading, lb.row_major},
+              pc + i * m * n, n, m, n, k);
     };
     // Small matrices: one per thread. Large ones: Eigen threads each product.
     if (batch > 1 && m * n * k < (int64_t{1} << 18)) {

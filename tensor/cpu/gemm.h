@@ -1,0 +1,64 @@
+// The one matrix product every CPU kernel calls (matmul, convolution,
+// fused attention): Eigen's GEMM, its AVX-512 build on processors that have
+// AVX-512 (gemm_avx512.h) and this file's AVX2 build elsewhere.
+//
+//   // C (m x n, row pitch ldc) = alpha A B, or += with `accumulate`
+//   gemm<float>({a, lda, /*row_major=*/true}, {b, ldb, false}, c, ldc, m, n, k);
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "tensor/cpu/gemm_avx512.h"
+
+namespace loom::cpu {
+
+// A matrix operand in memory: row-major (element (i, j) at data[i ld + j])
+// or column-major (at data[j ld + i]); a transposed view of a row-major
+// matrix is column-major with the same leading dimension.
+template <typename T>
+struct GemmOperand {
+  const T* data;
+  int64_t ld;
+  bool row_major;
+};
+
+namespace detail {
+
+template <typename T, int Order>
+using OperandMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
+
+template <typename T, int OrderA, int OrderB>
+void eigen_gemm(const GemmOperand<T>& a, const GemmOperand<T>& b, T* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+                T alpha, bool accumulate) {
+  OperandMap<T, OrderA> A(a.data, m, k, Eigen::OuterStride<>(a.ld));
+  OperandMap<T, OrderB> B(b.data, k, n, Eigen::OuterStride<>(b.ld));
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>> C(
+      c, m, n, Eigen::OuterStride<>(ldc));
+  if (accumulate)
+    C.noalias() += alpha * (A * B);
+  else if (alpha == T(1))
+    C.noalias() = A * B;
+  else
+    C.noalias() = alpha * (A * B);
+}
+
+}  // namespace detail
+
+template <typename T>
+void gemm(const GemmOperand<T>& a, const GemmOperand<T>& b, T* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+          T alpha = T(1), bool accumulate = false) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (avx512_gemm_enabled())
+      return gemm_avx512(a.data, a.ld, a.row_major, b.data, b.ld, b.row_major, c, ldc, m, n, k, alpha, accumulate);
+  }
+  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
+  if (a.row_major && b.row_major) return detail::eigen_gemm<T, R, R>(a, b, c, ldc, m, n, k, alpha, accumulate);
+  if (a.row_major) return detail::eigen_gemm<T, R, C>(a, b, c, ldc, m, n, k, alpha, accumulate);
+  if (b.row_major) return detail::eigen_gemm<T, C, R>(a, b, c, ldc, m, n, k, alpha, accumulate);
+  return detail::eigen_gemm<T, C, C>(a, b, c, ldc, m, n, k, alpha, accumulate);
+}
+
+}  // namespace loom::cpu
