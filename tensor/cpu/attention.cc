@@ -53,29 +53,21 @@ RowsMap<T> mutable_rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_
 // The keys queries [q0, q1) attend to: all, or with the causal mask those up to q1 - 1.
 int64_t keys_seen(const AttentionParams& p, int64_t q1, int64_t tk) { return p.causal ? std::min(q1, tk) : tk; }
 
-// Operands of gemm (tensor/cpu/gemm.h): a matrix as it is, or its transpose.
-template <typename T>
-GemmOperand<T> as_is(const ConstRowsMap<T>& m) {
+// Operands of gemm (tensor/cpu/gemm.h): a row-major map as it is, or its transpose.
+template <typename Map>
+GemmOperand<typename Map::Scalar> as_is(const Map& m) {
   return {m.data(), m.outerStride(), true};
 }
-template <typename T>
-GemmOperand<T> transposed(const ConstRowsMap<T>& m) {
+template <typename Map>
+GemmOperand<typename Map::Scalar> transposed(const Map& m) {
   return {m.data(), m.outerStride(), false};
-}
-template <typename T>
-GemmOperand<T> as_is(const RowMajor<T>& m) {
-  return {m.data(), m.cols(), true};
-}
-template <typename T>
-GemmOperand<T> transposed(const RowMajor<T>& m) {
-  return {m.data(), m.cols(), false};
 }
 
 // s (rows x keys) = scale q k^T; row r's masked keys (past seen(r)) are left
 // for the caller, which writes its weights there as exact zeros.
 template <typename T>
-void scores(const ConstRowsMap<T>& q, const ConstRowsMap<T>& k, const AttentionParams& p, RowMajor<T>& s) {
-  gemm<T>(as_is(q), transposed(k), s.data(), s.cols(), s.rows(), s.cols(), q.cols(), static_cast<T>(p.scale));
+void scores(const ConstRowsMap<T>& q, const ConstRowsMap<T>& k, const AttentionParams& p, RowsMap<T> s) {
+  gemm<T>(as_is(q), transposed(k), s.data(), s.outerStride(), s.rows(), s.cols(), q.cols(), static_cast<T>(p.scale));
 }
 
 // How many keys query `query` sees in a block of `keys`.
@@ -83,11 +75,15 @@ int64_t seen_by(const AttentionParams& p, int64_t query, int64_t keys) {
   return p.causal ? std::min(query + 1, keys) : keys;
 }
 
-// A thread's score block, kept between calls (no allocation once grown).
+// A rows x keys block of this thread's scratch memory `which` (0 or 1). The
+// memory only grows, so blocks of changing sizes (the causal mask's) cost
+// no allocation once it has reached the largest.
 template <typename T>
-RowMajor<T>& score_buffer(int which) {
-  thread_local RowMajor<T> buffers[2];
-  return buffers[which];
+RowsMap<T> score_block(int which, int64_t rows, int64_t keys) {
+  thread_local std::vector<T> buffers[2];
+  std::vector<T>& buffer = buffers[which];
+  if (buffer.size() < static_cast<size_t>(rows * keys)) buffer.resize(rows * keys);
+  return RowsMap<T>(buffer.data(), rows, keys, Eigen::OuterStride<>(keys));
 }
 
 template <typename T, typename L>
@@ -99,12 +95,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   // Query blocks are independent here: threads take them from every (b, h),
   // so that one long sequence of one head still uses them all.
   parallel_for(q.size(0) * heads * blocks, 1, [&](int64_t begin, int64_t end) {
-    RowMajor<T>& s = score_buffer<T>(0);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t bh = item / blocks, b = bh / heads, h = bh % heads;
       const int64_t q0 = item % blocks * kQueryBlock;
       const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
-      s.resize(rows, keys);
+      RowsMap<T> s = score_block<T>(0, rows, keys);
       scores<T>(rows_of<T>(q, b, h, q0, rows), rows_of<T>(k, b, h, 0, keys), p, s);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t seen = seen_by(p, q0 + r, keys);  // >= 1: every query sees key 0
@@ -131,8 +126,6 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
   const L* lse = logsumexp.data_ptr<L>();
   const T scale = static_cast<T>(p.scale);
   parallel_for(q.size(0) * heads, 1, [&](int64_t begin, int64_t end) {
-    RowMajor<T>& weights = score_buffer<T>(0);
-    RowMajor<T>& dscores = score_buffer<T>(1);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
       RowsMap<T> dk_all = mutable_rows_of<T>(dk, b, h, 0, tk), dv_all = mutable_rows_of<T>(dv, b, h, 0, tk);
@@ -143,7 +136,7 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
         const ConstRowsMap<T> qb = rows_of<T>(q, b, h, q0, rows), kb = rows_of<T>(k, b, h, 0, keys),
                               vb = rows_of<T>(v, b, h, 0, keys), ob = rows_of<T>(out, b, h, q0, rows),
                               dob = rows_of<T>(dout, b, h, q0, rows);
-        weights.resize(rows, keys);
+        RowsMap<T> weights = score_block<T>(0, rows, keys);
         scores<T>(qb, kb, p, weights);
         for (int64_t r = 0; r < rows; ++r) {  // P = exp(s - L)
           const int64_t seen = seen_by(p, q0 + r, keys);
@@ -152,7 +145,7 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
         }
         gemm<T>(transposed(weights), as_is(dob), dv_all.data(), dv_all.outerStride(), keys, dv_all.cols(), rows, T(1),
                 /*accumulate=*/true);
-        dscores.resize(rows, keys);
+        RowsMap<T> dscores = score_block<T>(1, rows, keys);
         gemm<T>(as_is(dob), transposed(vb), dscores.data(), keys, rows, keys, dob.cols());
         for (int64_t r = 0; r < rows; ++r) {
           const T delta = dob.row(r).dot(ob.row(r));
