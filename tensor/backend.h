@@ -240,6 +240,8 @@ class Backend {
   // row's sum of exp(p.scale q.k), kept for the backward.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                          const Tensor& out, const Tensor& logsumexp) = 0;
+  // The largest D and Dv attention takes (callers run the composite beyond it).
+  virtual int64_t attention_max_head_dim() const { return INT64_MAX; }
   // dq, dk, dv (q's, k's and v's shapes, any strides with stride 1 along the
   // last dim, overwritten) from dout (out's shape, likewise), recomputing the
   // attention weights from q, k and logsumexp.

@@ -13,14 +13,12 @@
 #include "nn/functional.h"
 #include "nn/functional/operands.h"
 #include "tensor/autocast.h"
+#include "tensor/backend.h"
 
 namespace loom::nn::functional {
 namespace {
 
 std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::kAuto};
-
-// The CUDA kernels hold a row of q, k and v in registers and shared memory.
-constexpr int64_t kCudaMaxHeadDim = 128;
 
 bool fused_wanted(const Tensor& q) {
   switch (attention_kernel()) {
@@ -34,7 +32,7 @@ bool fused_wanted(const Tensor& q) {
 // Whether the fused kernels take these tensors (else the composite runs).
 bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
-  return q.device().is_cpu() || (q.size(-1) <= kCudaMaxHeadDim && v.size(-1) <= kCudaMaxHeadDim);
+  return std::max(q.size(-1), v.size(-1)) <= backend_for(q.device()).attention_max_head_dim();
 }
 
 // (..., T, D) as (B, H, T, D) with stride 1 along D: 4-D tensors as they

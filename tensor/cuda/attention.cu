@@ -119,6 +119,8 @@ dim3 tile_grid(int rows, int per_block, int64_t heads, int64_t batch) {
 
 }  // namespace
 
+int64_t CudaBackend::attention_max_head_dim() const { return kMaxHeadDim; }
+
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                             const Tensor& out, const Tensor& logsumexp) {
   const AttentionSizes n = attention_sizes("attention", q, k, v, {&q, &k, &v, &out});
