@@ -62,6 +62,19 @@ enum class AttentionKernel {
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
 
+// The kernel for a scope, the previous one restored at its end (PyTorch's
+// torch.nn.attention.sdpa_kernel); process-wide, as the setting is.
+class AttentionKernelGuard {
+ public:
+  explicit AttentionKernelGuard(AttentionKernel kernel) : previous_(attention_kernel()) { set_attention_kernel(kernel); }
+  ~AttentionKernelGuard() { set_attention_kernel(previous_); }
+  AttentionKernelGuard(const AttentionKernelGuard&) = delete;
+  AttentionKernelGuard& operator=(const AttentionKernelGuard&) = delete;
+
+ private:
+  AttentionKernel previous_;
+};
+
 // One LSTM step's pointwise part, fused (PyTorch's _thnn_fused_lstm_cell):
 // input_gates and hidden_gates (B, 4H) are x W_ih^T + b_ih and h W_hh^T + b_hh
 // (gate order i, f, g, o), c_prev (B, H). Returns {h, c}:

@@ -21,17 +21,6 @@ namespace {
 
 namespace F = nn::functional;
 
-class KernelChoice {
- public:
-  explicit KernelChoice(F::AttentionKernel kernel) : previous_(F::attention_kernel()) {
-    F::set_attention_kernel(kernel);
-  }
-  ~KernelChoice() { F::set_attention_kernel(previous_); }
-
- private:
-  F::AttentionKernel previous_;
-};
-
 struct Case {
   int64_t batch, heads, tq, tk, d, dv;
   bool causal;
@@ -97,7 +86,7 @@ class CudaFusedAttention : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaFusedAttention, MatchesTheCpu) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
-  KernelChoice fused(F::AttentionKernel::kFused);
+  F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
   // float32 sums in other orders than Eigen. The 16-bit kernels round the
   // attention weights and dS to 16 bits for the tensor cores (as
   // FlashAttention-2), on top of the outputs' own rounding.
@@ -122,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedAttention, ::testing::Values(kFloat64,
 // by side again without a copy, as on the CPU.
 TEST(CudaFusedAttentionLayout, OutputKeepsTheHeadsSideBySide) {
   LOOM_REQUIRE_CUDA();
-  KernelChoice fused(F::AttentionKernel::kFused);
+  F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
   const Case c{2, 6, 256, 256, 64, 64, true, true};
   Attended r = attend(c, gpu_device(), kFloat32);
   EXPECT_TRUE(r.out.transpose(1, 2).is_contiguous());
@@ -132,7 +121,7 @@ TEST(CudaFusedAttentionLayout, OutputKeepsTheHeadsSideBySide) {
 // the same result as the CPU's fused kernel.
 TEST(CudaFusedAttentionLayout, WideHeadsRunTheComposite) {
   LOOM_REQUIRE_CUDA();
-  KernelChoice fused(F::AttentionKernel::kFused);
+  F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
   const Case c{1, 2, 20, 20, 160, 160, true, false};
   Attended on_gpu = attend(c, gpu_device(), kFloat64);
   EXPECT_NE(on_gpu.node, "ScaledDotProductAttentionBackward");
@@ -147,7 +136,7 @@ TEST(CudaFusedAttentionLayout, WideHeadsRunTheComposite) {
 TEST(CudaFusedAttentionLayout, TrainsLikeTheComposite) {
   LOOM_REQUIRE_CUDA();
   auto losses = [](F::AttentionKernel kernel, std::optional<DType> autocast) {
-    KernelChoice choice(kernel);
+    F::AttentionKernelGuard choice(kernel);
     manual_seed(7);
     nn::CausalSelfAttention attn({.embed_dim = 64, .num_heads = 4});
     attn->to(gpu_device());

@@ -17,16 +17,6 @@ using F::AttentionKernel;
 using testing::leaf64;
 using testing::max_rel_error;
 
-// The process-wide setting for one test, restored after it.
-class KernelChoice {
- public:
-  explicit KernelChoice(AttentionKernel kernel) : previous_(F::attention_kernel()) { F::set_attention_kernel(kernel); }
-  ~KernelChoice() { F::set_attention_kernel(previous_); }
-
- private:
-  AttentionKernel previous_;
-};
-
 struct Result {
   Tensor out, dq, dk, dv;
 };
@@ -35,7 +25,7 @@ struct Result {
 // random upstream gradient `dout`.
 Result run(AttentionKernel kernel, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
            const Tensor& dout) {
-  KernelChoice choice(kernel);
+  F::AttentionKernelGuard choice(kernel);
   Tensor qc = q.detach().clone().requires_grad_(), kc = k.detach().clone().requires_grad_(),
          vc = v.detach().clone().requires_grad_();
   Tensor out = F::scaled_dot_product_attention(qc, kc, vc, causal);
@@ -80,7 +70,7 @@ TEST(FusedAttention, MatchesTheCompositeForwardAndBackward) {
 }
 
 TEST(FusedAttention, GradientsMatchFiniteDifferences) {
-  KernelChoice choice(AttentionKernel::kFused);
+  F::AttentionKernelGuard choice(AttentionKernel::kFused);
   for (bool causal : {true, false}) {
     SCOPED_TRACE(causal ? "causal" : "not causal");
     Tensor q = leaf64({1, 2, 67, 3}, 21), k = leaf64({1, 2, 67, 3}, 22), v = leaf64({1, 2, 67, 2}, 23);
@@ -99,7 +89,7 @@ TEST(FusedAttention, HeadsOfOneProjectionStaySideBySide) {
   Tensor qkv = leaf64({b, t, 3 * c}, 31);
   Tensor dout = leaf64({b, t, c}, 32).detach();
   auto layer = [&](AttentionKernel kernel) {
-    KernelChoice choice(kernel);
+    F::AttentionKernelGuard choice(kernel);
     Tensor x = qkv.detach().clone().requires_grad_();
     TensorList parts = split(x, c, 2);
     auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
@@ -118,14 +108,15 @@ TEST(FusedAttention, HeadsOfOneProjectionStaySideBySide) {
 TEST(FusedAttention, SettingPicksTheKernel) {
   Tensor q = leaf64({1, 2, 5, 4}, 41), k = leaf64({1, 2, 5, 4}, 42), v = leaf64({1, 2, 5, 4}, 43);
   auto last_op = [&](AttentionKernel kernel) {
-    KernelChoice choice(kernel);
+    F::AttentionKernelGuard choice(kernel);
     return std::string(F::scaled_dot_product_attention(q, k, v, true).grad_fn()->name());
   };
   EXPECT_EQ(last_op(AttentionKernel::kFused), "ScaledDotProductAttentionBackward");
   EXPECT_EQ(last_op(AttentionKernel::kAuto), "ScaledDotProductAttentionBackward");  // fused on the CPU
   EXPECT_NE(last_op(AttentionKernel::kComposite), "ScaledDotProductAttentionBackward");
+  EXPECT_EQ(F::attention_kernel(), AttentionKernel::kAuto) << "each guard restores the setting it found";
   // Leading dims that broadcast (one k and v for both batch rows) take the composite path, fused or not.
-  KernelChoice fused(AttentionKernel::kFused);
+  F::AttentionKernelGuard fused(AttentionKernel::kFused);
   Tensor q2 = leaf64({2, 2, 5, 4}, 44);
   Tensor broadcast = F::scaled_dot_product_attention(q2, k, v, true);
   EXPECT_NE(std::string(broadcast.grad_fn()->name()), "ScaledDotProductAttentionBackward");
@@ -136,7 +127,7 @@ TEST(FusedAttention, SettingPicksTheKernel) {
 // rounding of the float32 result. Under autocast, float32 inputs run in the
 // autocast dtype and their gradients come back in float32.
 TEST(FusedAttention, SixteenBitAndAutocast) {
-  KernelChoice choice(AttentionKernel::kFused);
+  F::AttentionKernelGuard choice(AttentionKernel::kFused);
   Generator g(51);
   Tensor q = randn({2, 2, 20, 8}, {}, &g), k = randn({2, 2, 20, 8}, {}, &g), v = randn({2, 2, 20, 8}, {}, &g);
   Tensor reference = F::scaled_dot_product_attention(q, k, v, true);
@@ -162,7 +153,7 @@ TEST(FusedAttention, SixteenBitAndAutocast) {
 }
 
 TEST(FusedAttention, BadInputIsRefusedClearly) {
-  KernelChoice choice(AttentionKernel::kFused);
+  F::AttentionKernelGuard choice(AttentionKernel::kFused);
   Tensor q = randn({2, 5, 4}), k = randn({2, 6, 4}), v = randn({2, 6, 4});
   EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, k, v, true), "causal attention needs as many queries as keys");
   EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, randn({2, 6, 3}), v, false), "do not fit together");
