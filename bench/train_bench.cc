@@ -10,6 +10,8 @@
 // fp16 with a GradScaler), as torch_reference.py does with torch.autocast.
 // float32 products and convolutions on the GPU are exact FP32 unless --tf32;
 // torch_reference.py sets PyTorch's switches alike (its cuDNN default is TF32).
+// --blas cublaslt adds the Linear layers' bias in cuBLASLt's epilogue
+// (tensor/blas_library.h); --attention picks the attention kernel.
 // The timed steps lie between two device synchronisations, after --warmup
 // untimed ones; the line names the GPU.
 //
@@ -41,10 +43,11 @@
 #include "examples/common/program.h"
 #include "nn/functional.h"
 #include "optim/grad_scaler.h"
-#include "tensor/cpu/gemm.h"
 #include "optim/optimizer.h"
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
+#include "tensor/blas_library.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/host_waits.h"
 #include "tensor/precision.h"
 #include "tensor/stopwatch.h"
@@ -94,7 +97,7 @@ Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 1
 int main(int argc, char** argv) {
   return run_program("train_bench", [&] {
     Flags flags("Time training steps of loom's benchmark models");
-    std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto";
+    std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto", blas = "cublas";
     int steps = 20, warmup = 3, threads = 0;
     bool tf32 = false;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));
@@ -107,6 +110,9 @@ int main(int argc, char** argv) {
     flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
     flags.add("--attention", attention, "auto, fused or composite: the kernel of the attention layers (nn/functional.h)",
               Scope::Run, CLI::IsMember({"auto", "fused", "composite"}));
+    flags.add("--blas", blas,
+              "CUDA: cublas or cublaslt, the library of products with a bias (tensor/blas_library.h)", Scope::Run,
+              CLI::IsMember({"cublas", "cublaslt"}));
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
               integer_in(0, 1024));
     flags.parse(argc, argv);
@@ -114,6 +120,8 @@ int main(int argc, char** argv) {
     if (threads > 0) omp_set_num_threads(threads);
     tf32 = tf32 && device.is_cuda();  // the CPU computes float32 exactly either way
     set_allow_tf32(tf32);
+    if (!device.is_cuda()) blas = "eigen";  // the CPU has its own GEMM either way
+    set_preferred_blas_library(blas == "cublaslt" ? BlasLibrary::kCublasLt : BlasLibrary::kCublas);
     nn::functional::set_attention_kernel(attention == "fused"       ? nn::functional::AttentionKernel::kFused
                                          : attention == "composite" ? nn::functional::AttentionKernel::kComposite
                                                                     : nn::functional::AttentionKernel::kAuto);
@@ -156,12 +164,12 @@ int main(int argc, char** argv) {
     const double malloc_calls = double(bench::malloc_calls() - malloc_calls_before) / steps;
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
-                "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"steps\": %d, "
+                "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"blas\": \"%s\", \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
                 "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
-                tf32 ? "true" : "false", attention.c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
+                tf32 ? "true" : "false", attention.c_str(), blas.c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls, waits, peak_mb);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {

@@ -164,9 +164,11 @@ class Backend {
                                 const Tensor& dx) = 0;
 
   // ---- linear algebra ----
-  // out[b] = a[b] @ bt[b]: a (B, M, K), b (B, K, N), out (B, M, N) contiguous.
-  // a and b may have any strides (transposed views, stride-0 batch dims).
-  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out[b] = a[b] @ b[b] + bias: a (B, M, K), b (B, K, N), out (B, M, N)
+  // contiguous; bias (N) contiguous, of out's dtype, added to every row
+  // (undefined: adds nothing). a and b may have any strides (transposed
+  // views, stride-0 batch dims).
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
 
   // ---- indexing (indices int64, checked against the sizes by the kernel) ----
   // out = a.index_select(dim, index); contiguous a and out.

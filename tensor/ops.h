@@ -125,6 +125,10 @@ Tensor attention_softmax(const Tensor& scores, double scale, bool causal);
 // ---- matrix products (matmul.cc) ----
 Tensor mm(const Tensor& a, const Tensor& b);   // (M, K) @ (K, N)
 Tensor bmm(const Tensor& a, const Tensor& b);  // (B, M, K) @ (B, K, N)
+// bias + a @ b, as torch.addmm: a (M, K), b (K, N), bias broadcast to (M, N).
+// A bias row (N) is added by the product's kernel (on CUDA, cuBLASLt's
+// epilogue when preferred_blas_library() is kCublasLt: tensor/blas_library.h).
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
 // NumPy matmul: 1-D, 2-D and batched operands, batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
 

@@ -367,15 +367,19 @@ run() {
           python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 20 --precision "$precision"
       done
     done
-    # The fused attention kernels (tensor/cuda/attention.cu, not yet run on a
-    # GPU when written) against the composite the gpt step uses by default,
-    # alternating, in float32 and under bf16 autocast.
-    local attention
+    # The fused attention kernels (tensor/cuda/attention.cu) and cuBLASLt's
+    # bias epilogue (tensor/cuda/matmul_lt.cc), neither run on a GPU when
+    # written, against the gpt step's defaults (composite attention, cuBLAS
+    # and an add), alternating, in float32 and under bf16 autocast.
+    local attention blas
     for round in 1 2 3; do
       for attention in composite fused; do
-        for precision in fp32 bf16; do
-          bench_step "gpt $precision attention $attention (loom, round $round)" 60 "$out/compare_torch.jsonl" \
-            "$work/bin/train_bench" --model gpt --device cuda --steps 20 --precision "$precision" --attention "$attention"
+        for blas in cublas cublaslt; do
+          for precision in fp32 bf16; do
+            bench_step "gpt $precision attention $attention $blas (loom, round $round)" 60 "$out/compare_torch.jsonl" \
+              "$work/bin/train_bench" --model gpt --device cuda --steps 20 --precision "$precision" \
+              --attention "$attention" --blas "$blas"
+          done
         done
       done
     done
@@ -387,7 +391,8 @@ for line in open(sys.argv[1]):
     if "framework" in d:
         waits = f", {d['host_waits_per_step']} host waits" if "host_waits_per_step" in d else ""
         attention = f" {d['attention']:9}" if "attention" in d else " " * 10
-        print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4}{attention} {d['ms_per_step']:8.3f} ms{waits}")
+        blas = f" {d['blas']:8}" if "blas" in d else " " * 9
+        print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4}{attention}{blas} {d['ms_per_step']:8.3f} ms{waits}")
 PY
     # Where the gpt step's GPU time goes, kernel by kernel (issue #12): one
     # step under Nsight Compute, each kernel timed once, caches left as the
@@ -400,10 +405,10 @@ PY
         "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0
       python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_raw.csv" --top 30 > "$out/profile_gpt.txt" 2>> "$b" &&
         head -n 12 "$out/profile_gpt.txt" | sed 's/^/profile: /' >> "$b"
-      # The same step with the fused attention kernels.
-      bench_step "profile gpt fused attention (ncu)" 200 "$out/profile_gpt_fused_raw.csv" "$ncu" --clock-control none \
-        --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-        "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0 --attention fused
+      # The same step with the fused attention kernels and cuBLASLt's bias epilogue.
+      bench_step "profile gpt fused attention, cublaslt (ncu)" 200 "$out/profile_gpt_fused_raw.csv" "$ncu" \
+        --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+        "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0 --attention fused --blas cublaslt
       python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_fused_raw.csv" --top 30 \
         > "$out/profile_gpt_fused.txt" 2>> "$b" &&
         head -n 12 "$out/profile_gpt_fused.txt" | sed 's/^/profile fused: /' >> "$b"

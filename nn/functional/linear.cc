@@ -1,4 +1,5 @@
-// linear and embedding: compositions of matmul and index_select.
+// linear and embedding: a product with its bias added by the product's
+// kernel (addmm), and index_select.
 #include "nn/functional.h"
 #include "tensor/autocast.h"
 
@@ -11,8 +12,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              " does not end in the weight's in_features ", weight.size(1));
   if (autocast_wants_low({x, weight, bias}))
     return linear(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias));
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  // A bias of another dtype than x promotes, as an addition would.
+  if (!bias.defined() || bias.dtype() != x.dtype()) {
+    Tensor y = matmul(x, weight.t());
+    return bias.defined() ? y + bias : y;
+  }
+  // (..., in) as rows (M, in): one product for every leading dim.
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  std::vector<int64_t> shape = x.shape().vec();
+  shape.back() = weight.size(0);
+  return addmm(bias, x.reshape({rows, x.size(-1)}), weight.t()).reshape(shape);
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {

@@ -14,7 +14,7 @@ namespace {
 
 // out = a @ b for 2-D operands, through the backend's batched product (a batch of one).
 void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
-  backend.matmul(a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0));
+  backend.matmul(a.unsqueeze(0), b.unsqueeze(0), Tensor(), out.unsqueeze(0));
 }
 
 // The saved forward, and the backward through time.

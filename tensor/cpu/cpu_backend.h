@@ -32,7 +32,7 @@ class CpuBackend final : public Backend {
   void softmax_backward(const Tensor& y, const Tensor& dy, int dim, const SoftmaxParams& p,
                         const Tensor& dx) override;
 
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override;
 
   void index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
   void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;

@@ -3,6 +3,12 @@
 //
 // Operands are mapped in place whenever one of their two strides is 1, so a
 // transposed view (x.t()) costs no copy: it is read as a column-major matrix.
+// A bias is written into every row of the output first and the GEMM adds its
+// product to it (beta = 1), while the output's blocks are in cache, instead
+// of a separate pass over the output afterwards.
+#include <algorithm>
+#include <cstring>
+
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/gemm.h"
@@ -25,10 +31,19 @@ MatrixLayout choose_layout(int64_t rows, int64_t cols, int64_t row_stride, int64
   return {true, 0, false};
 }
 
+// Every row of the (m x n) row-major c becomes `bias`.
+template <typename T>
+void fill_rows(T* c, const T* bias, int64_t m, int64_t n) {
+  parallel_for(m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) std::memcpy(c + i * n, bias, sizeof(T) * n);
+  });
+}
+
 }  // namespace
 
-void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
-  if (run_in_float32({a_in, b_in, out}, {2}, [&](const TensorList& t) { matmul(t[0], t[1], t[2]); })) return;
+void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
+  if (run_in_float32({a_in, b_in, bias, out}, {3}, [&](const TensorList& t) { matmul(t[0], t[1], t[2], t[3]); }))
+    return;
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   MatrixLayout la = choose_layout(m, k, a_in.stride(1), a_in.stride(2));
   MatrixLayout lb = choose_layout(k, n, b_in.stride(1), b_in.stride(2));
@@ -43,9 +58,11 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& ou
     const T* pa = a.data_ptr<T>();
     const T* pb = b.data_ptr<T>();
     T* pc = out.data_ptr<T>();
+    const T* pbias = bias.defined() ? bias.data_ptr<T>() : nullptr;
     auto one = [&](int64_t i) {
+      if (pbias != nullptr) fill_rows(pc + i * m * n, pbias, m, n);
       gemm<T>({pa + i * a.stride(0), la.leading, la.row_major}, {pb + i * b.stride(0), lb.leading, lb.row_major},
-              pc + i * m * n, n, m, n, k);
+              pc + i * m * n, n, m, n, k, T(1), /*accumulate=*/pbias != nullptr);
     };
     // Small matrices: one per thread. Large ones: Eigen threads each product.
     if (batch > 1 && m * n * k < (int64_t{1} << 18)) {

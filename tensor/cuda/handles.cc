@@ -37,6 +37,11 @@ Pool<cublasHandle_t>& cublas_pool() {
   return *pool;
 }
 
+Pool<cublasLtHandle_t>& cublaslt_pool() {
+  static auto* pool = new Pool<cublasLtHandle_t>();
+  return *pool;
+}
+
 Pool<cudnnHandle_t>& cudnn_pool() {
   static auto* pool = new Pool<cudnnHandle_t>();
   return *pool;
@@ -45,13 +50,19 @@ Pool<cudnnHandle_t>& cudnn_pool() {
 // The calling thread's handles; returned to the pools when the thread ends.
 struct ThreadHandles {
   std::vector<cublasHandle_t> cublas;
+  std::vector<cublasLtHandle_t> cublaslt;
   std::vector<cudnnHandle_t> cudnn;
 
   ~ThreadHandles() {
-    for (size_t d = 0; d < cublas.size(); ++d)
-      if (cublas[d] != nullptr) cublas_pool().give_back(static_cast<int>(d), cublas[d]);
-    for (size_t d = 0; d < cudnn.size(); ++d)
-      if (cudnn[d] != nullptr) cudnn_pool().give_back(static_cast<int>(d), cudnn[d]);
+    give_all_back(cublas, cublas_pool());
+    give_all_back(cublaslt, cublaslt_pool());
+    give_all_back(cudnn, cudnn_pool());
+  }
+
+  template <typename Handle>
+  static void give_all_back(const std::vector<Handle>& mine, Pool<Handle>& pool) {
+    for (size_t d = 0; d < mine.size(); ++d)
+      if (mine[d] != nullptr) pool.give_back(static_cast<int>(d), mine[d]);
   }
 };
 
@@ -77,6 +88,21 @@ cublasHandle_t cublas_handle(int device) {
     mine[device] = handle;
   }
   CUBLAS_CHECK(cublasSetStream(mine[device], current_stream(device).handle()));
+  return mine[device];
+}
+
+cublasLtHandle_t cublaslt_handle(int device) {
+  check_device(device);
+  auto& mine = thread_handles.cublaslt;
+  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
+  if (mine[device] == nullptr) {
+    cublasLtHandle_t handle = nullptr;
+    if (!cublaslt_pool().take(device, &handle)) {
+      DeviceGuard guard(device);
+      CUBLAS_CHECK(cublasLtCreate(&handle));
+    }
+    mine[device] = handle;
+  }
   return mine[device];
 }
 

@@ -1,42 +1,31 @@
-// CUDA batched matmul through cuBLAS (one strided-batched GEMM per call).
-//
-// cuBLAS is column-major. loom's out (M, N) row-major is, to cuBLAS, the
-// (N, M) matrix C = B^T A^T; a row-major operand's memory is its transpose
-// read column-major, and a transposed view (x.t(), stride 1 along its rows)
-// is the matrix itself, which cuBLAS transposes with a flag. So transposed
-// operands and broadcast batches (batch stride 0) cost no copy; only an
-// operand with no unit stride (a slice with a step) is copied first.
+// CUDA batched matmul through cuBLAS (one strided-batched GEMM per call);
+// gemm.h says how loom's row-major operands reach it without copies.
 //
 // float32 is exact FP32 (CUBLAS_COMPUTE_32F) unless set_allow_tf32(true)
 // (CUBLAS_COMPUTE_32F_FAST_TF32); float64 uses FP64 (cuBLAS's Dgemm path);
 // bfloat16 and float16 multiply on the tensor cores, accumulate in FP32
 // (CUBLAS_COMPUTE_32F) and round the result once, as the CPU does (the
 // handle disallows 16-bit split-K reductions: handles.cc).
+//
+// A bias row goes through cuBLASLt's epilogue when that library is preferred
+// (tensor/blas_library.h, matmul_lt.cc); otherwise a broadcast add follows
+// the product.
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "tensor/blas_library.h"
 #include "tensor/creation.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/gemm.h"
 #include "tensor/cuda/handles.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/precision.h"
 
 namespace loom::cuda {
 namespace {
-
-// cuBLAS's recommended workspace on Hopper; taken from the caching allocator
-// on the current stream for each call, so streams never share one.
-constexpr int64_t kWorkspaceBytes = 32 << 20;
-
-// How a (rows x cols) slice with the given strides reaches cuBLAS without a copy.
-struct GemmOperand {
-  bool usable = false;
-  bool row_major = true;  // true: cuBLAS sees the transpose (op N gives it back)
-  int64_t ld = 0;         // cuBLAS's leading dimension
-};
 
 GemmOperand describe(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
   // Strides of size-1 dims mean nothing; cuBLAS wants ld >= its row count.
@@ -51,7 +40,15 @@ GemmOperand describe(int64_t rows, int64_t cols, int64_t row_stride, int64_t col
   return {};
 }
 
-// The operand as cuBLAS can take it: itself, or a contiguous copy.
+bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+// The bias (N) as an (B, M, N) operand of an elementwise add: stride 0 but along N.
+Tensor as_rows(const Tensor& bias, const Shape& shape) {
+  return as_strided(bias, shape, Strides{0, 0, bias.stride(0)}, bias.storage_offset());
+}
+
+}  // namespace
+
 Tensor gemm_ready(const Tensor& t, GemmOperand& layout) {
   const int64_t rows = t.size(1), cols = t.size(2);
   layout = describe(rows, cols, t.stride(1), t.stride(2));
@@ -61,8 +58,6 @@ Tensor gemm_ready(const Tensor& t, GemmOperand& layout) {
   LOOM_INTERNAL_ASSERT(layout.usable);
   return copy;
 }
-
-bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
 cudaDataType_t gemm_type(DType dtype) {
   switch (dtype) {
@@ -74,9 +69,12 @@ cudaDataType_t gemm_type(DType dtype) {
   }
 }
 
-}  // namespace
+cublasComputeType_t gemm_compute_type(DType dtype) {
+  if (dtype == kFloat64) return CUBLAS_COMPUTE_64F;
+  return dtype == kFloat32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 
-void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
   LaunchContext ctx(out);
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   if (out.numel() == 0) return;
@@ -86,37 +84,37 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& o
   LOOM_CHECK(fits_int(m) && fits_int(n) && fits_int(k) && fits_int(batch) && fits_int(la.ld) && fits_int(lb.ld),
              "matmul: sizes (", batch, " x ", m, " x ", k, " @ ", k, " x ", n,
              ") exceed what one cuBLAS call takes (2^31 - 1 per dim)");
+  if (bias.defined() && batch == 1 && preferred_blas_library() == BlasLibrary::kCublasLt &&
+      matmul_with_bias_epilogue(ctx, a, la, b, lb, bias, out))
+    return;
 
   const bool is_double = out.dtype() == kFloat64;
   const cudaDataType_t type = gemm_type(out.dtype());
-  const cublasComputeType_t compute =
-      is_double ? CUBLAS_COMPUTE_64F
-                : (out.dtype() == kFloat32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  const cublasComputeType_t compute = gemm_compute_type(out.dtype());
   const float alpha_f = 1, beta_f = 0;
   const double alpha_d = 1, beta_d = 0;
   const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f);
   const void* beta = is_double ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f);
 
   cublasHandle_t handle = cublas_handle(ctx.device);
-  Tensor workspace = empty({kWorkspaceBytes}, {.dtype = kUInt8, .device = out.device()});
-  CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.raw_data(), kWorkspaceBytes));
+  Tensor workspace = empty({kGemmWorkspaceBytes}, {.dtype = kUInt8, .device = out.device()});
+  CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.raw_data(), kGemmWorkspaceBytes));
 
   // C (n x m, column-major) = op(B) (n x k) * op(A) (k x m).
-  const cublasOperation_t op_b = lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cublasOperation_t op_a = la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   if (batch == 1) {
-    CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+    CUBLAS_CHECK(cublasGemmEx(handle, lb.op(), la.op(), static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                               alpha, b.raw_data(), type, static_cast<int>(lb.ld), a.raw_data(), type,
                               static_cast<int>(la.ld), beta, out.raw_data(), type, static_cast<int>(n), compute,
                               CUBLAS_GEMM_DEFAULT));
   } else {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), alpha, b.raw_data(),
+        handle, lb.op(), la.op(), static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), alpha, b.raw_data(),
         type, static_cast<int>(lb.ld), static_cast<long long>(b.stride(0)), a.raw_data(), type,
         static_cast<int>(la.ld), static_cast<long long>(a.stride(0)), beta, out.raw_data(), type,
         static_cast<int>(n), static_cast<long long>(m * n), static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
   }
   // The workspace goes back to the cache for later work on this stream only.
+  if (bias.defined()) binary(BinaryOp::Add, out, as_rows(bias, out.shape()), out, 1);
 }
 
 }  // namespace loom::cuda

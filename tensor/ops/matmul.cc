@@ -1,5 +1,7 @@
 // Matrix products. bmm is the primitive (one kernel, one backward); mm and
 // matmul reshape their operands onto it, so their gradients come for free.
+// addmm (a product plus a bias row, a Linear layer's op) is the one other
+// kernel: the backend adds the bias as the product is written.
 #include "tensor/autocast.h"
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
@@ -14,10 +16,51 @@ void check_matmul_operands(const char* op, const Tensor& a, const Tensor& b) {
              " and ", b.dtype());
 }
 
-// Whether each matrix of a (batch, rows, cols) tensor is stored column by
-// column: a transposed view of a contiguous one.
+// Whether each matrix of a (rows, cols) or (batch, rows, cols) tensor is
+// stored column by column: a transposed view of a contiguous one.
 bool is_transposed_matrices(const Tensor& t) {
-  return t.size(1) > 1 && t.size(2) > 1 && t.stride(1) == 1 && t.stride(2) == t.size(1);
+  const int rows = t.dim() - 2, cols = t.dim() - 1;
+  return t.size(rows) > 1 && t.size(cols) > 1 && t.stride(rows) == 1 && t.stride(cols) == t.size(rows);
+}
+
+Tensor transposed(const Tensor& t) { return t.transpose(-2, -1); }
+Tensor product(const Tensor& a, const Tensor& b) { return a.dim() == 2 ? mm(a, b) : bmm(a, b); }
+
+// The gradients of y = a @ b (both 2-D or both 3-D) for the operands that
+// need them: dy @ b^T for a and a^T @ dy for b; transposes are views. An
+// operand that is a transposed view (a Linear's weight.t()) gets its
+// gradient in its own layout, computed transposed: then the gradient of the
+// transpose, and the parameter's .grad(), are contiguous, where they would
+// otherwise be copied once more.
+class ProductGradients {
+ public:
+  ProductGradients(const Tensor& a, const Tensor& b)
+      : needs_a_(a.requires_grad()),
+        needs_b_(b.requires_grad()),
+        a_transposed_(is_transposed_matrices(a)),
+        b_transposed_(is_transposed_matrices(b)),
+        a_(needs_b_ ? autograd::SavedTensor(a) : autograd::SavedTensor()),
+        b_(needs_a_ ? autograd::SavedTensor(b) : autograd::SavedTensor()) {}
+
+  // {d a, d b}, each undefined where that operand needs none.
+  TensorList operator()(const Tensor& dy) const {
+    Tensor da, db;
+    if (needs_a_)
+      da = a_transposed_ ? transposed(product(b_.get(), transposed(dy))) : product(dy, transposed(b_.get()));
+    if (needs_b_)
+      db = b_transposed_ ? transposed(product(transposed(dy), a_.get())) : product(transposed(a_.get()), dy);
+    return {da, db};
+  }
+
+ private:
+  bool needs_a_, needs_b_, a_transposed_, b_transposed_;
+  autograd::SavedTensor a_, b_;
+};
+
+// A (rows, cols) matrix as a batch of one, (1, rows, cols): a view, not recorded.
+Tensor as_batch_of_one(const Tensor& t) {
+  return as_strided(t, Shape({1, t.size(0), t.size(1)}), Strides({t.size(0) * t.stride(0), t.stride(0), t.stride(1)}),
+                    t.storage_offset());
 }
 
 }  // namespace
@@ -33,30 +76,11 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
     if (a.size(2) == 0)
       backend_for(y.device()).fill(y, 0);
     else
-      backend_for(y.device()).matmul(a, b, y);
+      backend_for(y.device()).matmul(a, b, Tensor(), y);
   }
-  if (autograd::needs_grad(a, b)) {
-    const bool da = a.requires_grad(), db = b.requires_grad();
-    // d(a @ b) = dy @ b^T for a and a^T @ dy for b; transposes are views.
-    // An operand that is a transposed view (a Linear's weight.t()) gets its
-    // gradient in its own layout, computed transposed: then the gradient of
-    // the transpose, and the parameter's .grad(), are contiguous, where they
-    // would otherwise be copied once more.
+  if (autograd::needs_grad(a, b))
     autograd::record("BmmBackward", {a, b}, y,
-                     [sa = db ? autograd::SavedTensor(a) : autograd::SavedTensor(),
-                      sb = da ? autograd::SavedTensor(b) : autograd::SavedTensor(), da, db,
-                      a_transposed = is_transposed_matrices(a), b_transposed = is_transposed_matrices(b)](
-                         const TensorList& g) {
-                       Tensor grad_a, grad_b;
-                       if (da)
-                         grad_a = a_transposed ? bmm(sb.get(), g[0].transpose(1, 2)).transpose(1, 2)
-                                               : bmm(g[0], sb.get().transpose(1, 2));
-                       if (db)
-                         grad_b = b_transposed ? bmm(g[0].transpose(1, 2), sa.get()).transpose(1, 2)
-                                               : bmm(sa.get().transpose(1, 2), g[0]);
-                       return TensorList{grad_a, grad_b};
-                     });
-  }
+                     [gradients = ProductGradients(a, b)](const TensorList& g) { return gradients(g[0]); });
   return y;
 }
 
@@ -67,6 +91,42 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   LOOM_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.shape(), " and ", b.shape(),
              " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
   return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
+}
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
+  if (autocast_wants_low({bias, a, b}))
+    return addmm(autocast_to_low(bias), autocast_to_low(a), autocast_to_low(b));
+  check_matmul_operands("addmm", a, b);
+  detail::check_same_device("addmm", a, bias);
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: expected 2-D operands, got shapes ", a.shape(), " and ",
+             b.shape());
+  LOOM_CHECK(a.size(1) == b.size(0), "addmm: shapes ", a.shape(), " and ", b.shape(), " cannot be multiplied (",
+             a.size(1), " != ", b.size(0), ")");
+  LOOM_CHECK(bias.dtype() == a.dtype(), "addmm: expected a bias of the operands' dtype ", a.dtype(), ", got ",
+             bias.dtype());
+  const int64_t m = a.size(0), n = b.size(1);
+  // A bias row is the fused kernel's case; other broadcasts (a column, a
+  // whole matrix) add after the product.
+  if (bias.dim() != 1 || bias.size(0) != n) {
+    broadcast_shapes(bias.shape(), Shape({m, n}), "addmm");  // a clear error where it does not broadcast
+    return mm(a, b) + bias;
+  }
+  Tensor y = empty({m, n}, a.options());
+  if (y.numel() > 0) {
+    Backend& backend = backend_for(y.device());
+    const Tensor row = bias.is_contiguous() ? bias : contiguous_copy(bias);
+    if (a.size(1) == 0)
+      backend.copy(detail::expand_raw(row, y.shape()), y);
+    else
+      backend.matmul(as_batch_of_one(a), as_batch_of_one(b), row, as_batch_of_one(y));
+  }
+  if (autograd::needs_grad({bias, a, b}))
+    autograd::record("AddmmBackward", {bias, a, b}, y,
+                     [gradients = ProductGradients(a, b), needs_bias = bias.requires_grad()](const TensorList& g) {
+                       TensorList d = gradients(g[0]);
+                       return TensorList{needs_bias ? g[0].sum({0}) : Tensor(), d[0], d[1]};
+                     });
+  return y;
 }
 
 namespace {

@@ -1,11 +1,13 @@
 // Matrix products on the GPU (cuBLAS) against float64 references on the CPU:
 // every operand layout cuBLAS takes without a copy (row-major, transposed,
 // broadcast batch), the ones that need a copy (a slice with a step), exact
-// FP32 by default and TF32 only when asked.
+// FP32 by default and TF32 only when asked; addmm's bias row through
+// cuBLASLt's epilogue and through the add after cublasGemmEx.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "tensor/blas_library.h"
 #include "tensor/precision.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -100,6 +102,71 @@ TEST(CudaMatmulPrecision, Float32IsExactUnlessTf32IsAllowed) {
   RecordProperty("fp32_error", std::to_string(fp32_error));
   RecordProperty("tf32_error", std::to_string(tf32_error));
   std::cout << "matmul max rel error vs float64: fp32 " << fp32_error << ", tf32 " << tf32_error << "\n";
+}
+
+// Sets the preferred BLAS library for one scope and restores the one it found.
+class PreferBlas {
+ public:
+  explicit PreferBlas(BlasLibrary library) : saved_(preferred_blas_library()) { set_preferred_blas_library(library); }
+  ~PreferBlas() { set_preferred_blas_library(saved_); }
+
+ private:
+  BlasLibrary saved_;
+};
+
+// addmm (a Linear's product and bias) with either library, in the four
+// dtypes and the operand layouts a Linear meets (x @ weight.t()), against the
+// CPU in float64.
+TEST(CudaAddmm, BothBlasLibrariesAddTheBiasRow) {
+  LOOM_REQUIRE_CUDA();
+  ASSERT_EQ(preferred_blas_library(), BlasLibrary::kCublas) << "cuBLAS is the default until cuBLASLt's path has run";
+  struct Case {
+    int64_t m, k, n;
+  };
+  const std::vector<Case> cases = {{1, 1, 1}, {37, 41, 29}, {3, 300, 2}, {512, 384, 1152}};
+  for (BlasLibrary library : {BlasLibrary::kCublas, BlasLibrary::kCublasLt}) {
+    PreferBlas prefer(library);
+    for (DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+      const double tol = dtype == kBFloat16 ? 1e-2 : dtype == kFloat16 ? 2e-3 : dtype == kFloat32 ? 1e-4 : 1e-10;
+      uint64_t seed = 900;
+      for (const Case& c : cases) {
+        Tensor x = random({c.m, c.k}, dtype, ++seed), weight = random({c.n, c.k}, dtype, ++seed);
+        Tensor bias = random({c.n}, dtype, ++seed);
+        const Tensor expected = addmm(bias.to(kFloat64), x.to(kFloat64), weight.to(kFloat64).t()).to(dtype);
+        const std::string what = std::string(blas_library_name(library)) + " " + dtype_name(dtype) + " " +
+                                 std::to_string(c.m) + "x" + std::to_string(c.k) + "x" + std::to_string(c.n);
+        expect_close(addmm(gpu(bias), gpu(x), gpu(weight).t()), expected, tol, what + " x @ weight.t()");
+        expect_close(addmm(gpu(bias), gpu(x.t().contiguous()).t(), gpu(weight.t().contiguous())), expected, tol,
+                     what + " transposed x, contiguous weight^T");
+      }
+    }
+  }
+}
+
+// Which path ran shows in 16-bit rounding. cuBLASLt adds the bias in its
+// epilogue, in float, and rounds once, as the CPU does; cublasGemmEx rounds
+// the product and the add after it rounds again. With u the unit in the last
+// place at 1: (1 + u)^2 + u / 2 rounds once to 1 + 3u, twice to 1 + 2u (the
+// second rounding a tie, to even). So this fails if cuBLASLt found no
+// algorithm and fell back unseen, or if the switch does nothing.
+TEST(CudaAddmm, CublasLtAddsTheBiasBeforeTheOneRounding) {
+  LOOM_REQUIRE_CUDA();
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    const double u = dtype == kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+    Tensor a = full({64, 64}, 0.0, {.dtype = dtype}), b = full({64, 64}, 0.0, {.dtype = dtype});
+    a.narrow(1, 0, 1).fill_(1 + u);
+    b.narrow(0, 0, 1).fill_(1 + u);
+    Tensor bias = full({64}, u / 2, {.dtype = dtype});
+    const Tensor once = full({64, 64}, 1 + 3 * u, {.dtype = dtype});
+    const Tensor twice = full({64, 64}, 1 + 2 * u, {.dtype = dtype});
+    testing::expect_equal(addmm(bias, a, b), once, std::string("CPU ") + dtype_name(dtype));
+    {
+      PreferBlas prefer(BlasLibrary::kCublasLt);
+      testing::expect_equal(addmm(gpu(bias), gpu(a), gpu(b)).cpu(), once, std::string("cublaslt ") + dtype_name(dtype));
+    }
+    PreferBlas prefer(BlasLibrary::kCublas);
+    testing::expect_equal(addmm(gpu(bias), gpu(a), gpu(b)).cpu(), twice, std::string("cublas ") + dtype_name(dtype));
+  }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ std::vector<PolicyCase> policy_cases() {
       // In 16 bits, from float32 inputs.
       {"matmul", kFloat32, kBFloat16, [=](const Cast& c) { return matmul(c(x), c(w).t()); }},
       {"linear", kFloat32, kBFloat16, [=](const Cast& c) { return F::linear(c(x), c(w), c(b)); }},
+      {"addmm", kFloat32, kBFloat16, [=](const Cast& c) { return addmm(c(b), c(x), c(w).t()); }},
       {"conv2d", kFloat32, kBFloat16, [=](const Cast& c) { return F::conv2d(c(img), c(kernel)); }},
       // In float32, from bfloat16 inputs.
       {"softmax", kBFloat16, kFloat32, [=](const Cast& c) { return softmax(c(x), 1); }},

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/engine.h"
+#include "autograd/gradcheck.h"
 #include "tensor/cpu/gemm_avx512.h"
 #include "tests/test_util.h"
 
@@ -150,6 +151,91 @@ TEST(Matmul, TransposedOperandsGetGradientsInTheirOwnLayout) {
   Tensor dweight = autograd::grad({matmul(x, w.t())}, {w}, {g})[0];
   expect_values(dweight, naive_mm(g.reshape({6, 4}).t(), x.reshape({6, 6})), 1e-12);
   EXPECT_TRUE(dweight.is_contiguous());
+}
+
+// addmm against the triple loop plus the bias, in every operand layout: the
+// bias row is written first and the GEMM adds its product to it.
+TEST(Addmm, AddsTheBiasRowInEveryLayout) {
+  Generator gen(11);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    Tensor a = randn({13, 17}, {.dtype = dtype}, &gen), at = randn({17, 13}, {.dtype = dtype}, &gen).t();
+    Tensor b = randn({17, 11}, {.dtype = dtype}, &gen), bt = randn({11, 17}, {.dtype = dtype}, &gen).t();
+    Tensor stepped = randn({13, 34}, {.dtype = dtype}, &gen).slice(1, 0, 34, 2);
+    Tensor bias = randn({11}, {.dtype = dtype}, &gen);
+    Tensor bias_with_step = randn({22}, {.dtype = dtype}, &gen).slice(0, 0, 22, 2);  // not contiguous
+    const double tol = dtype == kFloat32 ? 1e-5 : 1e-12;
+    for (const Tensor& x : {a, at, stepped})
+      for (const Tensor& y : {b, bt})
+        for (const Tensor& row : {bias, bias_with_step}) {
+          std::vector<double> expected = naive_mm(x, y);
+          const std::vector<double> r = values(row);
+          for (size_t i = 0; i < expected.size(); ++i) expected[i] += r[i % 11];
+          expect_values(addmm(row, x, y), expected, tol);
+        }
+  }
+}
+
+// A bias of another shape broadcasts as in an addition after the product.
+TEST(Addmm, OtherBiasShapesBroadcast) {
+  Generator gen(12);
+  Tensor a = randn({4, 3}, {.dtype = kFloat64}, &gen), b = randn({3, 5}, {.dtype = kFloat64}, &gen);
+  for (const Shape& shape : {Shape({4, 1}), Shape({4, 5}), Shape({1, 5}), Shape({})}) {
+    Tensor bias = randn(shape, {.dtype = kFloat64}, &gen);
+    expect_values(addmm(bias, a, b), values(mm(a, b) + bias), 1e-12);
+  }
+}
+
+TEST(Addmm, EmptyInnerDimensionGivesTheBias) {
+  Tensor bias = from_vector<float>({1, 2, 3});
+  expect_values(addmm(bias, zeros({2, 0}), zeros({0, 3})), {1, 2, 3, 1, 2, 3});
+  EXPECT_EQ(addmm(bias, zeros({0, 4}), zeros({4, 3})).shape(), Shape({0, 3}));
+}
+
+TEST(Addmm, ErrorsNameTheProblem) {
+  EXPECT_THROW_MSG(addmm(zeros({4}), zeros({2, 3}), zeros({3, 5})), "addmm");
+  EXPECT_THROW_MSG(addmm(zeros({5}), zeros({2, 3}), zeros({4, 5})),
+                   "addmm: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  EXPECT_THROW_MSG(addmm(zeros({5}, {.dtype = kFloat64}), zeros({2, 3}), zeros({3, 5})),
+                   "addmm: expected a bias of the operands' dtype float32, got float64");
+  EXPECT_THROW_MSG(addmm(zeros({5}), zeros({2, 3, 1}), zeros({3, 5})), "addmm: expected 2-D operands");
+}
+
+// Gradients against finite differences, for the bias row and for a column
+// bias (broadcast the other way); a transposed weight gets a contiguous
+// gradient in its own layout, as through mm.
+TEST(Addmm, GradientsMatchFiniteDifferences) {
+  Generator gen(13);
+  Tensor x = randn({5, 4}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+  Tensor w = randn({3, 4}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+  Tensor row = randn({3}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+  Tensor column = randn({5, 1}, {.dtype = kFloat64, .requires_grad = true}, &gen);
+  auto r = autograd::gradcheck([](const TensorList& in) { return addmm(in[2], in[0], in[1].t()).tanh(); },
+                               {x, w, row});
+  EXPECT_TRUE(r.ok) << r.message;
+  r = autograd::gradcheck([](const TensorList& in) { return addmm(in[2], in[0], in[1].t()).tanh(); }, {x, w, column});
+  EXPECT_TRUE(r.ok) << r.message;
+  Tensor dy = randn({5, 3}, {.dtype = kFloat64}, &gen);
+  TensorList g = autograd::grad({addmm(row, x, w.t())}, {row, x, w}, {dy});
+  expect_values(g[0], values(dy.sum({0})), 1e-12);
+  expect_values(g[2], naive_mm(dy.t(), x.detach()), 1e-12);
+  EXPECT_TRUE(g[2].is_contiguous());
+}
+
+// 16-bit results round once, after the bias is added (as cuBLASLt's epilogue
+// does), not once for the product and again for the sum. With u the
+// dtype's unit in the last place at 1: (1 + u)^2 = 1 + 2u + u^2 and a bias of
+// u / 2 give 1 + 2.5u + u^2, which rounds up to 1 + 3u; rounding the product
+// first gives 1 + 2u, plus u / 2 a tie that rounds to even: 1 + 2u.
+TEST(Addmm, SixteenBitResultsRoundOnce) {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    const double u = dtype == kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+    Tensor a = full({3, 4}, 0.0, {.dtype = dtype}), b = full({4, 2}, 0.0, {.dtype = dtype});
+    a.narrow(1, 0, 1).fill_(1 + u);
+    b.narrow(0, 0, 1).fill_(1 + u);
+    Tensor bias = full({2}, u / 2, {.dtype = dtype});
+    expect_values(addmm(bias, a, b), std::vector<double>(6, 1 + 3 * u), 0.0);
+    expect_values(mm(a, b) + bias, std::vector<double>(6, 1 + 2 * u), 0.0);  // the two-rounding composite
+  }
 }
 
 }  // namespace
