@@ -108,7 +108,8 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
   // A bias row is the fused kernel's case; other broadcasts (a column, a
   // whole matrix) add after the product.
   if (bias.dim() != 1 || bias.size(0) != n) {
-    broadcast_shapes(bias.shape(), Shape({m, n}), "addmm");  // a clear error where it does not broadcast
+    LOOM_CHECK(broadcast_shapes(bias.shape(), Shape({m, n}), "addmm") == Shape({m, n}), "addmm: a bias of shape ",
+               bias.shape(), " does not broadcast to the product's ", Shape({m, n}));
     return mm(a, b) + bias;
   }
   Tensor y = empty({m, n}, a.options());

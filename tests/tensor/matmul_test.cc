@@ -193,6 +193,8 @@ TEST(Addmm, EmptyInnerDimensionGivesTheBias) {
 
 TEST(Addmm, ErrorsNameTheProblem) {
   EXPECT_THROW_MSG(addmm(zeros({4}), zeros({2, 3}), zeros({3, 5})), "addmm");
+  EXPECT_THROW_MSG(addmm(zeros({3, 2, 5}), zeros({2, 3}), zeros({3, 5})),
+                   "addmm: a bias of shape [3, 2, 5] does not broadcast to the product's [2, 5]");
   EXPECT_THROW_MSG(addmm(zeros({5}), zeros({2, 3}), zeros({4, 5})),
                    "addmm: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
   EXPECT_THROW_MSG(addmm(zeros({5}, {.dtype = kFloat64}), zeros({2, 3}), zeros({3, 5})),
