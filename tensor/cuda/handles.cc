@@ -68,58 +68,56 @@ struct ThreadHandles {
 
 thread_local ThreadHandles thread_handles;
 
+// The calling thread's handle for `device` in `mine`: the first time, one
+// from `pool`, or a new one from `create` (with `device` current).
+template <typename Handle, typename Create>
+Handle thread_handle(int device, std::vector<Handle>& mine, Pool<Handle>& pool, const Create& create) {
+  check_device(device);
+  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
+  if (mine[device] == nullptr) {
+    Handle handle = nullptr;
+    if (!pool.take(device, &handle)) {
+      DeviceGuard guard(device);
+      handle = create();
+    }
+    mine[device] = handle;
+  }
+  return mine[device];
+}
+
 }  // namespace
 
 cublasHandle_t cublas_handle(int device) {
-  check_device(device);
-  auto& mine = thread_handles.cublas;
-  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
-  if (mine[device] == nullptr) {
-    cublasHandle_t handle = nullptr;
-    if (!cublas_pool().take(device, &handle)) {
-      DeviceGuard guard(device);
-      CUBLAS_CHECK(cublasCreate(&handle));
-      // 16-bit outputs: split-K partial sums add in the FP32 compute type,
-      // not in bf16/fp16, so a product rounds once, as on the CPU (PyTorch
-      // allows the 16-bit reduction by default; loom prefers the exact sum).
-      CUBLAS_CHECK(cublasSetMathMode(
-          handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    }
-    mine[device] = handle;
-  }
-  CUBLAS_CHECK(cublasSetStream(mine[device], current_stream(device).handle()));
-  return mine[device];
+  cublasHandle_t handle = thread_handle(device, thread_handles.cublas, cublas_pool(), [] {
+    cublasHandle_t made = nullptr;
+    CUBLAS_CHECK(cublasCreate(&made));
+    // 16-bit outputs: split-K partial sums add in the FP32 compute type,
+    // not in bf16/fp16, so a product rounds once, as on the CPU (PyTorch
+    // allows the 16-bit reduction by default; loom prefers the exact sum).
+    CUBLAS_CHECK(cublasSetMathMode(
+        made, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    return made;
+  });
+  CUBLAS_CHECK(cublasSetStream(handle, current_stream(device).handle()));
+  return handle;
 }
 
 cublasLtHandle_t cublaslt_handle(int device) {
-  check_device(device);
-  auto& mine = thread_handles.cublaslt;
-  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
-  if (mine[device] == nullptr) {
-    cublasLtHandle_t handle = nullptr;
-    if (!cublaslt_pool().take(device, &handle)) {
-      DeviceGuard guard(device);
-      CUBLAS_CHECK(cublasLtCreate(&handle));
-    }
-    mine[device] = handle;
-  }
-  return mine[device];
+  return thread_handle(device, thread_handles.cublaslt, cublaslt_pool(), [] {
+    cublasLtHandle_t made = nullptr;
+    CUBLAS_CHECK(cublasLtCreate(&made));
+    return made;
+  });
 }
 
 cudnnHandle_t cudnn_handle(int device) {
-  check_device(device);
-  auto& mine = thread_handles.cudnn;
-  if (static_cast<int>(mine.size()) <= device) mine.resize(device_count(), nullptr);
-  if (mine[device] == nullptr) {
-    cudnnHandle_t handle = nullptr;
-    if (!cudnn_pool().take(device, &handle)) {
-      DeviceGuard guard(device);
-      CUDNN_CHECK(cudnnCreate(&handle));
-    }
-    mine[device] = handle;
-  }
-  CUDNN_CHECK(cudnnSetStream(mine[device], current_stream(device).handle()));
-  return mine[device];
+  cudnnHandle_t handle = thread_handle(device, thread_handles.cudnn, cudnn_pool(), [] {
+    cudnnHandle_t made = nullptr;
+    CUDNN_CHECK(cudnnCreate(&made));
+    return made;
+  });
+  CUDNN_CHECK(cudnnSetStream(handle, current_stream(device).handle()));
+  return handle;
 }
 
 }  // namespace loom::cuda

@@ -10,6 +10,7 @@
 #include "tensor/blas_library.h"
 #include "tensor/precision.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/tensor/rounding_probe.h"
 
 namespace loom {
 namespace {
@@ -143,29 +144,26 @@ TEST(CudaAddmm, BothBlasLibrariesAddTheBiasRow) {
   }
 }
 
-// Which path ran shows in 16-bit rounding. cuBLASLt adds the bias in its
-// epilogue, in float, and rounds once, as the CPU does; cublasGemmEx rounds
-// the product and the add after it rounds again. With u the unit in the last
-// place at 1: (1 + u)^2 + u / 2 rounds once to 1 + 3u, twice to 1 + 2u (the
-// second rounding a tie, to even). So this fails if cuBLASLt found no
-// algorithm and fell back unseen, or if the switch does nothing.
+// Which path ran shows in 16-bit rounding (tests/tensor/rounding_probe.h):
+// cuBLASLt adds the bias in its epilogue, in float, and rounds once, as the
+// CPU does; after cublasGemmEx the add rounds a second time. So this fails
+// if cuBLASLt found no algorithm and fell back unseen, or if the switch does
+// nothing.
 TEST(CudaAddmm, CublasLtAddsTheBiasBeforeTheOneRounding) {
   LOOM_REQUIRE_CUDA();
   for (DType dtype : {kBFloat16, kFloat16}) {
-    const double u = dtype == kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
-    Tensor a = full({64, 64}, 0.0, {.dtype = dtype}), b = full({64, 64}, 0.0, {.dtype = dtype});
-    a.narrow(1, 0, 1).fill_(1 + u);
-    b.narrow(0, 0, 1).fill_(1 + u);
-    Tensor bias = full({64}, u / 2, {.dtype = dtype});
-    const Tensor once = full({64, 64}, 1 + 3 * u, {.dtype = dtype});
-    const Tensor twice = full({64, 64}, 1 + 2 * u, {.dtype = dtype});
-    testing::expect_equal(addmm(bias, a, b), once, std::string("CPU ") + dtype_name(dtype));
+    const testing::RoundingProbe p = testing::rounding_probe(dtype, 64);
+    const Tensor once = full({64, 64}, p.rounded_once, {.dtype = dtype});
+    const Tensor twice = full({64, 64}, p.rounded_twice, {.dtype = dtype});
+    testing::expect_equal(addmm(p.bias, p.a, p.b), once, std::string("CPU ") + dtype_name(dtype));
     {
       PreferBlas prefer(BlasLibrary::kCublasLt);
-      testing::expect_equal(addmm(gpu(bias), gpu(a), gpu(b)).cpu(), once, std::string("cublaslt ") + dtype_name(dtype));
+      testing::expect_equal(addmm(gpu(p.bias), gpu(p.a), gpu(p.b)).cpu(), once,
+                            std::string("cublaslt ") + dtype_name(dtype));
     }
     PreferBlas prefer(BlasLibrary::kCublas);
-    testing::expect_equal(addmm(gpu(bias), gpu(a), gpu(b)).cpu(), twice, std::string("cublas ") + dtype_name(dtype));
+    testing::expect_equal(addmm(gpu(p.bias), gpu(p.a), gpu(p.b)).cpu(), twice,
+                          std::string("cublas ") + dtype_name(dtype));
   }
 }
 

@@ -4,6 +4,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "tensor/cpu/gemm_avx512.h"
+#include "tests/tensor/rounding_probe.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -224,19 +225,12 @@ TEST(Addmm, GradientsMatchFiniteDifferences) {
 }
 
 // 16-bit results round once, after the bias is added (as cuBLASLt's epilogue
-// does), not once for the product and again for the sum. With u the
-// dtype's unit in the last place at 1: (1 + u)^2 = 1 + 2u + u^2 and a bias of
-// u / 2 give 1 + 2.5u + u^2, which rounds up to 1 + 3u; rounding the product
-// first gives 1 + 2u, plus u / 2 a tie that rounds to even: 1 + 2u.
+// does), not once for the product and again for the sum (rounding_probe.h).
 TEST(Addmm, SixteenBitResultsRoundOnce) {
   for (DType dtype : {kBFloat16, kFloat16}) {
-    const double u = dtype == kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
-    Tensor a = full({3, 4}, 0.0, {.dtype = dtype}), b = full({4, 2}, 0.0, {.dtype = dtype});
-    a.narrow(1, 0, 1).fill_(1 + u);
-    b.narrow(0, 0, 1).fill_(1 + u);
-    Tensor bias = full({2}, u / 2, {.dtype = dtype});
-    expect_values(addmm(bias, a, b), std::vector<double>(6, 1 + 3 * u), 0.0);
-    expect_values(mm(a, b) + bias, std::vector<double>(6, 1 + 2 * u), 0.0);  // the two-rounding composite
+    const testing::RoundingProbe p = testing::rounding_probe(dtype, 4);
+    expect_values(addmm(p.bias, p.a, p.b), std::vector<double>(16, p.rounded_once), 0.0);
+    expect_values(mm(p.a, p.b) + p.bias, std::vector<double>(16, p.rounded_twice), 0.0);  // the composite
   }
 }
 
