@@ -13,19 +13,23 @@ namespace {
 constexpr int kMaxDims = 8;
 constexpr int64_t kHeaderLength = 2 + kMaxDims;
 
-// Each micro-batch has its own tags, so messages match whatever order a
-// schedule runs its micro-batches in.
-int activation_tag(int micro_batch) { return 2 * micro_batch; }
-int gradient_tag(int micro_batch) { return 2 * micro_batch + 1; }
-constexpr int kMaxMicroBatches = (ProcessGroup::kMaxTag + 1) / 2;
+// Each message between two parts has its own tag, so messages match whatever
+// order a schedule runs its micro-batches in. Between parts i and i + 1 the
+// tag holds i's chunk and the micro-batch: MPI matches the sender's rank too,
+// and from one rank the chunk tells its links apart. Activations even,
+// gradients odd.
+int link_tag(int chunk, int micro_batch, int micro_batches, bool gradient) {
+  return 2 * (chunk * micro_batches + micro_batch) + (gradient ? 1 : 0);
+}
+constexpr int kMaxMessages = (ProcessGroup::kMaxTag + 1) / 2;  // per direction: chunks x micro-batches
 
 // A stage's links to the ranks before and after it. Sends are collected and
 // waited for at the end of the step, so that a failed send is reported; when
 // tracing, each appears on the rank's communication lane from issue to completion.
 class GroupLinks : public StageLinks {
  public:
-  GroupLinks(ProcessGroup& group, Device device, int lane, int sends_lane)
-      : StageLinks(lane), group_(group), device_(device), sends_lane_(sends_lane) {}
+  GroupLinks(ProcessGroup& group, Device device, int micro_batches, int lane, int sends_lane)
+      : StageLinks(lane), group_(group), device_(device), micro_batches_(micro_batches), sends_lane_(sends_lane) {}
 
   void wait_for_sends() {
     const bool tracing = trace::enabled();
@@ -39,20 +43,22 @@ class GroupLinks : public StageLinks {
   }
 
  protected:
-  Tensor take_activation(int mb) override {
+  Tensor take_activation(int chunk, int mb) override {
+    const int tag = link_tag(chunk_before(chunk), mb, micro_batches_, false);
     Tensor header = empty({kHeaderLength}, {.dtype = kInt64});
-    group_.recv(header, previous(), activation_tag(mb))->wait();
+    group_.recv(header, previous(), tag)->wait();
     const int64_t* h = header.data_ptr<int64_t>();
     LOOM_CHECK(h[0] >= 0 && h[0] <= static_cast<int64_t>(kFloat64) && h[1] >= 0 && h[1] <= kMaxDims, "rank ",
                group_.rank(), ": the activation header from rank ", previous(), " for micro-batch ", mb,
                " is malformed (dtype ", h[0], ", ", h[1], " dims)");
     Tensor activation = empty(Shape(std::vector<int64_t>(h + 2, h + 2 + h[1])),
                               {.dtype = static_cast<DType>(h[0]), .device = device_});
-    group_.recv(activation, previous(), activation_tag(mb))->wait();
+    group_.recv(activation, previous(), tag)->wait();
     return activation;
   }
 
-  void put_activation(int mb, const Tensor& activation) override {
+  void put_activation(int chunk, int mb, const Tensor& activation) override {
+    const int tag = link_tag(chunk, mb, micro_batches_, false);
     LOOM_CHECK(activation.dim() <= kMaxDims, "DistributedPipeline: rank ", group_.rank(), " sends a ",
                activation.dim(), "-d activation; at most ", kMaxDims, " dims travel between stages");
     std::vector<int64_t> header(kHeaderLength, 0);
@@ -60,23 +66,27 @@ class GroupLinks : public StageLinks {
     header[1] = activation.dim();
     for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
     const int64_t issued = trace::now_us();
-    group_.send(from_vector(header), next(), activation_tag(mb));  // done when the next one is
-    sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), next(), activation_tag(mb))});
+    group_.send(from_vector(header), next(), tag);  // done when the next one is
+    sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), next(), tag)});
   }
 
-  Tensor take_gradient(int mb, const Tensor& output) override {
+  Tensor take_gradient(int chunk, int mb, const Tensor& output) override {
     Tensor gradient = empty(output.shape(), {.dtype = output.dtype(), .device = output.device()});
-    group_.recv(gradient, next(), gradient_tag(mb))->wait();
+    group_.recv(gradient, next(), link_tag(chunk, mb, micro_batches_, true))->wait();
     return gradient;
   }
 
-  void put_gradient(int mb, const Tensor& gradient) override {
-    sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), previous(), gradient_tag(mb))});
+  void put_gradient(int chunk, int mb, const Tensor& gradient) override {
+    const int tag = link_tag(chunk_before(chunk), mb, micro_batches_, true);
+    sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), previous(), tag)});
   }
 
  private:
-  int previous() const { return group_.rank() - 1; }
-  int next() const { return group_.rank() + 1; }
+  // The ranks of the parts before and after this rank's (rank 0's chunk c
+  // follows the last rank's chunk c - 1), and the chunk of the part before.
+  int previous() const { return (group_.rank() + group_.size() - 1) % group_.size(); }
+  int next() const { return (group_.rank() + 1) % group_.size(); }
+  int chunk_before(int chunk) const { return group_.rank() == 0 ? chunk - 1 : chunk; }
 
   struct Send {
     const char* what;  // the span's name, without the micro-batch (named only when traced)
@@ -86,6 +96,7 @@ class GroupLinks : public StageLinks {
   };
   ProcessGroup& group_;
   Device device_;
+  int micro_batches_;
   int sends_lane_;
   std::vector<Send> sends_;
 };
@@ -94,36 +105,55 @@ class GroupLinks : public StageLinks {
 
 DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
                                          PipelineOptions options, Device device)
-    : stage_(std::move(stage)), group_(std::move(group)), options_(options), device_(device) {
-  LOOM_CHECK(stage_ && group_, "DistributedPipeline: needs a stage and a process group");
-  LOOM_CHECK(options.micro_batches >= 1 && options.micro_batches <= kMaxMicroBatches,
-             "DistributedPipeline: micro_batches must be in [1, ", kMaxMicroBatches, "], got ", options.micro_batches);
+    : DistributedPipeline(std::vector<nn::ModulePtr>{std::move(stage)}, std::move(group), options, device) {}
+
+DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std::shared_ptr<ProcessGroup> group,
+                                         PipelineOptions options, Device device)
+    : chunks_(std::move(chunks)), group_(std::move(group)), options_(options), device_(device) {
+  LOOM_CHECK(group_ && !chunks_.empty(), "DistributedPipeline: needs a stage and a process group");
+  for (const auto& chunk : chunks_) LOOM_CHECK(chunk, "DistributedPipeline: needs a stage and a process group");
+  LOOM_CHECK(static_cast<int>(chunks_.size()) == options.chunks, "DistributedPipeline: got ", chunks_.size(),
+             " chunks for options.chunks = ", options.chunks);
+  LOOM_CHECK(options.chunks == 1 || group_->size() >= 2, "DistributedPipeline: interleaving needs at least two ranks");
+  const int most = kMaxMessages / options.chunks;
+  LOOM_CHECK(options.micro_batches >= 1 && options.micro_batches <= most,
+             "DistributedPipeline: micro_batches must be in [1, ", most, "], got ", options.micro_batches);
   rank_ = group_->rank();
   stages_ = group_->size();
-  stage_->to(device_);
+  for (const auto& chunk : chunks_) chunk->to(device_);
   lane_ = trace::lane("stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")");
   sends_lane_ = trace::lane("stage " + std::to_string(rank_) + " sends");
-  schedule_ = make_schedule(options.schedule, stages_, options.micro_batches);
+  schedule_ = make_schedule(options.schedule, stages_, options.micro_batches, options.chunks);
 }
 
 DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
                                          std::shared_ptr<ProcessGroup> data_group, PipelineOptions options,
                                          Device device)
     : DistributedPipeline(std::move(stage), std::move(group), options, device) {
+  // One stage, one chunk: the data group's reducer averages a bucket once
+  // every gradient in it is ready in the stage's last backward, and
+  // interleaved, that backward would reach one chunk only.
   LOOM_CHECK(data_group, "DistributedPipeline: no data group");
   NoGradGuard no_grad;
   WorkPtr last;
   TensorList params;
   std::vector<std::string> names;
-  for (const auto& [name, p] : stage_->named_parameters()) {
+  for (const auto& [name, p] : chunks_[0]->named_parameters()) {
     last = data_group->broadcast(p, 0);
     if (!p.requires_grad()) continue;
     params.push_back(p);
     names.push_back(name);
   }
-  for (const Tensor& b : stage_->buffers()) last = data_group->broadcast(b, 0);
+  for (const Tensor& b : chunks_[0]->buffers()) last = data_group->broadcast(b, 0);
   if (last) last->wait();
   data_reducer_ = Reducer::create(params, names, std::move(data_group), {});
+}
+
+TensorList DistributedPipeline::parameters() const {
+  TensorList out;
+  for (const auto& chunk : chunks_)
+    for (const Tensor& p : chunk->parameters()) out.push_back(p);
+  return out;
 }
 
 Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
@@ -134,12 +164,13 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
   if (last) targets = split_micro_batches(y, m, "DistributedPipeline (the last rank's targets)");
   std::vector<Tensor> losses(last ? m : 0);
 
-  StageTask task{.module = *stage_, .device = device_, .lane = lane_};
+  StageTask task{.device = device_, .lane = lane_};
+  for (const auto& chunk : chunks_) task.chunks.push_back(*chunk);
   if (data_reducer_)  // the last backward averages the gradients accumulated over the micro-batches
     task.before_backward = [this](bool last_backward) { data_reducer_->prepare_for_backward(last_backward); };
   if (first) task.first.emplace(FirstStage{inputs});
   if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
-  GroupLinks links(*group_, device_, lane_, sends_lane_);
+  GroupLinks links(*group_, device_, m, lane_, sends_lane_);
   const Stopwatch watch;
   stats_ = run_stage(actions(), task, links);
   links.wait_for_sends();
@@ -150,30 +181,35 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
 
 Tensor DistributedPipeline::forward(const Tensor& x) {
   NoGradGuard no_grad;
+  const int m = options_.micro_batches, last_chunk = static_cast<int>(chunks_.size()) - 1;
   const bool first = rank_ == 0, last = rank_ == stages_ - 1;
   TensorList inputs;
-  if (first) inputs = split_micro_batches(x, options_.micro_batches, "DistributedPipeline::forward (rank 0's inputs)");
-  GroupLinks links(*group_, device_, lane_, sends_lane_);
+  if (first) inputs = split_micro_batches(x, m, "DistributedPipeline::forward (rank 0's inputs)");
+  GroupLinks links(*group_, device_, m, lane_, sends_lane_);
   TensorList outputs;
-  for (int mb = 0; mb < options_.micro_batches; ++mb) {
-    Tensor out = stage_->forward(first ? inputs[mb].to(device_) : links.receive_activation(mb));
-    if (last)
-      outputs.push_back(out);
-    else
-      links.send_activation(mb, out);
-  }
+  // Chunk by chunk: sends do not wait, so rank 0's chunk c + 1 finds the
+  // last rank's chunk c outputs on their way.
+  for (int c = 0; c <= last_chunk; ++c)
+    for (int mb = 0; mb < m; ++mb) {
+      Tensor out = chunks_[c]->forward(first && c == 0 ? inputs[mb].to(device_) : links.receive_activation(c, mb));
+      if (last && c == last_chunk)
+        outputs.push_back(out);
+      else
+        links.send_activation(c, mb, out);
+    }
   links.wait_for_sends();
   return last ? cat(outputs, 0) : Tensor();
 }
 
-void share_stage_weights(const std::vector<nn::ModulePtr>& stages, ProcessGroup& group) {
-  LOOM_CHECK(static_cast<int>(stages.size()) == group.size(), "share_stage_weights: ", stages.size(),
-             " stages for ", group.size(), " ranks");
+void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group) {
+  LOOM_CHECK(!parts.empty() && static_cast<int>(parts.size()) % group.size() == 0, "share_stage_weights: ",
+             parts.size(), " stages for ", group.size(), " ranks");
   NoGradGuard no_grad;
   WorkPtr last;
-  for (int s = 0; s < group.size(); ++s) {
-    for (const Tensor& t : stages[s]->parameters()) last = group.broadcast(t, s);
-    for (const Tensor& t : stages[s]->buffers()) last = group.broadcast(t, s);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int owner = static_cast<int>(i) % group.size();
+    for (const Tensor& t : parts[i]->parameters()) last = group.broadcast(t, owner);
+    for (const Tensor& t : parts[i]->buffers()) last = group.broadcast(t, owner);
   }
   if (last) last->wait();  // the group finishes operations in order
 }

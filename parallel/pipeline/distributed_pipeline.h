@@ -1,9 +1,9 @@
 // Pipeline parallelism over processes: rank r of a ProcessGroup runs stage r
 // of the model (mpirun -np p for p stages). Activations go from rank r to
 // r + 1 and gradients back from r + 1 to r with send/recv; the schedule
-// (GPipe or 1F1B) and the stage code are those of the single-process
-// Pipeline (stage_runner.h), so one train_step equals one step on the whole
-// batch.
+// (GPipe, 1F1B or interleaved 1F1B) and the stage code are those of the
+// single-process Pipeline (stage_runner.h), so one train_step equals one step
+// on the whole batch.
 //
 //   auto group = parallel::init(argc, argv);
 //   auto stages = parallel::split_sequential(model, {3, 6});     // same model and seed on every rank
@@ -12,6 +12,14 @@
 //   opt.zero_grad();
 //   Tensor loss = pipe.train_step(x, y, loss_fn);  // x read on rank 0, y on the last rank
 //   opt.step();                                    // loss defined on the last rank only
+//
+// Interleaved, the model is cut into p * v parts and rank r runs parts r,
+// p + r, ..., as its chunks; the last rank's activations go on to rank 0's
+// next chunk:
+//
+//   auto parts = parallel::split_sequential(model, {1, 3, 5});   // 4 parts, mpirun -np 2
+//   DistributedPipeline pipe({parts[r], parts[2 + r]}, group,
+//                            {.micro_batches = 8, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2});
 //
 // Hybrid data x pipeline: with a data group as well, several pipelines train
 // side by side, each on its own share of the batch, and each stage's
@@ -46,8 +54,13 @@ class DistributedPipeline {
   // moves to `device`; the group's size is the number of stages.
   DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group, PipelineOptions options = {},
                       Device device = Device::cpu());
+  // Interleaved: this rank's `chunks` (parts rank, p + rank, ... of the model,
+  // options.chunks of them) on `device`.
+  DistributedPipeline(std::vector<nn::ModulePtr> chunks, std::shared_ptr<ProcessGroup> group,
+                      PipelineOptions options, Device device = Device::cpu());
   // Hybrid: `group` is this rank's pipeline, `data_group` the ranks that run
   // the same stage; they start from the data group's rank 0's parameters.
+  // One chunk per stage (not interleaved).
   DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
                       std::shared_ptr<ProcessGroup> data_group, PipelineOptions options = {},
                       Device device = Device::cpu());
@@ -60,8 +73,8 @@ class DistributedPipeline {
   // the last rank, an undefined tensor on the others.
   Tensor forward(const Tensor& x);
 
-  TensorList parameters() const { return stage_->parameters(); }
-  const nn::ModulePtr& stage() const { return stage_; }
+  TensorList parameters() const;  // of this rank's chunks
+  const std::vector<nn::ModulePtr>& chunks() const { return chunks_; }
   // This rank's row of the schedule.
   const std::vector<Action>& actions() const { return schedule_[rank_]; }
   // What this rank measured in the last train_step; idle_fraction is against
@@ -70,7 +83,7 @@ class DistributedPipeline {
   double step_seconds() const { return step_seconds_; }
 
  private:
-  nn::ModulePtr stage_;
+  std::vector<nn::ModulePtr> chunks_;
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<Reducer> data_reducer_;  // hybrid: averages the stage's gradients over the data group
   PipelineOptions options_;
@@ -83,10 +96,11 @@ class DistributedPipeline {
 };
 
 // After training over ranks, each rank's copy of the model holds up-to-date
-// weights for its own stage only. This broadcasts every stage's parameters and
-// buffers from the rank that trains it (stage s: rank s), so that every rank
-// holds the whole trained model (to evaluate it or save it). `stages` is the
-// whole model's split, the same on every rank; every rank calls it.
-void share_stage_weights(const std::vector<nn::ModulePtr>& stages, ProcessGroup& group);
+// weights for its own stage only. This broadcasts every part's parameters and
+// buffers from the rank that trains it (part i: rank i % p), so that every
+// rank holds the whole trained model (to evaluate it or save it). `parts` is
+// the whole model's split (p parts, or p * v interleaved), the same on every
+// rank; every rank calls it.
+void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group);
 
 }  // namespace loom::parallel

@@ -25,42 +25,45 @@ std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const s
   return parts;
 }
 
-Pipeline::Pipeline(std::vector<nn::ModulePtr> stages, std::vector<Device> devices, PipelineOptions options)
-    : stages_(std::move(stages)), devices_(std::move(devices)), options_(options),
-      activations_(stages_.size()), gradients_(stages_.size()) {
-  LOOM_CHECK(!stages_.empty() && stages_.size() == devices_.size(), "Pipeline: got ", stages_.size(),
-             " stages for ", devices_.size(), " devices");
+Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices, PipelineOptions options)
+    : parts_(std::move(parts)), devices_(std::move(devices)), options_(options),
+      activations_(parts_.size()), gradients_(parts_.size()) {
+  LOOM_CHECK(options.chunks >= 1, "Pipeline: chunks must be positive, got ", options.chunks);
+  LOOM_CHECK(!devices_.empty() && parts_.size() == devices_.size() * options.chunks, "Pipeline: got ", parts_.size(),
+             " stages for ", devices_.size(), " devices", options.chunks > 1 ? " and " : "",
+             options.chunks > 1 ? std::to_string(options.chunks) + " chunks each" : "");
   LOOM_CHECK(options.micro_batches >= 1, "Pipeline: micro_batches must be positive, got ", options.micro_batches);
-  // A parameter in two stages would be moved to the later stage's device,
+  // A parameter in two parts would be moved to the later part's device,
   // listed (and stepped) twice, and get its gradient added by two stage
   // threads at once, on a GPU from two streams in no order.
   std::map<const TensorImpl*, size_t> owner;
-  for (size_t s = 0; s < stages_.size(); ++s)
-    for (const Tensor& p : stages_[s]->parameters()) {
-      const auto [it, first] = owner.emplace(p.impl(), s);
-      LOOM_CHECK(first || it->second == s, "Pipeline: stages ", it->second, " and ", s, " share a parameter (",
+  for (size_t i = 0; i < parts_.size(); ++i)
+    for (const Tensor& p : parts_[i]->parameters()) {
+      const auto [it, first] = owner.emplace(p.impl(), i);
+      LOOM_CHECK(first || it->second == i, "Pipeline: stages ", it->second, " and ", i, " share a parameter (",
                  p.shape(), "); each stage must own its parameters: give the later stage a module of its own");
     }
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    stages_[s]->to(devices_[s]);
+  for (size_t i = 0; i < parts_.size(); ++i) parts_[i]->to(device_of_part(i));
+  for (size_t s = 0; s < devices_.size(); ++s)
     lanes_.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices_[s].str() + ")"));
-  }
-  schedule_ = make_schedule(options.schedule, static_cast<int>(stages_.size()), options.micro_batches);
+  const int stages = static_cast<int>(devices_.size());
+  schedule_ = make_schedule(options.schedule, stages, options.micro_batches, options.chunks);
   for (const Device& d : devices_) queues_.emplace_back(d);
-  workers_ = std::make_unique<WorkerPool>(static_cast<int>(stages_.size()));
+  workers_ = std::make_unique<WorkerPool>(stages);
 }
 
 TensorList Pipeline::parameters() const {
   TensorList out;
-  for (const auto& stage : stages_)
-    for (const Tensor& p : stage->parameters()) out.push_back(p);
+  for (const auto& part : parts_)
+    for (const Tensor& p : part->parameters()) out.push_back(p);
   return out;
 }
 
 namespace {
 
-// Stage s's links: mailboxes shared with its neighbours in this process;
-// a tensor is moved to the receiving stage's device as it is sent.
+// Stage s's links: mailboxes shared with the parts before and after each of
+// its chunks in this process; a tensor is moved to the receiving part's
+// device as it is sent.
 class MailboxLinks : public StageLinks {
  public:
   MailboxLinks(std::vector<Mailbox>& activations, std::vector<Mailbox>& gradients, const std::vector<Device>& devices,
@@ -68,14 +71,21 @@ class MailboxLinks : public StageLinks {
       : StageLinks(lane), activations_(activations), gradients_(gradients), devices_(devices), s_(stage) {}
 
  protected:
-  Tensor take_activation(int mb) override { return activations_[s_ - 1].take(mb); }
-  void put_activation(int mb, const Tensor& a) override { activations_[s_].put(mb, a.to(devices_[s_ + 1])); }
-  Tensor take_gradient(int mb, const Tensor&) override { return gradients_[s_].take(mb); }
-  void put_gradient(int mb, const Tensor& g) override { gradients_[s_ - 1].put(mb, g.to(devices_[s_ - 1])); }
+  Tensor take_activation(int chunk, int mb) override { return activations_[part(chunk) - 1].take(mb); }
+  void put_activation(int chunk, int mb, const Tensor& a) override {
+    activations_[part(chunk)].put(mb, a.to(device(part(chunk) + 1)));
+  }
+  Tensor take_gradient(int chunk, int mb, const Tensor&) override { return gradients_[part(chunk)].take(mb); }
+  void put_gradient(int chunk, int mb, const Tensor& g) override {
+    gradients_[part(chunk) - 1].put(mb, g.to(device(part(chunk) - 1)));
+  }
 
  private:
-  std::vector<Mailbox>& activations_;  // [s]: from stage s to s + 1
-  std::vector<Mailbox>& gradients_;    // [s]: from stage s + 1 to s
+  int part(int chunk) const { return chunk * static_cast<int>(devices_.size()) + s_; }
+  const Device& device(int part) const { return devices_[part % devices_.size()]; }
+
+  std::vector<Mailbox>& activations_;  // [i]: from part i to i + 1
+  std::vector<Mailbox>& gradients_;    // [i]: from part i + 1 to i
   const std::vector<Device>& devices_;
   const int s_;
 };
@@ -88,15 +98,15 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
   const TensorList inputs = split_micro_batches(x, m, "Pipeline"), targets = split_micro_batches(y, m, "Pipeline");
   for (auto* boxes : {&activations_, &gradients_})
     for (Mailbox& box : *boxes) box.reset();
+  const int stages = static_cast<int>(devices_.size());
   stats_ = PipelineStats();
-  stats_.stages.resize(stages_.size());
+  stats_.stages.resize(stages);
   std::vector<Tensor> losses(m);
 
   const auto start = std::chrono::steady_clock::now();
-  const int last = static_cast<int>(stages_.size()) - 1;
   // Each stage works on a queue of its own (stages sharing a GPU overlap),
   // after what this thread queued: the micro-batches.
-  std::vector<DeviceMark> inputs_ready, stage_done(stages_.size());
+  std::vector<DeviceMark> inputs_ready, stage_done(stages);
   for (const Device& d : devices_) inputs_ready.push_back(DeviceMark::here(d));
   // The batch may sit on a device no stage runs on (another GPU): the stages
   // copy it from there on their queue of that device, which must follow
@@ -110,9 +120,10 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
       y_ready.wait_here();
       used_here(x);
       used_here(y);
-      StageTask task{.module = *stages_[s], .device = devices_[s], .lane = lanes_[s]};
+      StageTask task{.device = devices_[s], .lane = lanes_[s]};
+      for (int c = 0; c < options_.chunks; ++c) task.chunks.push_back(*parts_[c * stages + s]);
       if (s == 0) task.first.emplace(FirstStage{inputs});
-      if (s == last) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
+      if (s == stages - 1) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
       MailboxLinks links(activations_, gradients_, devices_, s, lanes_[s]);
       stats_.stages[s] = run_stage(schedule_[s], task, links);
       stage_done[s] = DeviceMark::here(devices_[s]);
@@ -124,7 +135,7 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
     }
   });
   // This thread's queues wait for the stages: losses and gradients are theirs.
-  for (size_t s = 0; s < stages_.size(); ++s) stage_done[s].wait_here();
+  for (int s = 0; s < stages; ++s) stage_done[s].wait_here();
   for (const Tensor& l : losses) used_here(l);
   stats_.step_seconds = seconds_since(start);
   for (StageStats& st : stats_.stages) {
@@ -141,7 +152,7 @@ Tensor Pipeline::forward(const Tensor& x) {
   const int m = static_cast<int>(std::min<int64_t>(options_.micro_batches, x.size(0)));
   for (const Tensor& part : split_micro_batches(x, m, "Pipeline::forward")) {
     Tensor h = part;
-    for (size_t s = 0; s < stages_.size(); ++s) h = stages_[s]->forward(h.to(devices_[s]));
+    for (size_t i = 0; i < parts_.size(); ++i) h = parts_[i]->forward(h.to(device_of_part(i)));
     outputs.push_back(h);
   }
   return cat(outputs, 0);

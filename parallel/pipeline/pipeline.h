@@ -1,9 +1,13 @@
 // Pipeline parallelism in one process: a model split into p stages, one per
 // device, each run by its own worker thread; a batch split into m
 // micro-batches that flow through the stages according to a schedule
-// (GPipe or 1F1B, see schedule.h). Activations move forward and gradients
-// backward between stages through mailboxes; gradients accumulate over the
-// micro-batches, so one train_step equals one step on the whole batch.
+// (GPipe, 1F1B or interleaved 1F1B, see schedule.h). Activations move forward
+// and gradients backward between stages through mailboxes; gradients
+// accumulate over the micro-batches, so one train_step equals one step on
+// the whole batch.
+//
+// Interleaved, the model is split into p * v parts for p devices: part i
+// runs on devices[i % p] as that stage's chunk i / p.
 //
 //   parallel::Pipeline pipe(parallel::split_sequential(model, {2, 5}), {dev0, dev1, dev2},
 //                           {.micro_batches = 8, .schedule = parallel::ScheduleKind::OneFOneB});
@@ -12,6 +16,10 @@
 //     return nn::functional::cross_entropy(out, t);
 //   });
 //   opt.step();                                // opt over pipe.parameters()
+//
+//   parallel::Pipeline interleaved(parallel::split_sequential(model, {1, 3, 5}), {dev0, dev1},
+//                                  {.micro_batches = 8, .schedule = parallel::ScheduleKind::Interleaved1F1B,
+//                                   .chunks = 2});   // parts 0, 2 on dev0; 1, 3 on dev1
 #pragma once
 
 #include <functional>
@@ -30,6 +38,7 @@ namespace loom::parallel {
 struct PipelineOptions {
   int micro_batches = 4;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int chunks = 1;  // model chunks per stage: more than 1 for Interleaved1F1B only
 };
 
 // What the last train_step measured.
@@ -46,8 +55,9 @@ std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const s
 
 class Pipeline {
  public:
-  // Stage s is moved to devices[s].
-  Pipeline(std::vector<nn::ModulePtr> stages, std::vector<Device> devices, PipelineOptions options = {});
+  // Part i of `parts` (p * chunks of them, in the model's order) is moved to
+  // devices[i % p], p = devices.size(); with one chunk, stage s is part s.
+  Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices, PipelineOptions options = {});
 
   // Forward and backward of the batch (x, y) in micro-batches; returns the
   // batch loss (a 0-d tensor on the last stage's device).
@@ -56,18 +66,20 @@ class Pipeline {
   Tensor forward(const Tensor& x);
 
   TensorList parameters() const;
-  const std::vector<nn::ModulePtr>& stages() const { return stages_; }
+  const std::vector<nn::ModulePtr>& parts() const { return parts_; }
   const PipelineSchedule& schedule() const { return schedule_; }
   const PipelineStats& stats() const { return stats_; }
 
  private:
-  std::vector<nn::ModulePtr> stages_;
+  const Device& device_of_part(size_t i) const { return devices_[i % devices_.size()]; }
+
+  std::vector<nn::ModulePtr> parts_;
   std::vector<Device> devices_;
   std::vector<int> lanes_;  // each stage's trace lane
   PipelineOptions options_;
   PipelineSchedule schedule_;
-  std::vector<Mailbox> activations_;  // [s]: from stage s to s + 1
-  std::vector<Mailbox> gradients_;    // [s]: from stage s + 1 to s
+  std::vector<Mailbox> activations_;  // [i]: from part i to i + 1
+  std::vector<Mailbox> gradients_;    // [i]: from part i + 1 to i
   std::vector<DeviceQueue> queues_;  // each stage's own queue on its device
   std::unique_ptr<WorkerPool> workers_;
   PipelineStats stats_;

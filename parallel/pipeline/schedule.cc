@@ -1,7 +1,9 @@
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
+#include <utility>
 
 #include "tensor/error.h"
 
@@ -42,23 +44,151 @@ PipelineSchedule one_f_one_b_schedule(int stages, int micro_batches) {
   return schedule;
 }
 
-PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches) {
-  return kind == ScheduleKind::GPipe ? gpipe_schedule(stages, micro_batches)
-                                     : one_f_one_b_schedule(stages, micro_batches);
+PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int micro_batches) {
+  check_sizes("interleaved_one_f_one_b_schedule", stages, micro_batches);
+  LOOM_CHECK(chunks >= 1, "interleaved_one_f_one_b_schedule: need at least one chunk per stage, got ", chunks);
+  if (chunks == 1) return one_f_one_b_schedule(stages, micro_batches);
+  LOOM_CHECK(micro_batches % stages == 0, "interleaved_one_f_one_b_schedule: ", micro_batches,
+             " micro-batches are not a multiple of the ", stages, " stages");
+  // A stage's k-th forward (and k-th backward): micro-batches go in groups
+  // of p through chunk 0, the same group through chunk 1, ..., then the next
+  // group; backwards take the chunks in reverse.
+  const int passes = chunks * micro_batches, group = stages * chunks;
+  auto nth = [&](Pass pass, int k) {
+    const int chunk = (k % group) / stages;
+    return Action{pass, (k / group) * stages + k % stages, pass == Pass::Forward ? chunk : chunks - 1 - chunk};
+  };
+  PipelineSchedule schedule(stages);
+  for (int s = 0; s < stages; ++s) {
+    auto& actions = schedule[s];
+    // Forwards before the first backward: enough that the stage never idles
+    // while the first group travels on through the later stages and chunks
+    // and its gradient comes back (Megatron-LM's count). With fewer, the
+    // schedule still finishes, with the same bubble but more waits in the middle.
+    const int warmup = std::min(2 * (stages - s - 1) + (chunks - 1) * stages, passes);
+    int next_forward = 0, next_backward = 0;
+    for (; next_forward < warmup; ++next_forward) actions.push_back(nth(Pass::Forward, next_forward));
+    while (next_forward < passes) {
+      actions.push_back(nth(Pass::Forward, next_forward++));
+      actions.push_back(nth(Pass::Backward, next_backward++));
+    }
+    while (next_backward < passes) actions.push_back(nth(Pass::Backward, next_backward++));
+  }
+  return schedule;
 }
 
+PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
+  LOOM_CHECK(chunks == 1 || kind == ScheduleKind::Interleaved1F1B, "make_schedule: the ", schedule_name(kind),
+             " schedule runs one chunk per stage, got ", chunks);
+  switch (kind) {
+    case ScheduleKind::GPipe: return gpipe_schedule(stages, micro_batches);
+    case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, micro_batches);
+    case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b_schedule(stages, chunks, micro_batches);
+  }
+  LOOM_FAIL("make_schedule: unknown schedule kind");
+}
+
+const char* schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved1F1B: return "interleaved";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string action_name(const Action& a, bool with_chunk) {
+  std::string name = (a.pass == Pass::Forward ? "F" : "B") + std::to_string(a.micro_batch);
+  return with_chunk ? name + ":" + std::to_string(a.chunk) : name;
+}
+
+bool has_chunks(const PipelineSchedule& schedule) {
+  for (const auto& actions : schedule)
+    for (const Action& a : actions)
+      if (a.chunk != 0) return true;
+  return false;
+}
+
+}  // namespace
+
 std::string to_string(const PipelineSchedule& schedule) {
+  const bool with_chunk = has_chunks(schedule);
   std::ostringstream out;
   for (size_t s = 0; s < schedule.size(); ++s) {
     out << "stage " << s << ":";
-    for (const Action& a : schedule[s]) out << ' ' << (a.pass == Pass::Forward ? 'F' : 'B') << a.micro_batch;
+    for (const Action& a : schedule[s]) out << ' ' << action_name(a, with_chunk);
     out << '\n';
   }
   return out.str();
 }
 
-double ideal_bubble_fraction(int stages, int micro_batches) {
-  return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, double forward_time,
+                                double backward_time) {
+  const int p = static_cast<int>(schedule.size());
+  LOOM_CHECK(p >= 1 && chunks >= 1, "simulate_schedule: need at least one stage and one chunk");
+  // When each pass of (virtual stage, micro-batch) ended; virtual stage = chunk * p + stage.
+  std::map<std::pair<int, int>, double> forward_done, backward_done;
+  const int last_virtual = chunks * p - 1;
+  std::vector<size_t> next(p, 0);
+  std::vector<double> free_at(p, 0), busy(p, 0);
+  std::vector<int> held(p, 0);
+  SimulatedStep step;
+  step.peak_in_flight.assign(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < schedule[s].size()) {
+        const Action& a = schedule[s][next[s]];
+        LOOM_CHECK(a.chunk >= 0 && a.chunk < chunks, "simulate_schedule: stage ", s, " runs chunk ", a.chunk,
+                   " of ", chunks);
+        const int v = a.chunk * p + s;
+        // When its input is there; a pass whose input is not made yet waits.
+        double ready = 0;
+        if (a.pass == Pass::Forward) {
+          if (v > 0) {
+            auto input = forward_done.find({v - 1, a.micro_batch});
+            if (input == forward_done.end()) break;
+            ready = input->second;
+          }
+        } else {
+          auto own = forward_done.find({v, a.micro_batch});
+          if (own == forward_done.end()) break;
+          ready = own->second;
+          if (v < last_virtual) {
+            auto gradient = backward_done.find({v + 1, a.micro_batch});
+            if (gradient == backward_done.end()) break;
+            ready = std::max(ready, gradient->second);
+          }
+        }
+        const double cost = a.pass == Pass::Forward ? forward_time : backward_time;
+        const double end = std::max(free_at[s], ready) + cost;
+        (a.pass == Pass::Forward ? forward_done : backward_done)[{v, a.micro_batch}] = end;
+        free_at[s] = end;
+        busy[s] += cost;
+        held[s] += a.pass == Pass::Forward ? 1 : -1;
+        step.peak_in_flight[s] = std::max(step.peak_in_flight[s], held[s]);
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (int s = 0; s < p; ++s)
+    if (next[s] < schedule[s].size())
+      stuck += " stage " + std::to_string(s) + " at " + action_name(schedule[s][next[s]], chunks > 1) + ";";
+  LOOM_CHECK(stuck.empty(), "simulate_schedule: the schedule cannot finish, waiting:", stuck);
+  for (double t : free_at) step.step_time = std::max(step.step_time, t);
+  for (int s = 0; s < p; ++s) {
+    step.idle_fraction.push_back(step.step_time > 0 ? 1 - busy[s] / step.step_time : 0);
+    step.bubble_fraction += step.idle_fraction.back() / p;
+  }
+  return step;
+}
+
+double ideal_bubble_fraction(int stages, int micro_batches, int chunks) {
+  return static_cast<double>(stages - 1) / (static_cast<double>(chunks) * micro_batches + stages - 1);
 }
 
 }  // namespace loom::parallel

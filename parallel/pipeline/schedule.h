@@ -1,12 +1,19 @@
 // Pipeline schedules as data: for each stage, the ordered list of forward
 // and backward passes of micro-batches it runs. Keeping them as data lets a
-// schedule be printed, tested and analysed apart from the code that runs it.
+// schedule be printed, tested, simulated and analysed apart from the code
+// that runs it.
 //
 //   PipelineSchedule s = one_f_one_b_schedule(/*stages=*/4, /*micro_batches=*/8);
 //   std::cout << to_string(s);
 //   // stage 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7
 //   // ...
 //   // stage 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
+//
+// In an interleaved schedule each stage (device) holds several model chunks:
+// with p stages and v chunks the model is cut into p * v parts, and part i
+// runs on stage i % p as its chunk i / p, so a micro-batch passes every
+// stage v times. An action names its chunk, printed after a colon (F3:1 is
+// micro-batch 3's forward through the stage's chunk 1).
 #pragma once
 
 #include <string>
@@ -19,12 +26,15 @@ enum class Pass { Forward, Backward };
 struct Action {
   Pass pass;
   int micro_batch;
-  bool operator==(const Action& o) const { return pass == o.pass && micro_batch == o.micro_batch; }
+  int chunk = 0;  // which of the stage's model chunks (interleaved schedules)
+  bool operator==(const Action& o) const {
+    return pass == o.pass && micro_batch == o.micro_batch && chunk == o.chunk;
+  }
 };
 
 using PipelineSchedule = std::vector<std::vector<Action>>;  // [stage] -> actions in order
 
-enum class ScheduleKind { GPipe, OneFOneB };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
 
 // GPipe (Huang et al. 2019): every stage runs all forwards, then all
 // backwards (in micro-batch order, as PyTorch's ScheduleGPipe). Each stage
@@ -37,13 +47,40 @@ PipelineSchedule gpipe_schedule(int stages, int micro_batches);
 // most p micro-batches' activations.
 PipelineSchedule one_f_one_b_schedule(int stages, int micro_batches);
 
-PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches);
+// Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM's virtual pipeline
+// stages): each stage holds `chunks` model chunks and runs 1F1B over all of
+// them, taking micro-batches in groups of p through one chunk after another.
+// Each pass is 1/v of a stage's work, so the warm-up and cool-down (the
+// bubble) shrink v times, for v times the messages. Needs micro_batches to
+// be a multiple of stages (as Megatron-LM and PyTorch); chunks = 1 is 1F1B.
+PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int micro_batches);
 
-// "stage 0: F0 F1 ... B0 ...", one line per stage.
+// `chunks` is for Interleaved1F1B only (the others take 1).
+PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved"
+
+// "stage 0: F0 F1 ... B0 ...", one line per stage; chunks after a colon
+// (F0:1) when the schedule has more than one.
 std::string to_string(const PipelineSchedule& schedule);
 
+// A schedule run on an ideal machine: every forward of a chunk takes
+// `forward_time`, every backward `backward_time`, messages take no time, and
+// a pass starts as soon as its stage is free and its input (the previous
+// chunk's activation, the next chunk's gradient) is there. Throws, naming
+// the passes left waiting, if the schedule cannot finish (a stage waits for
+// a pass that waits for it, or a backward comes before its forward).
+struct SimulatedStep {
+  double step_time = 0;
+  std::vector<double> idle_fraction;  // [stage]
+  double bubble_fraction = 0;         // the stages' mean idle fraction
+  std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B
+};
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, double forward_time = 1,
+                                double backward_time = 1);
+
 // The idle fraction of an ideal pipeline with balanced stages, where forward
-// and backward passes take equal time: (p - 1) / (m + p - 1).
-double ideal_bubble_fraction(int stages, int micro_batches);
+// and backward passes take equal time: (p - 1) / (v m + p - 1), with v = 1
+// for GPipe and 1F1B.
+double ideal_bubble_fraction(int stages, int micro_batches, int chunks = 1);
 
 }  // namespace loom::parallel

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "autograd/engine.h"
 #include "parallel/trace.h"
@@ -24,24 +25,24 @@ Tensor sum_losses(const std::vector<Tensor>& losses) {
   return total;
 }
 
-Tensor StageLinks::receive_activation(int micro_batch) {
+Tensor StageLinks::receive_activation(int chunk, int micro_batch) {
   trace::Span wait("wait activation", "idle", lane_);
-  return take_activation(micro_batch);
+  return take_activation(chunk, micro_batch);
 }
 
-void StageLinks::send_activation(int micro_batch, const Tensor& activation) {
+void StageLinks::send_activation(int chunk, int micro_batch, const Tensor& activation) {
   bytes_sent_ += static_cast<int64_t>(activation.nbytes());
-  put_activation(micro_batch, activation);
+  put_activation(chunk, micro_batch, activation);
 }
 
-Tensor StageLinks::receive_gradient(int micro_batch, const Tensor& output) {
+Tensor StageLinks::receive_gradient(int chunk, int micro_batch, const Tensor& output) {
   trace::Span wait("wait gradient", "idle", lane_);
-  return take_gradient(micro_batch, output);
+  return take_gradient(chunk, micro_batch, output);
 }
 
-void StageLinks::send_gradient(int micro_batch, const Tensor& gradient) {
+void StageLinks::send_gradient(int chunk, int micro_batch, const Tensor& gradient) {
   bytes_sent_ += static_cast<int64_t>(gradient.nbytes());
-  put_gradient(micro_batch, gradient);
+  put_gradient(chunk, micro_batch, gradient);
 }
 
 namespace {
@@ -76,44 +77,50 @@ Tensor weighted_loss(const LastStage& last, const Tensor& output, int mb, Device
 
 StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, StageLinks& links) {
   StageStats stats;
-  // Each micro-batch's input and output, held from its forward to its backward.
-  std::map<int, Tensor> inputs, outputs;
+  const int last_chunk = static_cast<int>(task.chunks.size()) - 1;
+  // Each (chunk, micro-batch)'s input and output, held from its forward to its backward.
+  std::map<std::pair<int, int>, Tensor> inputs, outputs;
   size_t backwards_left = 0;
   for (const Action& a : actions) backwards_left += a.pass == Pass::Backward ? 1 : 0;
   for (const Action& a : actions) {
-    const int mb = a.micro_batch;
+    const int mb = a.micro_batch, chunk = a.chunk;
+    LOOM_CHECK(chunk >= 0 && chunk <= last_chunk, "pipeline: the schedule runs chunk ", chunk, " of a stage with ",
+               last_chunk + 1);
+    // The model's first part reads the batch; its last one computes the loss.
+    const bool reads_batch = task.first && chunk == 0, ends_model = task.last && chunk == last_chunk;
+    const std::pair<int, int> key{chunk, mb};
     if (a.pass == Pass::Forward) {
-      Tensor in = task.first ? task.first->micro_batches[mb].to(task.device)
-                             : links.receive_activation(mb).detach().requires_grad_();  // the stage's graph starts here
+      Tensor in = reads_batch ? task.first->micro_batches[mb].to(task.device)
+                              : links.receive_activation(chunk, mb).detach().requires_grad_();  // the chunk's graph starts here
       Tensor out;
       {
         TimedPass pass("forward", task, stats);
-        out = task.module.forward(in);
-        if (task.last) out = weighted_loss(*task.last, out, mb, task.device);
+        out = task.chunks[chunk].get().forward(in);
+        if (ends_model) out = weighted_loss(*task.last, out, mb, task.device);
       }
-      if (!task.last) links.send_activation(mb, out.detach());
-      inputs[mb] = in;
-      outputs[mb] = out;
+      if (!ends_model) links.send_activation(chunk, mb, out.detach());
+      inputs[key] = in;
+      outputs[key] = out;
       stats.peak_in_flight = std::max(stats.peak_in_flight, static_cast<int>(outputs.size()));
     } else {
-      auto output = outputs.find(mb);
+      auto output = outputs.find(key);
       LOOM_CHECK(output != outputs.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
                  " before its forward");
-      const Tensor grad = task.last ? Tensor() : links.receive_gradient(mb, output->second);
+      const Tensor grad = ends_model ? Tensor() : links.receive_gradient(chunk, mb, output->second);
       if (task.before_backward) task.before_backward(--backwards_left == 0);
       {
         TimedPass pass("backward", task, stats);
-        if (task.last)
+        if (ends_model)
           autograd::backward({output->second});
         else
           autograd::backward({output->second}, {grad});
       }
-      if (!task.first) {
-        const Tensor& input = inputs.at(mb);
-        // An input the stage's output does not depend on gets no gradient: send zeros.
-        links.send_gradient(mb, input.grad().defined() ? input.grad() : zeros_like(input));
+      if (!reads_batch) {
+        const Tensor& input = inputs.at(key);
+        // An input the chunk's output does not depend on gets no gradient: send zeros.
+        links.send_gradient(chunk, mb, input.grad().defined() ? input.grad() : zeros_like(input));
       }
-      inputs.erase(mb);
+      inputs.erase(key);
       outputs.erase(output);  // its activations are freed
     }
   }

@@ -1,5 +1,6 @@
 // One pipeline stage running its part of a schedule: the forward and
-// backward passes of its micro-batches, in the schedule's order, with
+// backward passes of its micro-batches through its model chunks (one, or
+// several in an interleaved schedule), in the schedule's order, with
 // activations and gradients passed to its neighbours through StageLinks.
 // The single-process Pipeline links its stages through mailboxes; the
 // multi-process DistributedPipeline through a ProcessGroup's send/recv. Both
@@ -28,41 +29,45 @@ struct StageStats {
   int64_t bytes_sent = 0;    // activations and gradients passed to neighbours
 };
 
-// How a stage exchanges tensors with the stages before and after it. The
-// receives block until the tensor is there (or throw if it never will be) and
-// show in a trace as the stage's idle time; the sends do not wait for the
-// receiver and count their bytes. A transport (mailboxes in one process,
-// send/recv between ranks) implements the four moves.
+// How a stage exchanges tensors with the stages before and after it. Each
+// move names the stage's own chunk; the transport finds the neighbour: with
+// p stages, chunk c of stage s is part c p + s of the model, so its input
+// comes from part c p + s - 1 (stage s - 1, or stage p - 1's chunk c - 1)
+// and its output goes to part c p + s + 1. The receives block until the
+// tensor is there (or throw if it never will be) and show in a trace as the
+// stage's idle time; the sends do not wait for the receiver and count their
+// bytes. A transport (mailboxes in one process, send/recv between ranks)
+// implements the four moves.
 class StageLinks {
  public:
   explicit StageLinks(int lane) : lane_(lane) {}
   virtual ~StageLinks() = default;
-  // The previous stage's output for this micro-batch.
-  Tensor receive_activation(int micro_batch);
-  void send_activation(int micro_batch, const Tensor& activation);
-  // The gradient of the loss with respect to this stage's `output`.
-  Tensor receive_gradient(int micro_batch, const Tensor& output);
-  void send_gradient(int micro_batch, const Tensor& gradient);
+  // The previous part's output for this micro-batch.
+  Tensor receive_activation(int chunk, int micro_batch);
+  void send_activation(int chunk, int micro_batch, const Tensor& activation);
+  // The gradient of the loss with respect to this chunk's `output`.
+  Tensor receive_gradient(int chunk, int micro_batch, const Tensor& output);
+  void send_gradient(int chunk, int micro_batch, const Tensor& gradient);
   int64_t bytes_sent() const { return bytes_sent_; }
 
  protected:
-  virtual Tensor take_activation(int micro_batch) = 0;
-  virtual void put_activation(int micro_batch, const Tensor& activation) = 0;
-  virtual Tensor take_gradient(int micro_batch, const Tensor& output) = 0;
-  virtual void put_gradient(int micro_batch, const Tensor& gradient) = 0;
+  virtual Tensor take_activation(int chunk, int micro_batch) = 0;
+  virtual void put_activation(int chunk, int micro_batch, const Tensor& activation) = 0;
+  virtual Tensor take_gradient(int chunk, int micro_batch, const Tensor& output) = 0;
+  virtual void put_gradient(int chunk, int micro_batch, const Tensor& gradient) = 0;
 
  private:
   int lane_;
   int64_t bytes_sent_ = 0;
 };
 
-// What only the first stage has: the micro-batches of the inputs.
+// What only the first stage has (for its chunk 0): the micro-batches of the inputs.
 struct FirstStage {
   const TensorList& micro_batches;
 };
 
-// What only the last stage has: the targets, the loss, and where each
-// micro-batch's loss (weighted by its share of the batch) goes.
+// What only the last stage has (for its last chunk): the targets, the loss,
+// and where each micro-batch's loss (weighted by its share of the batch) goes.
 struct LastStage {
   const TensorList& targets;
   const LossFn& loss;
@@ -72,7 +77,7 @@ struct LastStage {
 
 // What one stage needs to run its actions.
 struct StageTask {
-  nn::Module& module;
+  std::vector<std::reference_wrapper<nn::Module>> chunks;  // one, or several interleaved
   Device device;
   std::optional<FirstStage> first{};  // set on the first stage only
   std::optional<LastStage> last{};    // set on the last stage only

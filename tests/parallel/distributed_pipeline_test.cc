@@ -23,7 +23,7 @@ class DistributedPipelineEquivalence : public ::testing::TestWithParam<PipelineC
 TEST_P(DistributedPipelineEquivalence, EqualsSingleDeviceTraining) {
   const PipelineCase& c = GetParam();
   testing::run_prepared_ranks<Models>(
-      static_cast<int>(c.boundaries.size()) + 1, [](int) { return testing::pipeline_models(); },
+      c.stages(), [](int) { return testing::pipeline_models(); },
       [&](const std::shared_ptr<ProcessGroup>& group, Models& m) {
         testing::check_pipeline_matches_single_device(group, m.first, m.second, c);
       });
@@ -38,14 +38,26 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineCase{ScheduleKind::GPipe, {2, 5}, 4}, PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4},
         // 10 samples in 4 micro-batches of 3, 3, 2, 2: the losses' weights differ.
         PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4, 10}, PipelineCase{ScheduleKind::GPipe, {1, 3, 6}, 6},
-        PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 6}, PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3}));
+        PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 6}, PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3},
+        // Interleaved: rank r runs parts r, p + r, ...; rank p - 1 sends on to rank 0's next chunk.
+        PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4, .chunks = 2},
+        PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4, .batch = 10,
+                     .chunks = 2},
+        PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 5, 6}, .micro_batches = 6,
+                     .chunks = 2},
+        PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 5, 6}, .micro_batches = 4,
+                     .chunks = 3}));
 
-// p ranks of sleeping stages: the pipeline each rank runs, and its stats.
-std::vector<StageStats> run_sleep_pipeline(int p, int m, ScheduleKind kind, int ms, double* longest_step = nullptr) {
+// p ranks of sleeping stages (`chunks` sleeping parts each): the pipeline
+// each rank runs, and its stats.
+std::vector<StageStats> run_sleep_pipeline(int p, int m, ScheduleKind kind, int ms, double* longest_step = nullptr,
+                                           int chunks = 1) {
   std::vector<StageStats> stats(p);
   std::vector<double> steps(p);
   testing::run_rank_threads(p, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
-    DistributedPipeline pipe(std::make_shared<testing::SleepStageImpl>(ms), group, {.micro_batches = m, .schedule = kind});
+    std::vector<nn::ModulePtr> parts;
+    for (int c = 0; c < chunks; ++c) parts.push_back(std::make_shared<testing::SleepStageImpl>(ms));
+    DistributedPipeline pipe(parts, group, {.micro_batches = m, .schedule = kind, .chunks = chunks});
     pipe.train_step(ones({m, 2}), zeros({m}), testing::sum_loss);
     stats[rank] = pipe.stats();
     steps[rank] = pipe.step_seconds();
@@ -83,6 +95,41 @@ TEST(DistributedPipelineBubble, MeasuredIdleFractionMatchesTheory) {
           << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
     }
   }
+}
+
+// Interleaved over ranks, two chunks of half a stage's work each (20 ms a
+// pass): the idle fraction falls to (p - 1) / (2m + p - 1), and each rank
+// holds the activations the ideal machine's simulation says it holds.
+TEST(DistributedPipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
+  const int p = 4, m = 8, v = 2;
+  double step = 0;
+  std::vector<StageStats> stats = run_sleep_pipeline(p, m, ScheduleKind::Interleaved1F1B, 20, &step, v);
+  double bubble = 0;
+  for (const StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+  EXPECT_NEAR(bubble, ideal_bubble_fraction(p, m, v), 0.05);
+  EXPECT_LT(bubble, ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
+  const SimulatedStep simulated = simulate_schedule(interleaved_one_f_one_b_schedule(p, v, m), v);
+  for (int s = 0; s < p; ++s) EXPECT_EQ(stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+}
+
+TEST(DistributedPipeline, ChunksMustMatchTheOptions) {
+  const PipelineOptions two_chunks{.micro_batches = 4, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2};
+  auto two_parts = [] { return std::vector<nn::ModulePtr>{nn::Linear(4, 4), nn::Linear(4, 4)}; };
+  testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    EXPECT_THROW_MSG(DistributedPipeline(nn::Linear(4, 4), group, two_chunks),
+                     "DistributedPipeline: got 1 chunks for options.chunks = 2");
+    // Tags hold a chunk and a micro-batch: half as many micro-batches fit with two chunks.
+    PipelineOptions too_many = two_chunks;
+    too_many.micro_batches = (ProcessGroup::kMaxTag + 1) / 4 + 1;
+    EXPECT_THROW_MSG(DistributedPipeline(two_parts(), group, too_many),
+                     "DistributedPipeline: micro_batches must be in [1, " +
+                         std::to_string((ProcessGroup::kMaxTag + 1) / 4) + "]");
+    EXPECT_NO_THROW(DistributedPipeline(two_parts(), group, two_chunks));
+  });
+  testing::run_rank_threads(1, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    EXPECT_THROW_MSG(DistributedPipeline(two_parts(), group, two_chunks),
+                     "DistributedPipeline: interleaving needs at least two ranks");
+  });
 }
 
 // With tracing on, each rank's lane shows its passes and its waits, and each

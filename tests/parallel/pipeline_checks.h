@@ -20,15 +20,20 @@ namespace loom::parallel::testing {
 
 struct PipelineCase {
   ScheduleKind kind = ScheduleKind::OneFOneB;
-  std::vector<int> boundaries;  // where split_sequential cuts: one stage per rank
+  std::vector<int> boundaries;  // where split_sequential cuts: `chunks` parts per rank (or stage)
   int micro_batches = 4;
   int64_t batch = 12;  // need not divide by micro_batches: then they differ by one
   Device device = Device::cpu();  // of every stage and of the reference
+  int chunks = 1;                 // model chunks per stage (Interleaved1F1B)
+
+  int stages() const { return (static_cast<int>(boundaries.size()) + 1) / chunks; }
 };
 
-// How a failing case is named: "1F1B, cuts {2, 5}, 4 micro-batches, batch 12".
+// How a failing case is named: "1f1b, cuts {2, 5}, 4 micro-batches, batch 12".
 inline void PrintTo(const PipelineCase& c, std::ostream* out) {
-  *out << (c.kind == ScheduleKind::GPipe ? "GPipe" : "1F1B") << ", cuts {";
+  *out << schedule_name(c.kind);
+  if (c.chunks > 1) *out << " x" << c.chunks << " chunks";
+  *out << ", cuts {";
   for (size_t i = 0; i < c.boundaries.size(); ++i) *out << (i ? ", " : "") << c.boundaries[i];
   *out << "}, " << c.micro_batches << " micro-batches, batch " << c.batch << " on " << c.device;
 }
@@ -79,11 +84,16 @@ inline Tensor cross_entropy_loss(const Tensor& out, const Tensor& target) {
 // (which every rank trains itself).
 inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGroup>& group, nn::Sequential reference,
                                                  nn::Sequential model, const PipelineCase& c) {
-  const int rank = group->rank();
-  ASSERT_EQ(group->size(), static_cast<int>(c.boundaries.size()) + 1) << "one stage per rank";
-  nn::ModulePtr stage = split_sequential(model, c.boundaries)[rank];
-  nn::ModulePtr reference_stage = split_sequential(reference, c.boundaries)[rank];
-  DistributedPipeline pipe(stage, group, {.micro_batches = c.micro_batches, .schedule = c.kind}, c.device);
+  const int rank = group->rank(), p = group->size();
+  ASSERT_EQ(p, c.stages()) << "one stage per rank";
+  // This rank's parts: rank, p + rank, ... (one unless interleaved).
+  std::vector<nn::ModulePtr> chunks, reference_chunks;
+  for (int k = 0; k < c.chunks; ++k) {
+    chunks.push_back(split_sequential(model, c.boundaries)[k * p + rank]);
+    reference_chunks.push_back(split_sequential(reference, c.boundaries)[k * p + rank]);
+  }
+  DistributedPipeline pipe(chunks, group,
+                           {.micro_batches = c.micro_batches, .schedule = c.kind, .chunks = c.chunks}, c.device);
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   const bool first = rank == 0, last = rank == group->size() - 1;
 
@@ -98,7 +108,9 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
         return loss;
       },
       [&](int step) {
-        EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10) << "rank " << rank << ", step " << step;
+        for (int k = 0; k < c.chunks; ++k)
+          EXPECT_LT(max_param_difference(*reference_chunks[k], *chunks[k]), 1e-10)
+              << "rank " << rank << ", chunk " << k << ", step " << step;
       });
   Generator gen(12);
 

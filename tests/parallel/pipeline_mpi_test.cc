@@ -25,5 +25,15 @@ TEST(DistributedPipelineMpi, UnevenMicroBatchesMatchSingleDevice) {
   expect_matches_single_device(ScheduleKind::OneFOneB, 4, 10);
 }
 
+// Two chunks per rank: the last rank's activations travel to rank 0 and back.
+TEST(DistributedPipelineMpi, InterleavedMatchesSingleDevice) {
+  auto [reference, model] = testing::pipeline_models();
+  const int p = testing::mpi_world()->size();
+  const std::vector<int> cuts = p == 2 ? std::vector<int>{2, 4, 6} : std::vector<int>{1, 2, 3, 5, 6};
+  testing::check_pipeline_matches_single_device(
+      testing::mpi_world(), reference, model,
+      {.kind = ScheduleKind::Interleaved1F1B, .boundaries = cuts, .micro_batches = 2 * p, .chunks = 2});
+}
+
 }  // namespace
 }  // namespace loom::parallel

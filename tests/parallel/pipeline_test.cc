@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <tuple>
+
 #include "nn/nn.h"
 #include "optim/optimizer.h"
 #include "tests/parallel/equivalence.h"
@@ -42,14 +45,80 @@ TEST(Schedule, OneFOneBOrderForFourStagesEightMicroBatches) {
   EXPECT_THROW_MSG(parallel::gpipe_schedule(0, 4), "gpipe_schedule: need at least one stage");
 }
 
+// Interleaved 1F1B, 2 stages x 2 chunks, 4 micro-batches, written out by hand
+// from Megatron-LM's rules: forwards take micro-batches in groups of p = 2
+// through chunk 0, then the same group through chunk 1; backwards take the
+// chunks in reverse; stage s warms up with 2 (p - s - 1) + (v - 1) p forwards.
+TEST(Schedule, InterleavedOrderForTwoStagesTwoChunksFourMicroBatches) {
+  EXPECT_EQ(parallel::to_string(parallel::interleaved_one_f_one_b_schedule(2, 2, 4)),
+            "stage 0: F0:0 F1:0 F0:1 F1:1 F2:0 B0:1 F3:0 B1:1 F2:1 B0:0 F3:1 B1:0 B2:1 B3:1 B2:0 B3:0\n"
+            "stage 1: F0:0 F1:0 F0:1 B0:1 F1:1 B1:1 F2:0 B0:0 F3:0 B1:0 F2:1 B2:1 F3:1 B3:1 B2:0 B3:0\n");
+  EXPECT_EQ(parallel::interleaved_one_f_one_b_schedule(3, 1, 5), parallel::one_f_one_b_schedule(3, 5));
+  EXPECT_THROW_MSG(parallel::interleaved_one_f_one_b_schedule(2, 2, 3),
+                   "interleaved_one_f_one_b_schedule: 3 micro-batches are not a multiple of the 2 stages");
+  EXPECT_THROW_MSG(parallel::make_schedule(ScheduleKind::OneFOneB, 2, 4, 2),
+                   "make_schedule: the 1f1b schedule runs one chunk per stage, got 2");
+}
+
+// Every schedule loom makes runs to its end on the ideal machine, with each
+// stage running each (chunk, micro-batch) forward and backward once, and the
+// bubble the theory gives: (p - 1) / (v m + p - 1).
+TEST(Schedule, EveryScheduleFinishesWithTheTheoreticalBubble) {
+  for (int p = 1; p <= 5; ++p)
+    for (int m : {1, 2, 3, 4, 6, 8, 12, 16})
+      for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B})
+        for (int v : {1, 2, 3, 4}) {
+          if (v > 1 && (kind != ScheduleKind::Interleaved1F1B || m % p != 0)) continue;
+          const std::string what = std::string(parallel::schedule_name(kind)) + " p=" + std::to_string(p) +
+                                   " v=" + std::to_string(v) + " m=" + std::to_string(m);
+          const parallel::PipelineSchedule schedule = parallel::make_schedule(kind, p, m, v);
+          for (const auto& actions : schedule) {
+            std::map<std::tuple<int, int, int>, int> seen;
+            for (const parallel::Action& a : actions) ++seen[{static_cast<int>(a.pass), a.chunk, a.micro_batch}];
+            EXPECT_EQ(seen.size(), static_cast<size_t>(2 * v * m)) << what;
+            for (const auto& [pass, count] : seen) EXPECT_EQ(count, 1) << what;
+          }
+          const parallel::SimulatedStep step = parallel::simulate_schedule(schedule, v);
+          EXPECT_NEAR(step.bubble_fraction, parallel::ideal_bubble_fraction(p, m, v), 1e-12) << what;
+          EXPECT_DOUBLE_EQ(step.step_time, 2.0 * (v * m + p - 1)) << what;
+        }
+}
+
+// Activation memory on the ideal machine: 1F1B holds at most p - s micro-batches
+// on stage s, interleaving (a chunk holds 1/v of a stage's activations) at
+// most its warm-up plus one chunk passes, GPipe all m.
+TEST(Schedule, SimulatedPeakActivations) {
+  const int p = 4, m = 8, v = 2;
+  const auto one_f_one_b = parallel::simulate_schedule(parallel::one_f_one_b_schedule(p, m));
+  const auto gpipe = parallel::simulate_schedule(parallel::gpipe_schedule(p, m));
+  const auto interleaved = parallel::simulate_schedule(parallel::interleaved_one_f_one_b_schedule(p, v, m), v);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(one_f_one_b.peak_in_flight[s], p - s) << "stage " << s;
+    EXPECT_EQ(gpipe.peak_in_flight[s], m) << "stage " << s;
+    EXPECT_EQ(interleaved.peak_in_flight[s], 2 * (p - s - 1) + (v - 1) * p + 1) << "stage " << s;
+  }
+}
+
+TEST(Schedule, SimulationNamesThePassesADeadlockedScheduleWaitsIn) {
+  // Stage 0 waits for micro-batch 0's gradient before it sends micro-batch
+  // 1's activation, which stage 1 needs before it computes that gradient.
+  const parallel::PipelineSchedule deadlocked = {
+      {{parallel::Pass::Forward, 0}, {parallel::Pass::Backward, 0}, {parallel::Pass::Forward, 1}, {parallel::Pass::Backward, 1}},
+      {{parallel::Pass::Forward, 0}, {parallel::Pass::Forward, 1}, {parallel::Pass::Backward, 0}, {parallel::Pass::Backward, 1}}};
+  EXPECT_THROW_MSG(parallel::simulate_schedule(deadlocked),
+                   "simulate_schedule: the schedule cannot finish, waiting: stage 0 at B0; stage 1 at F1;");
+  EXPECT_THROW_MSG(parallel::simulate_schedule({{{parallel::Pass::Backward, 0}, {parallel::Pass::Forward, 0}}}),
+                   "waiting: stage 0 at B0;");
+}
+
 // Three SGD steps through the pipeline (every stage on c.device) equal three
 // steps on one device with the whole batch (see train_side_by_side for the
 // tolerances).
 void expect_equals_single_device(const PipelineCase& c) {
   auto [single, copy] = parallel::testing::pipeline_models(c.device);
   parallel::Pipeline pipe(parallel::split_sequential(copy, c.boundaries),
-                          std::vector<Device>(c.boundaries.size() + 1, c.device),
-                          {.micro_batches = c.micro_batches, .schedule = c.kind});
+                          std::vector<Device>(c.stages(), c.device),
+                          {.micro_batches = c.micro_batches, .schedule = c.kind, .chunks = c.chunks});
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   parallel::testing::train_side_by_side(
       single, c.batch,
@@ -75,12 +144,22 @@ INSTANTIATE_TEST_SUITE_P(
                       PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 4}, PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 6},
                       PipelineCase{ScheduleKind::OneFOneB, {1, 3, 6}, 3},
                       // 12 samples in 5 micro-batches of 3, 3, 2, 2, 2 (not chunk()'s four of 3).
-                      PipelineCase{ScheduleKind::GPipe, {2, 5}, 5}, PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 5, 10}));
+                      PipelineCase{ScheduleKind::GPipe, {2, 5}, 5}, PipelineCase{ScheduleKind::OneFOneB, {2, 5}, 5, 10},
+                      // Interleaved: part i on stage i % p, the last stage's output on to stage 0's next chunk.
+                      PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4,
+                                   .chunks = 2},
+                      PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4,
+                                   .batch = 10, .chunks = 2},
+                      PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 5, 6},
+                                   .micro_batches = 6, .chunks = 2},
+                      PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 4, 5, 6, 7},
+                                   .micro_batches = 8, .chunks = 2}));
 
-parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms) {
+parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms, int chunks = 1) {
   std::vector<nn::ModulePtr> parts;
-  for (int s = 0; s < stages; ++s) parts.push_back(std::make_shared<parallel::testing::SleepStageImpl>(ms));
-  return parallel::Pipeline(parts, std::vector<Device>(stages, Device::cpu()), {.micro_batches = micro_batches, .schedule = kind});
+  for (int i = 0; i < stages * chunks; ++i) parts.push_back(std::make_shared<parallel::testing::SleepStageImpl>(ms));
+  return parallel::Pipeline(parts, std::vector<Device>(stages, Device::cpu()),
+                            {.micro_batches = micro_batches, .schedule = kind, .chunks = chunks});
 }
 
 TEST(PipelineMemory, PeakActivationsArePStagesFor1F1BAndMForGPipe) {
@@ -107,6 +186,39 @@ TEST(PipelineBubble, MeasuredIdleFractionMatchesTheory) {
           << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
     }
   }
+}
+
+// Interleaved, two chunks of half a stage's work each (20 ms a pass): the
+// idle fraction falls to (p - 1) / (2m + p - 1), and each stage holds the
+// activations the ideal machine's simulation says it holds (counted as the
+// stage stores and frees them).
+TEST(PipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
+  const int p = 4, m = 8, v = 2;
+  auto pipe = sleep_pipeline(p, m, ScheduleKind::Interleaved1F1B, 20, v);
+  pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  EXPECT_NEAR(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m, v), 0.05);
+  EXPECT_LT(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
+  const parallel::SimulatedStep simulated =
+      parallel::simulate_schedule(parallel::interleaved_one_f_one_b_schedule(p, v, m), v);
+  for (int s = 0; s < p; ++s)
+    EXPECT_EQ(pipe.stats().stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+}
+
+TEST(Pipeline, InterleavedPartsMustFillEveryStagesChunks) {
+  auto parts = [](int n) {
+    std::vector<nn::ModulePtr> out;
+    for (int i = 0; i < n; ++i) out.push_back(nn::Linear(4, 4));
+    return out;
+  };
+  const parallel::PipelineOptions two_chunks{.micro_batches = 4, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2};
+  EXPECT_THROW_MSG(parallel::Pipeline(parts(3), {Device::cpu(), Device::cpu()}, two_chunks),
+                   "Pipeline: got 3 stages for 2 devices and 2 chunks each");
+  EXPECT_THROW_MSG(parallel::Pipeline(parts(4), {Device::cpu(), Device::cpu()},
+                                      {.micro_batches = 3, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2}),
+                   "3 micro-batches are not a multiple of the 2 stages");
+  EXPECT_THROW_MSG(parallel::Pipeline(parts(4), {Device::cpu(), Device::cpu()}, {.micro_batches = 4, .chunks = 2}),
+                   "the 1f1b schedule runs one chunk per stage, got 2");
+  EXPECT_NO_THROW(parallel::Pipeline(parts(4), {Device::cpu(), Device::cpu()}, two_chunks));
 }
 
 TEST(Pipeline, AFailingStageStopsEveryStageWithItsMessage) {
