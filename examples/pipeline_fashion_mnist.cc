@@ -1,8 +1,11 @@
 // pipeline_fashion_mnist: the Fashion-MNIST CNN of fashion_mnist_cnn, trained
 // with pipeline parallelism: the model cut into stages, each batch into
-// micro-batches that flow through them in a GPipe or 1F1B schedule.
+// micro-batches that flow through them in a GPipe, 1F1B or interleaved 1F1B
+// schedule (the model cut into stages x chunks parts, each stage running
+// --chunks of them).
 //
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2             # stages as threads, one process
+//   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --schedule interleaved --chunks 2
 //   mpirun -np 2 bazel-bin/examples/pipeline_fashion_mnist --epochs 5     # one stage per rank
 //   (as root add --allow-run-as-root --oversubscribe; see docs/comm.md)
 //
@@ -13,6 +16,8 @@
 // rank reads the whole batch (rank 0 uses the images, the last rank the
 // labels); the last rank has the loss and reports, and before each evaluation
 // the ranks share their stages' weights.
+#include <algorithm>
+
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/program.h"
 #include "examples/common/ranks.h"
@@ -25,11 +30,15 @@ namespace {
 
 using namespace loom;
 
-// Where the CNN's ten children are cut: after the first conv block, the
-// second, and the hidden Linear layer.
-std::vector<int> cuts_for(int stages) {
-  const std::vector<int> all{3, 6, 8};
-  return std::vector<int>(all.begin(), all.begin() + (stages - 1));
+// Where the CNN's ten children are cut into `parts`: after the first conv
+// block, the second and the hidden Linear layer first, then inside the blocks.
+std::vector<int> cuts_for(int parts) {
+  const std::vector<int> by_preference{3, 6, 8, 1, 4, 7, 9};
+  LOOM_CHECK(parts >= 1 && parts <= static_cast<int>(by_preference.size()) + 1, "the CNN is cut into at most ",
+             by_preference.size() + 1, " parts (stages x chunks), not ", parts);
+  std::vector<int> cuts(by_preference.begin(), by_preference.begin() + (parts - 1));
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels) { return nn::functional::cross_entropy(logits, labels); }
@@ -47,12 +56,15 @@ int main(int argc, char** argv) {
         config.name = "pipeline_fashion_mnist";
         Flags flags("Train a CNN on Fashion-MNIST with pipeline parallelism (stages as threads, or ranks under mpirun)");
         add_fashion_mnist_flags(flags, config);
-        int stages = 2, micro_batches = 4;
+        int stages = 2, micro_batches = 4, chunks = 2;
         std::string schedule = "1f1b";
         auto* stages_flag =
-            flags.add("--stages", stages, "pipeline stages (under mpirun: the ranks)", Scope::Job, integer_in(1, 4));
+            flags.add("--stages", stages, "pipeline stages (under mpirun: the ranks)", Scope::Job, integer_in(1, 8));
         flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
-        flags.add("--schedule", schedule, "gpipe or 1f1b", Scope::Job, CLI::IsMember({"gpipe", "1f1b"}));
+        flags.add("--schedule", schedule, "gpipe, 1f1b or interleaved (1F1B over --chunks model chunks per stage)",
+                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+        flags.add("--chunks", chunks, "interleaved: model chunks per stage (micro-batches: a multiple of the stages)",
+                  Scope::Job, integer_in(1, 8));
         flags.parse(argc, argv);
         const Rank me = join_job(world, flags, config.device);
         const bool over_ranks = me.group->size() > 1;
@@ -60,23 +72,27 @@ int main(int argc, char** argv) {
           LOOM_CHECK(stages_flag->count() == 0 || stages == me.group->size(), "--stages ", stages, " under mpirun -np ",
                      me.group->size(), ": leave it out, there is one stage per rank");
           stages = me.group->size();
-          LOOM_CHECK(stages <= 4, "the CNN is cut into at most 4 stages, not ", stages, " (mpirun -np)");
         }
-        const parallel::PipelineOptions options{
-            .micro_batches = micro_batches,
-            .schedule = schedule == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB};
+        const parallel::ScheduleKind kind = schedule == "gpipe"         ? parallel::ScheduleKind::GPipe
+                                            : schedule == "interleaved" ? parallel::ScheduleKind::Interleaved1F1B
+                                                                        : parallel::ScheduleKind::OneFOneB;
+        if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = 1;
+        const parallel::PipelineOptions options{.micro_batches = micro_batches, .schedule = kind, .chunks = chunks};
 
         Ranks ranks{.min_batch = micro_batches};  // a batch needs an image per micro-batch
         if (over_ranks) ranks = {.group = me.group, .shard_batches = false, .reporting_rank = stages - 1,
                                  .min_batch = micro_batches};
         FashionMnist run(config, flags, me.device, ranks);
-        // The stages share the model's layers: training them trains run.model.
-        const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts_for(stages));
+        // The parts share the model's layers: training them trains run.model.
+        // Part i runs on stage i % stages (one part per stage unless interleaved).
+        const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts_for(stages * chunks));
         std::unique_ptr<parallel::Pipeline> in_process;
         std::unique_ptr<parallel::DistributedPipeline> over;
-        if (over_ranks)
-          over = std::make_unique<parallel::DistributedPipeline>(parts[me.group->rank()], me.group, options, me.device);
-        else
+        if (over_ranks) {
+          std::vector<nn::ModulePtr> mine;
+          for (int c = 0; c < chunks; ++c) mine.push_back(parts[c * stages + me.group->rank()]);
+          over = std::make_unique<parallel::DistributedPipeline>(mine, me.group, options, me.device);
+        } else
           in_process = std::make_unique<parallel::Pipeline>(parts, std::vector<Device>(stages, me.device), options);
 
         for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {

@@ -567,10 +567,19 @@ void MpiGroup::run() {
       }
     }
 
-    // Finish in issue order.
-    while (!running.empty() && running.front()->stage == InFlight::Stage::Done) {
-      std::unique_ptr<InFlight> p = std::move(running.front());
-      running.pop_front();
+    // Finish a send or receive as soon as its own message has gone or
+    // arrived, a collective once every operation issued before it has
+    // finished too. A receive must not wait for an earlier send: that send's
+    // (rendezvous) message may wait for a receive its peer posts only after
+    // this one (the interleaved pipeline's header, then activation).
+    for (auto it = running.begin(); it != running.end();) {
+      const bool may_finish = is_p2p((*it)->op->kind) || it == running.begin();
+      if ((*it)->stage != InFlight::Stage::Done || !may_finish) {
+        ++it;
+        continue;
+      }
+      std::unique_ptr<InFlight> p = std::move(*it);
+      it = running.erase(it);
       finish(*p->op, p->error);
       if (p->request != MPI_REQUEST_NULL) s.abandoned.push_back(std::move(p));
       changed = true;

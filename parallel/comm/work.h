@@ -4,8 +4,10 @@
 //   ... compute something else ...
 //   work->wait();                                    // rethrows the failure, if any
 //
-// A process group finishes its operations in the order they were issued, so
-// when one Work is completed, so are all that were issued before it.
+// A process group finishes its collectives in the order they were issued,
+// so when a collective's Work is completed, so are all operations issued
+// before it. A send or receive may finish before earlier operations (MPI
+// and threads groups: as soon as its own message has gone or arrived).
 #pragma once
 
 #include <chrono>

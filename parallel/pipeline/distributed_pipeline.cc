@@ -66,7 +66,7 @@ class GroupLinks : public StageLinks {
     header[1] = activation.dim();
     for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
     const int64_t issued = trace::now_us();
-    group_.send(from_vector(header), next(), tag);  // done when the next one is
+    group_.send(from_vector(header), next(), tag);  // the op keeps the header alive; the activation follows it
     sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), next(), tag)});
   }
 
@@ -115,6 +115,11 @@ DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std:
   LOOM_CHECK(static_cast<int>(chunks_.size()) == options.chunks, "DistributedPipeline: got ", chunks_.size(),
              " chunks for options.chunks = ", options.chunks);
   LOOM_CHECK(options.chunks == 1 || group_->size() >= 2, "DistributedPipeline: interleaving needs at least two ranks");
+  // Interleaved, the ranks form a ring, and an activation's header receive
+  // must not wait for this rank's earlier sends (docs/comm.md, Semantics).
+  LOOM_CHECK(options.chunks == 1 || group_->backend() == "mpi" || group_->backend() == "threads",
+             "DistributedPipeline: interleaving needs a group whose sends and receives finish on their own (mpi, "
+             "threads); a ", group_->backend(), " group finishes them in issue order");
   const int most = kMaxMessages / options.chunks;
   LOOM_CHECK(options.micro_batches >= 1 && options.micro_batches <= most,
              "DistributedPipeline: micro_batches must be in [1, ", most, "], got ", options.micro_batches);

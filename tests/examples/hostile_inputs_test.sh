@@ -22,7 +22,12 @@ expect_failure stop_after 1 "--stop-after-epoch 3 is after the last epoch" -- "$
 expect_failure replicas 2 "--replicas: expected an integer from 1" -- "$dp" --replicas -1
 expect_failure devices 1 "--devices: invalid device ''" -- "$dp" --devices ,
 expect_failure bucket 2 "--bucket-mb: expected an integer from 1" -- "$ddp" --bucket-mb 0
-expect_failure stages 2 "--stages: expected an integer from 1 to 4" -- "$pipe" --stages 5
+expect_failure stages 2 "--stages: expected an integer from 1 to 8" -- "$pipe" --stages 9
+expect_failure chunks 2 "--chunks: expected an integer from 1 to 8" -- "$pipe" --chunks 0
+expect_failure parts 1 "the CNN is cut into at most 8 parts (stages x chunks), not 12" -- "$pipe" "${tiny[@]}" \
+  --schedule interleaved --stages 4 --chunks 3
+expect_failure interleaved 1 "4 micro-batches are not a multiple of the 3 stages" -- "$pipe" "${tiny[@]}" \
+  --schedule interleaved --stages 3 --micro-batches 4
 expect_failure micro 2 "--micro-batches: expected an integer from 1" -- "$pipe" --micro-batches 0
 expect_failure schedule 2 "--schedule" -- "$pipe" --schedule zigzag
 expect_failure micro_batch 1 "makes a batch of 32 images, fewer than the 40" -- "$pipe" "${tiny[@]}" --micro-batches 40

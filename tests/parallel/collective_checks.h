@@ -278,7 +278,31 @@ inline void check_send_recv(ProcessGroup& pg) {
   }
 }
 
-// A later op finishes only after every earlier one; the results show the order.
+// A receive finishes once its message is in, even while a send issued
+// before it still waits for its receiver (a message beyond MPI's eager
+// limit). Rank 1 posts the receive for rank 0's large message only after
+// rank 0 has answered a small one, as the ranks of an interleaved pipeline
+// do with an activation's header and then the activation: were the receive
+// to wait for the earlier send, neither rank could go on.
+inline void check_receive_does_not_wait_for_an_earlier_send(ProcessGroup& pg) {
+  if (pg.size() < 2 || pg.rank() > 1) return;
+  if (pg.rank() == 0) {
+    WorkPtr big_sent = pg.send(full({1 << 20}, 5.0), 1, 21);
+    Tensor ping = zeros({1});
+    pg.recv(ping, 1, 22)->wait();
+    pg.send(ping + 1, 1, 23)->wait();
+    big_sent->wait();
+  } else {
+    pg.send(full({1}, 1.0), 0, 22);
+    Tensor pong = zeros({1}), big = zeros({1 << 20});
+    pg.recv(pong, 0, 23)->wait();
+    expect_values(pong, {2});
+    pg.recv(big, 0, 21)->wait();
+    expect_values(big.narrow(0, (1 << 20) - 2, 2), {5, 5});
+  }
+}
+
+// A later collective finishes only after every earlier one; the results show the order.
 inline void check_in_order_completion(ProcessGroup& pg) {
   const int n = pg.size(), r = pg.rank();
   Tensor t = full({5}, r + 1.0, {.dtype = kFloat64});

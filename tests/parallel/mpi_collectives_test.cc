@@ -40,6 +40,7 @@ TEST(Mpi, ReduceScatter) { check_reduce_scatter(world()); }
 TEST(Mpi, InPlace) { check_in_place(world()); }
 TEST(Mpi, SendRecv) { check_send_recv(world()); }
 TEST(Mpi, InOrderCompletion) { check_in_order_completion(world()); }
+TEST(Mpi, ReceiveDoesNotWaitForAnEarlierSend) { check_receive_does_not_wait_for_an_earlier_send(world()); }
 TEST(Mpi, OverlappingOps) { check_overlapping_ops(world()); }
 TEST(Mpi, Split) { check_split(world()); }
 TEST(Mpi, Mesh) { check_mesh(world()); }
