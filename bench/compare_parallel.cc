@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
         const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
         Flags flags("Compare single-device, DataParallel, DDP, ZeRO, FSDP, layer-split, pipeline and hybrid training");
         std::string model = "cnn", device_name = "cpu";
-        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,tp";
+        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,interleaved,tp";
         bool checkpoint = false;
         std::string mesh_text;
         std::string link_name = "pcie", out = "compare_parallel";
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         CLI::Option* strategies_flag =
             flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
-                               "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+                               "interleaved", "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
         flags.add_switch("--checkpoint", checkpoint,
                   "also run single, ddp, zero1, zero2 and fsdp with activation checkpointing (rows <name>_ckpt)",
                   Scope::Job);
@@ -243,8 +243,10 @@ int main(int argc, char** argv) {
 
         manual_seed(0);
         Workload w = make_workload(model, config.device, mlp);
-        const bool pipelines = ("," + strategies + ",").find(",gpipe,") != std::string::npos ||
-                               ("," + strategies + ",").find(",1f1b,") != std::string::npos;
+        auto wants = [&](const char* name) {
+          return ("," + strategies + ",").find("," + std::string(name) + ",") != std::string::npos;
+        };
+        const bool pipelines = wants("gpipe") || wants("1f1b") || wants("interleaved");
         if (pipelines && config.micro_batches > w.input.size(0))
           throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
@@ -256,6 +258,12 @@ int main(int argc, char** argv) {
           if (writer) mesh_plan = plan_stages(w, config.mesh_pipeline);
           if (config.group) share_boundaries(*config.group, mesh_plan.boundaries);
           config.mesh_boundaries = mesh_plan.boundaries;
+        }
+        if (wants("interleaved")) {  // kInterleavedChunks parts per stage
+          StagePlan parts;
+          if (writer) parts = plan_stages(w, kInterleavedChunks * config.devices);
+          if (config.group) share_boundaries(*config.group, parts.boundaries);
+          config.interleaved_boundaries = parts.boundaries;
         }
         const Profile& profile = plan.profile;
         const int64_t batch = w.samples_per_step;

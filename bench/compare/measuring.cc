@@ -118,7 +118,8 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
 }
 
 parallel::ScheduleKind schedule_kind(const std::string& strategy) {
-  return strategy == "gpipe" ? parallel::ScheduleKind::GPipe : parallel::ScheduleKind::OneFOneB;
+  if (strategy == "gpipe") return parallel::ScheduleKind::GPipe;
+  return strategy == "interleaved" ? parallel::ScheduleKind::Interleaved1F1B : parallel::ScheduleKind::OneFOneB;
 }
 
 std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }

@@ -235,8 +235,9 @@ Measurement run_layer_split(const Workload& w, const StagePlan& plan, const Comp
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
                          const CompareConfig& c) {
   auto model = nn::Sequential(as_sequential(w.model->clone()));
+  const int chunks = name == "interleaved" ? kInterleavedChunks : 1;
   parallel::Pipeline pipe(parallel::split_sequential(model, boundaries), repeated(c),
-                          {.micro_batches = c.micro_batches, .schedule = schedule_kind(name)});
+                          {.micro_batches = c.micro_batches, .schedule = schedule_kind(name), .chunks = chunks});
   optim::AdamW opt(pipe.parameters(), {.lr = 1e-3});
   double bubble = 0, bytes = 0;
   int counted = 0;
@@ -266,7 +267,7 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
   return m;
 }
 
-// GPipe or 1F1B with one stage per MPI rank (DistributedPipeline). Idle is
+// GPipe, 1F1B or interleaved with one stage per MPI rank (DistributedPipeline). Idle is
 // the time each rank's train_step spends outside its forward and backward
 // passes (the bubble and its messages), averaged over ranks; the step is the
 // slowest rank's.
@@ -276,8 +277,12 @@ Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const
   const int r = group.rank();
   const bool first = r == 0, last = r == group.size() - 1;
   auto model = nn::Sequential(as_sequential(w.model->clone()));
-  parallel::DistributedPipeline pipe(parallel::split_sequential(model, boundaries)[r], c.group,
-                                     {.micro_batches = c.micro_batches, .schedule = schedule_kind(name)}, c.device);
+  const int chunks = name == "interleaved" ? kInterleavedChunks : 1;
+  const std::vector<nn::ModulePtr> parts = parallel::split_sequential(model, boundaries);
+  std::vector<nn::ModulePtr> own_parts;  // parts r, p + r, ...
+  for (int k = 0; k < chunks; ++k) own_parts.push_back(parts[k * group.size() + r]);
+  parallel::DistributedPipeline pipe(
+      own_parts, c.group, {.micro_batches = c.micro_batches, .schedule = schedule_kind(name), .chunks = chunks}, c.device);
   // A stage of only activations (a ReLU between cuts) has nothing to optimise.
   std::optional<optim::AdamW> opt;
   if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});

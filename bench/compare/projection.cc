@@ -62,13 +62,15 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   }
   const double optimizer_per_stage = p.optimizer_s / n;
   if (strategy == "layer_split") return fb + optimizer_per_stage + boundaries;
-  if (strategy == "gpipe" || strategy == "1f1b") {
-    const double m = s.micro_batches;
+  if (strategy == "gpipe" || strategy == "1f1b" || strategy == "interleaved") {
+    // Interleaved: v chunks a stage, so v m passes of 1/v the work, each
+    // with its own hop (v times the messages).
+    const double v = strategy == "interleaved" ? kInterleavedChunks : 1, m = s.micro_batches;
     double slowest = 0;
     for (size_t k = 0; k < p.stage_forward_s.size(); ++k)
       slowest = std::max(slowest, p.stage_forward_s[k] + p.stage_backward_s[k]);
     const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
-    return (m + n - 1) * (slowest / m + hop) + optimizer_per_stage;
+    return (v * m + n - 1) * (slowest / (v * m) + hop) + optimizer_per_stage;
   }
   LOOM_FAIL("project_step_seconds: unknown strategy '", strategy, "'");
 }

@@ -243,6 +243,19 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (strategy == "layer_split") return run_layer_split(w, plan, config);
   if (strategy == "gpipe" || strategy == "1f1b")
     return over_ranks ? run_pipeline_ranks(strategy, w, boundaries, config) : run_pipeline(strategy, w, boundaries, config);
+  if (strategy == "interleaved") {
+    if (config.micro_batches % config.devices != 0) {
+      skipped.skipped = "needs --micro-batches a multiple of the " + std::to_string(config.devices) + " stages";
+      return skipped;
+    }
+    if (config.interleaved_boundaries.empty()) {
+      skipped.skipped = "the model is not a Sequential of at least " +
+                        std::to_string(kInterleavedChunks * config.devices) + " children";
+      return skipped;
+    }
+    const std::vector<int>& parts = config.interleaved_boundaries;
+    return over_ranks ? run_pipeline_ranks(strategy, w, parts, config) : run_pipeline(strategy, w, parts, config);
+  }
   LOOM_FAIL("compare_parallel: unknown strategy '", strategy, "'");
 }
 

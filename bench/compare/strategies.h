@@ -30,6 +30,9 @@ struct CompareConfig {
   // P stages are cut (plan_stages for P).
   int mesh_data = 0, mesh_pipeline = 0;
   std::vector<int> mesh_boundaries;
+  // interleaved: where the model is cut into kInterleavedChunks parts per
+  // stage (plan_stages for that many; empty when the model has too few children).
+  std::vector<int> interleaved_boundaries;
 };
 
 // One strategy's step, averaged over the timed steps. On a GPU the split into
@@ -60,7 +63,7 @@ struct StagePlan {
 };
 StagePlan plan_stages(const Workload& w, int stages);
 
-// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b,
+// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved,
 // hybrid, tp; any of them with "_ckpt" appended runs on checkpointed(w).
 // Under mpirun every rank calls it for the strategies that run over ranks
 // (all ranks take part) and rank 0 alone for single.

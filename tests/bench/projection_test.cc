@@ -51,6 +51,9 @@ TEST(Projection, LayerSplitAndPipelines) {
   // Pipelines, m = 4: (4 + 1) * (6/4 + 2 * (0.1 + 10/4/10)) + 0.25 = 5 * 2.2 + 0.25.
   EXPECT_NEAR(project_step_seconds("gpipe", two_stages(), settings()), 11.25, 1e-12);
   EXPECT_NEAR(project_step_seconds("1f1b", two_stages(), settings()), 11.25, 1e-12);
+  // Interleaved, two chunks: (8 + 1) * (6/8 + 2 * (0.1 + 10/4/10)) + 0.25 = 9 * 1.45 + 0.25: a shorter
+  // bubble, but twice the hops.
+  EXPECT_NEAR(project_step_seconds("interleaved", two_stages(), settings()), 13.3, 1e-12);
 }
 
 TEST(Projection, ShardedDataParallel) {
