@@ -253,6 +253,11 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
                         std::to_string(kInterleavedChunks * config.devices) + " children";
       return skipped;
     }
+    if (over_ranks && config.group->backend() != "mpi" && config.group->backend() != "threads") {
+      skipped.skipped = "a " + config.group->backend() + " group finishes sends and receives in issue order "
+                        "(docs/pipeline.md, Interleaved 1F1B)";
+      return skipped;
+    }
     const std::vector<int>& parts = config.interleaved_boundaries;
     return over_ranks ? run_pipeline_ranks(strategy, w, parts, config) : run_pipeline(strategy, w, parts, config);
   }

@@ -243,6 +243,9 @@ TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
     expect_equals_single_device({.kind = kind, .boundaries = {2, 5}, .micro_batches = 4, .batch = 10,
                                  .device = Device::cuda(0)});
+  // Interleaved: two stages of two chunks each, the second stage's output back to the first's next chunk.
+  expect_equals_single_device({.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4,
+                               .batch = 10, .device = Device::cuda(0), .chunks = 2});
 }
 
 // The batch on a GPU no stage runs on, written last on a busy queue of its
