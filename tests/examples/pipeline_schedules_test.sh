@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# pipeline_schedules prints each schedule and its simulated bubble, which for
+# equal passes is the theory's: (p-1)/(m+p-1) for GPipe and 1F1B,
+# (p-1)/(vm+p-1) interleaved; 1F1B's stage s holds p - s micro-batches.
+set -euo pipefail
+source "$(dirname "$0")/expect.sh"
+tool=$(realpath "$1")
+cd "${TEST_TMPDIR:-$(mktemp -d)}"
+"$tool" --stages 4 --micro-batches 8 --chunks 2 > out.txt
+fail() { echo "FAIL: $1"; cat out.txt; exit 1; }
+[ "$(grep -c 'bubble 27.3% (equal passes in theory: 27.3%)' out.txt)" = 2 ] || fail "GPipe and 1F1B: 3/11"
+grep -q 'bubble 15.8% (equal passes in theory: 15.8%)' out.txt || fail "interleaved x2: 3/19"
+grep -q 'peak activations per stage: 4 3 2 1$' out.txt || fail "1F1B holds p - s micro-batches"
+"$tool" --stages 3 --micro-batches 4 > skip.txt
+grep -q 'skipped: 4 micro-batches are not a multiple of the 3 stages' skip.txt || { cat skip.txt; exit 1; }
+expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" --chunks 0
+echo PASS
