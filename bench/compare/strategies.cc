@@ -253,7 +253,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
                         std::to_string(kInterleavedChunks * config.devices) + " children";
       return skipped;
     }
-    if (over_ranks && config.group->backend() != "mpi" && config.group->backend() != "threads") {
+    if (over_ranks && config.group->backend().find("nccl") != std::string::npos) {
       skipped.skipped = "a " + config.group->backend() + " group finishes sends and receives in issue order "
                         "(docs/pipeline.md, Interleaved 1F1B)";
       return skipped;

@@ -76,14 +76,17 @@ std::shared_ptr<ProcessGroup> HostStagedGroup::wrap(std::shared_ptr<ProcessGroup
 HostStagedGroup::HostStagedGroup(std::shared_ptr<ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->options()), inner_(std::move(inner)) {
   issuer_ = std::thread([this] { issue_loop(); });
-  completer_ = std::thread([this] { complete_loop(); });
+  completer_ = std::thread([this] { complete_loop(to_complete_); });
+  send_completer_ = std::thread([this] { complete_loop(sends_to_complete_); });
 }
 
 HostStagedGroup::~HostStagedGroup() {
   to_issue_.close();
   issuer_.join();
   to_complete_.close();
+  sends_to_complete_.close();
   completer_.join();
+  send_completer_.join();
 }
 
 // The inner group's subgroup, staged the same way.
@@ -139,12 +142,13 @@ void HostStagedGroup::issue_loop() {
         s->error = std::current_exception();
       }
     }
-    to_complete_.push(std::move(s));
+    // A send waits only for its own message (a large one, for its receiver).
+    (s->op->kind == OpKind::Send ? sends_to_complete_ : to_complete_).push(std::move(s));
   }
 }
 
-void HostStagedGroup::complete_loop() {
-  while (std::shared_ptr<Staged> s = to_complete_.pop()) {
+void HostStagedGroup::complete_loop(FifoQueue<std::shared_ptr<Staged>>& queue) {
+  while (std::shared_ptr<Staged> s = queue.pop()) {
     Op& op = *s->op;
     std::exception_ptr error = s->error;
     if (!error) {

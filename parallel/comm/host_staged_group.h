@@ -14,8 +14,11 @@
 // inner operation; when that completes, the copy back goes on the staging
 // stream and Work::wait() makes the waiting thread's current stream wait for
 // it (the host never waits for the GPU). Operations on CPU tensors pass
-// through unchanged, in order with the rest. Same rules as any ProcessGroup:
-// all tensors of one operation on one device, no touching them until wait().
+// through unchanged, in order with the rest. Sends finish on their own (a
+// send has nothing to copy back), so that a receive never waits for an
+// earlier send's receiver (docs/comm.md, Semantics); receives and collectives
+// finish in issue order. Same rules as any ProcessGroup: all tensors of one
+// operation on one device, no touching them until wait().
 #pragma once
 
 #include <memory>
@@ -45,12 +48,13 @@ class HostStagedGroup : public ProcessGroup {
 
  private:
   explicit HostStagedGroup(std::shared_ptr<ProcessGroup> inner);
-  void issue_loop();     // copies to the host, issues the inner operations in order
-  void complete_loop();  // waits for them in order, copies back, completes the Works
+  void issue_loop();  // copies to the host, issues the inner operations in order
+  // Waits for the operations of `queue` in order, copies back, completes the Works.
+  void complete_loop(FifoQueue<std::shared_ptr<Staged>>& queue);
 
   std::shared_ptr<ProcessGroup> inner_;
-  FifoQueue<std::shared_ptr<Staged>> to_issue_, to_complete_;
-  std::thread issuer_, completer_;
+  FifoQueue<std::shared_ptr<Staged>> to_issue_, to_complete_, sends_to_complete_;
+  std::thread issuer_, completer_, send_completer_;
 };
 
 }  // namespace loom::parallel

@@ -117,9 +117,9 @@ DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std:
   LOOM_CHECK(options.chunks == 1 || group_->size() >= 2, "DistributedPipeline: interleaving needs at least two ranks");
   // Interleaved, the ranks form a ring, and an activation's header receive
   // must not wait for this rank's earlier sends (docs/comm.md, Semantics).
-  LOOM_CHECK(options.chunks == 1 || group_->backend() == "mpi" || group_->backend() == "threads",
-             "DistributedPipeline: interleaving needs a group whose sends and receives finish on their own (mpi, "
-             "threads); a ", group_->backend(), " group finishes them in issue order");
+  LOOM_CHECK(options.chunks == 1 || group_->backend().find("nccl") == std::string::npos,
+             "DistributedPipeline: interleaving needs a group whose sends finish on their own (mpi, threads, "
+             "host staging over either); a ", group_->backend(), " group finishes them in issue order");
   const int most = kMaxMessages / options.chunks;
   LOOM_CHECK(options.micro_batches >= 1 && options.micro_batches <= most,
              "DistributedPipeline: micro_batches must be in [1, ", most, "], got ", options.micro_batches);

@@ -284,17 +284,18 @@ inline void check_send_recv(ProcessGroup& pg) {
 // rank 0 has answered a small one, as the ranks of an interleaved pipeline
 // do with an activation's header and then the activation: were the receive
 // to wait for the earlier send, neither rank could go on.
-inline void check_receive_does_not_wait_for_an_earlier_send(ProcessGroup& pg) {
+inline void check_receive_does_not_wait_for_an_earlier_send(ProcessGroup& pg, Device device = Device::cpu()) {
   if (pg.size() < 2 || pg.rank() > 1) return;
+  const TensorOptions on{.device = device};
   if (pg.rank() == 0) {
-    WorkPtr big_sent = pg.send(full({1 << 20}, 5.0), 1, 21);
-    Tensor ping = zeros({1});
+    WorkPtr big_sent = pg.send(full({1 << 20}, 5.0, on), 1, 21);
+    Tensor ping = zeros({1}, on);
     pg.recv(ping, 1, 22)->wait();
     pg.send(ping + 1, 1, 23)->wait();
     big_sent->wait();
   } else {
-    pg.send(full({1}, 1.0), 0, 22);
-    Tensor pong = zeros({1}), big = zeros({1 << 20});
+    pg.send(full({1}, 1.0, on), 0, 22);
+    Tensor pong = zeros({1}, on), big = zeros({1 << 20}, on);
     pg.recv(pong, 0, 23)->wait();
     expect_values(pong, {2});
     pg.recv(big, 0, 21)->wait();

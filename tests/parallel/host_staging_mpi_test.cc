@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "parallel/comm/host_staged_group.h"
+#include "tests/parallel/collective_checks.h"
 #include "tests/parallel/ddp_checks.h"
+#include "tests/parallel/pipeline_checks.h"
 #include "tests/parallel/mpi_world.h"
 #include "tests/parallel/staging_checks.h"
 #include "tests/test_util.h"
@@ -17,6 +19,23 @@ using testing::mpi_world;
 std::shared_ptr<ProcessGroup> staged_world() {
   static std::shared_ptr<ProcessGroup> staged = HostStagedGroup::wrap(mpi_world());
   return staged;
+}
+
+// Sends and receives finish on their own through the staging too (the
+// interleaved pipeline's ring needs it): CPU tensors pass through the staged
+// loops as they are, so this runs without a GPU; CUDA ones are staged.
+TEST(HostStagedMpi, ReceiveDoesNotWaitForAnEarlierSend) {
+  testing::check_receive_does_not_wait_for_an_earlier_send(*staged_world());
+}
+
+// The interleaved pipeline's ring through the staging (CPU tensors here).
+TEST(HostStagedMpi, InterleavedPipelineWithActivationsPastTheEagerLimit) {
+  testing::check_interleaved_with_large_activations(staged_world());
+}
+
+TEST(HostStagedMpi, ReceiveOfCudaTensorsDoesNotWaitForAnEarlierSend) {
+  LOOM_REQUIRE_CUDA();
+  testing::check_receive_does_not_wait_for_an_earlier_send(*staged_world(), Device::cuda(0));
 }
 
 TEST(HostStagedMpi, CudaTensorsGiveTheCpuResults) {

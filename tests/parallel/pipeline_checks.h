@@ -129,6 +129,36 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
   }
 }
 
+// Interleaved over `group` (2 chunks a rank) with activations of 256 KB,
+// past MPI's eager limit: a send then waits for its receiver, so a rank
+// whose activation header receive waited for its earlier sends would
+// deadlock the ring (docs/comm.md, Semantics). Each part is a Linear and a
+// Tanh, 256 wide; the loss is the whole model's, on the last rank.
+inline void check_interleaved_with_large_activations(const std::shared_ptr<ProcessGroup>& group) {
+  const int p = group->size(), r = group->rank();
+  manual_seed(9);
+  nn::Sequential model;
+  std::vector<int> cuts;
+  for (int i = 0; i < 2 * p; ++i) {
+    if (i > 0) cuts.push_back(2 * i);
+    model->push_back(nn::Linear(256, 256));
+    model->push_back(nn::Tanh());
+  }
+  model->to(kFloat64);
+  nn::Sequential reference(model->clone());
+  const std::vector<nn::ModulePtr> parts = split_sequential(model, cuts);
+  DistributedPipeline pipe({parts[r], parts[p + r]}, group,
+                           {.micro_batches = 2 * p, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2});
+  Generator gen(3);
+  Tensor x = randn({256 * p, 256}, {.dtype = kFloat64}, &gen), y = randn({256 * p, 256}, {.dtype = kFloat64}, &gen);
+  auto mse = [](const Tensor& out, const Tensor& target) { return ((out - target) * (out - target)).mean(); };
+  Tensor loss = pipe.train_step(x, y, mse);
+  if (r == p - 1) {
+    NoGradGuard no_grad;
+    EXPECT_NEAR(loss.item(), mse(reference->forward(x), y).item(), 1e-12);
+  }
+}
+
 // Hybrid data x pipeline on a DeviceMesh {data, pipeline} of `world`: each
 // pipeline trains on its data share of every batch (contiguous, equal), and
 // each stage's gradients are averaged over the data group. The reference

@@ -35,35 +35,9 @@ TEST(DistributedPipelineMpi, InterleavedMatchesSingleDevice) {
       {.kind = ScheduleKind::Interleaved1F1B, .boundaries = cuts, .micro_batches = 2 * p, .chunks = 2});
 }
 
-// Activations of 256 KB, past MPI's eager limit: a send then waits for its
-// receiver, so a rank whose activation header receive waited for its
-// earlier sends would deadlock the ring (docs/comm.md, Semantics). Each
-// part is a Linear and a Tanh, 256 wide; the loss is the one of the whole
-// model on the last rank.
+// Activations of 256 KB, past MPI's eager limit (pipeline_checks.h).
 TEST(DistributedPipelineMpi, InterleavedWithActivationsPastTheEagerLimit) {
-  const auto& world = testing::mpi_world();
-  const int p = world->size(), r = world->rank();
-  manual_seed(9);
-  nn::Sequential model;
-  std::vector<int> cuts;
-  for (int i = 0; i < 2 * p; ++i) {
-    if (i > 0) cuts.push_back(2 * i);
-    model->push_back(nn::Linear(256, 256));
-    model->push_back(nn::Tanh());
-  }
-  model->to(kFloat64);
-  nn::Sequential reference(model->clone());
-  const std::vector<nn::ModulePtr> parts = split_sequential(model, cuts);
-  DistributedPipeline pipe({parts[r], parts[p + r]}, world,
-                           {.micro_batches = 2 * p, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2});
-  Generator gen(3);
-  Tensor x = randn({256 * p, 256}, {.dtype = kFloat64}, &gen), y = randn({256 * p, 256}, {.dtype = kFloat64}, &gen);
-  auto mse = [](const Tensor& out, const Tensor& target) { return ((out - target) * (out - target)).mean(); };
-  Tensor loss = pipe.train_step(x, y, mse);
-  if (r == p - 1) {
-    NoGradGuard no_grad;
-    EXPECT_NEAR(loss.item(), mse(reference->forward(x), y).item(), 1e-12);
-  }
+  testing::check_interleaved_with_large_activations(testing::mpi_world());
 }
 
 }  // namespace
