@@ -88,11 +88,10 @@ int main(int argc, char** argv) {
         const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts_for(stages * chunks));
         std::unique_ptr<parallel::Pipeline> in_process;
         std::unique_ptr<parallel::DistributedPipeline> over;
-        if (over_ranks) {
-          std::vector<nn::ModulePtr> mine;
-          for (int c = 0; c < chunks; ++c) mine.push_back(parts[c * stages + me.group->rank()]);
-          over = std::make_unique<parallel::DistributedPipeline>(mine, me.group, options, me.device);
-        } else
+        if (over_ranks)
+          over = std::make_unique<parallel::DistributedPipeline>(parallel::stage_chunks(parts, me.group->rank(), stages),
+                                                                 me.group, options, me.device);
+        else
           in_process = std::make_unique<parallel::Pipeline>(parts, std::vector<Device>(stages, me.device), options);
 
         for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {

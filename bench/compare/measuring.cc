@@ -117,9 +117,12 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
   opt.step();
 }
 
-parallel::ScheduleKind schedule_kind(const std::string& strategy) {
-  if (strategy == "gpipe") return parallel::ScheduleKind::GPipe;
-  return strategy == "interleaved" ? parallel::ScheduleKind::Interleaved1F1B : parallel::ScheduleKind::OneFOneB;
+parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c) {
+  if (strategy == "gpipe") return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::GPipe};
+  if (strategy == "interleaved")
+    return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::Interleaved1F1B,
+            .chunks = kInterleavedChunks};
+  return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::OneFOneB};
 }
 
 std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }

@@ -20,7 +20,7 @@
 #include "optim/optimizer.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
-#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/trace.h"
 
 namespace loom::bench {
@@ -72,7 +72,8 @@ void split_step(Measurement& m, double comm_s, double idle_s);
 void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, const Tensor& x, const Tensor& y,
                  int lane);
 
-parallel::ScheduleKind schedule_kind(const std::string& strategy);
+// The pipeline strategy's options: gpipe, 1f1b, or interleaved (kInterleavedChunks a stage).
+parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c);
 
 std::vector<Device> repeated(const CompareConfig& c);
 

@@ -235,9 +235,7 @@ Measurement run_layer_split(const Workload& w, const StagePlan& plan, const Comp
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
                          const CompareConfig& c) {
   auto model = nn::Sequential(as_sequential(w.model->clone()));
-  const int chunks = name == "interleaved" ? kInterleavedChunks : 1;
-  parallel::Pipeline pipe(parallel::split_sequential(model, boundaries), repeated(c),
-                          {.micro_batches = c.micro_batches, .schedule = schedule_kind(name), .chunks = chunks});
+  parallel::Pipeline pipe(parallel::split_sequential(model, boundaries), repeated(c), pipeline_options(name, c));
   optim::AdamW opt(pipe.parameters(), {.lr = 1e-3});
   double bubble = 0, bytes = 0;
   int counted = 0;
@@ -277,12 +275,8 @@ Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const
   const int r = group.rank();
   const bool first = r == 0, last = r == group.size() - 1;
   auto model = nn::Sequential(as_sequential(w.model->clone()));
-  const int chunks = name == "interleaved" ? kInterleavedChunks : 1;
-  const std::vector<nn::ModulePtr> parts = parallel::split_sequential(model, boundaries);
-  std::vector<nn::ModulePtr> own_parts;  // parts r, p + r, ...
-  for (int k = 0; k < chunks; ++k) own_parts.push_back(parts[k * group.size() + r]);
-  parallel::DistributedPipeline pipe(
-      own_parts, c.group, {.micro_batches = c.micro_batches, .schedule = schedule_kind(name), .chunks = chunks}, c.device);
+  parallel::DistributedPipeline pipe(parallel::stage_chunks(parallel::split_sequential(model, boundaries), r, group.size()),
+                                     c.group, pipeline_options(name, c), c.device);
   // A stage of only activations (a ReLU between cuts) has nothing to optimise.
   std::optional<optim::AdamW> opt;
   if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});

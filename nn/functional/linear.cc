@@ -18,11 +18,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     return bias.defined() ? y + bias : y;
   }
   // (..., in) as rows (M, in): one product for every leading dim.
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   std::vector<int64_t> shape = x.shape().vec();
   shape.back() = weight.size(0);
-  return addmm(bias, x.reshape({rows, x.size(-1)}), weight.t()).reshape(shape);
+  const Tensor rows = x.dim() == 1 ? x.unsqueeze(0) : x.flatten(0, -2);
+  return addmm(bias, rows, weight.t()).reshape(shape);
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {

@@ -4,8 +4,8 @@
 // Every call checks its arguments on the calling thread (a loom::Error names
 // the problem), queues the operation and returns a Work at once; the group's
 // own communication thread starts the operations in the order they were
-// issued and finishes collectives in that order (a send or receive, in the
-// MPI and threads groups, as soon as its own message has gone or arrived).
+// issued and finishes collectives in that order; no operation waits for an
+// earlier send's receiver (work.h).
 //
 //   auto pg = parallel::init(argc, argv);        // MPI under mpirun, else one rank
 //   Tensor grad = ...;

@@ -6,8 +6,10 @@
 //
 // A process group finishes its collectives in the order they were issued,
 // so when a collective's Work is completed, so are all operations issued
-// before it. A send or receive may finish before earlier operations (MPI
-// and threads groups: as soon as its own message has gone or arrived).
+// before it. No operation waits for an earlier send's receiver: MPI finishes
+// a send or receive as soon as its own message has gone or arrived (perhaps
+// before earlier operations), host staging finishes sends on their own, and
+// the threads group's sends are done once their message is copied.
 #pragma once
 
 #include <chrono>

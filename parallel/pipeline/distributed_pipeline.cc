@@ -154,12 +154,7 @@ DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<Pr
   data_reducer_ = Reducer::create(params, names, std::move(data_group), {});
 }
 
-TensorList DistributedPipeline::parameters() const {
-  TensorList out;
-  for (const auto& chunk : chunks_)
-    for (const Tensor& p : chunk->parameters()) out.push_back(p);
-  return out;
-}
+TensorList DistributedPipeline::parameters() const { return parameters_of(chunks_); }
 
 Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
   const int m = options_.micro_batches;

@@ -18,7 +18,7 @@
 // next chunk:
 //
 //   auto parts = parallel::split_sequential(model, {1, 3, 5});   // 4 parts, mpirun -np 2
-//   DistributedPipeline pipe({parts[r], parts[2 + r]}, group,
+//   DistributedPipeline pipe(parallel::stage_chunks(parts, r, 2), group,
 //                            {.micro_batches = 8, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2});
 //
 // Hybrid data x pipeline: with a data group as well, several pipelines train
@@ -55,7 +55,7 @@ class DistributedPipeline {
   DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group, PipelineOptions options = {},
                       Device device = Device::cpu());
   // Interleaved: this rank's `chunks` (parts rank, p + rank, ... of the model,
-  // options.chunks of them) on `device`.
+  // options.chunks of them: stage_chunks(parts, rank, p)) on `device`.
   DistributedPipeline(std::vector<nn::ModulePtr> chunks, std::shared_ptr<ProcessGroup> group,
                       PipelineOptions options, Device device = Device::cpu());
   // Hybrid: `group` is this rank's pipeline, `data_group` the ranks that run

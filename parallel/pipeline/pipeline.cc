@@ -25,6 +25,21 @@ std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const s
   return parts;
 }
 
+std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts, int stage, int stages) {
+  LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages && parts.size() % stages == 0, "stage_chunks: stage ", stage,
+             " of ", stages, " among ", parts.size(), " parts");
+  std::vector<nn::ModulePtr> chunks;
+  for (size_t i = stage; i < parts.size(); i += stages) chunks.push_back(parts[i]);
+  return chunks;
+}
+
+TensorList parameters_of(const std::vector<nn::ModulePtr>& modules) {
+  TensorList out;
+  for (const auto& module : modules)
+    for (const Tensor& p : module->parameters()) out.push_back(p);
+  return out;
+}
+
 Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices, PipelineOptions options)
     : parts_(std::move(parts)), devices_(std::move(devices)), options_(options),
       activations_(parts_.size()), gradients_(parts_.size()) {
@@ -52,12 +67,7 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices
   workers_ = std::make_unique<WorkerPool>(stages);
 }
 
-TensorList Pipeline::parameters() const {
-  TensorList out;
-  for (const auto& part : parts_)
-    for (const Tensor& p : part->parameters()) out.push_back(p);
-  return out;
-}
+TensorList Pipeline::parameters() const { return parameters_of(parts_); }
 
 namespace {
 
@@ -121,7 +131,7 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
       used_here(x);
       used_here(y);
       StageTask task{.device = devices_[s], .lane = lanes_[s]};
-      for (int c = 0; c < options_.chunks; ++c) task.chunks.push_back(*parts_[c * stages + s]);
+      for (const nn::ModulePtr& chunk : stage_chunks(parts_, s, stages)) task.chunks.push_back(*chunk);
       if (s == 0) task.first.emplace(FirstStage{inputs});
       if (s == stages - 1) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
       MailboxLinks links(activations_, gradients_, devices_, s, lanes_[s]);

@@ -53,6 +53,14 @@ struct PipelineStats {
 // children (no copies).
 std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const std::vector<int>& boundaries);
 
+// Stage `stage`'s chunks among `parts` (p * v of them, in the model's order,
+// p = `stages`): parts stage, p + stage, ..., as the interleaved schedule
+// places them (schedule.h). With one chunk a stage, {parts[stage]}.
+std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts, int stage, int stages);
+
+// The parameters of `modules`, in order.
+TensorList parameters_of(const std::vector<nn::ModulePtr>& modules);
+
 class Pipeline {
  public:
   // Part i of `parts` (p * chunks of them, in the model's order) is moved to

@@ -15,6 +15,23 @@ void check_sizes(const char* name, int stages, int micro_batches) {
              " and ", micro_batches);
 }
 
+// One stage's 1F1B order over `passes` forwards and as many backwards:
+// `warmup` forwards, then one forward and one backward while forwards are
+// left, then the remaining backwards (the cool-down). nth(pass, k) is the
+// stage's k-th pass of that kind.
+template <typename Nth>
+std::vector<Action> warm_up_alternate_cool_down(int warmup, int passes, const Nth& nth) {
+  std::vector<Action> actions;
+  int next_forward = 0, next_backward = 0;
+  for (; next_forward < warmup; ++next_forward) actions.push_back(nth(Pass::Forward, next_forward));
+  while (next_forward < passes) {
+    actions.push_back(nth(Pass::Forward, next_forward++));
+    actions.push_back(nth(Pass::Backward, next_backward++));
+  }
+  while (next_backward < passes) actions.push_back(nth(Pass::Backward, next_backward++));
+  return actions;
+}
+
 }  // namespace
 
 PipelineSchedule gpipe_schedule(int stages, int micro_batches) {
@@ -29,18 +46,10 @@ PipelineSchedule gpipe_schedule(int stages, int micro_batches) {
 
 PipelineSchedule one_f_one_b_schedule(int stages, int micro_batches) {
   check_sizes("one_f_one_b_schedule", stages, micro_batches);
+  auto nth = [](Pass pass, int k) { return Action{pass, k}; };
   PipelineSchedule schedule(stages);
-  for (int s = 0; s < stages; ++s) {
-    auto& actions = schedule[s];
-    const int warmup = std::min(stages - s - 1, micro_batches);
-    int next_forward = 0, next_backward = 0;
-    for (; next_forward < warmup; ++next_forward) actions.push_back({Pass::Forward, next_forward});
-    while (next_forward < micro_batches) {  // steady state: one forward, one backward
-      actions.push_back({Pass::Forward, next_forward++});
-      actions.push_back({Pass::Backward, next_backward++});
-    }
-    while (next_backward < micro_batches) actions.push_back({Pass::Backward, next_backward++});  // cool-down
-  }
+  for (int s = 0; s < stages; ++s)
+    schedule[s] = warm_up_alternate_cool_down(std::min(stages - s - 1, micro_batches), micro_batches, nth);
   return schedule;
 }
 
@@ -60,19 +69,12 @@ PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int mi
   };
   PipelineSchedule schedule(stages);
   for (int s = 0; s < stages; ++s) {
-    auto& actions = schedule[s];
     // Forwards before the first backward: enough that the stage never idles
     // while the first group travels on through the later stages and chunks
     // and its gradient comes back (Megatron-LM's count). With fewer, the
     // schedule still finishes, with the same bubble but more waits in the middle.
     const int warmup = std::min(2 * (stages - s - 1) + (chunks - 1) * stages, passes);
-    int next_forward = 0, next_backward = 0;
-    for (; next_forward < warmup; ++next_forward) actions.push_back(nth(Pass::Forward, next_forward));
-    while (next_forward < passes) {
-      actions.push_back(nth(Pass::Forward, next_forward++));
-      actions.push_back(nth(Pass::Backward, next_backward++));
-    }
-    while (next_backward < passes) actions.push_back(nth(Pass::Backward, next_backward++));
+    schedule[s] = warm_up_alternate_cool_down(warmup, passes, nth);
   }
   return schedule;
 }

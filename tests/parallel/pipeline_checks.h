@@ -87,11 +87,8 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
   const int rank = group->rank(), p = group->size();
   ASSERT_EQ(p, c.stages()) << "one stage per rank";
   // This rank's parts: rank, p + rank, ... (one unless interleaved).
-  std::vector<nn::ModulePtr> chunks, reference_chunks;
-  for (int k = 0; k < c.chunks; ++k) {
-    chunks.push_back(split_sequential(model, c.boundaries)[k * p + rank]);
-    reference_chunks.push_back(split_sequential(reference, c.boundaries)[k * p + rank]);
-  }
+  const std::vector<nn::ModulePtr> chunks = stage_chunks(split_sequential(model, c.boundaries), rank, p);
+  const std::vector<nn::ModulePtr> reference_chunks = stage_chunks(split_sequential(reference, c.boundaries), rank, p);
   DistributedPipeline pipe(chunks, group,
                            {.micro_batches = c.micro_batches, .schedule = c.kind, .chunks = c.chunks}, c.device);
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -147,7 +144,7 @@ inline void check_interleaved_with_large_activations(const std::shared_ptr<Proce
   model->to(kFloat64);
   nn::Sequential reference(model->clone());
   const std::vector<nn::ModulePtr> parts = split_sequential(model, cuts);
-  DistributedPipeline pipe({parts[r], parts[p + r]}, group,
+  DistributedPipeline pipe(stage_chunks(parts, r, p), group,
                            {.micro_batches = 2 * p, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2});
   Generator gen(3);
   Tensor x = randn({256 * p, 256}, {.dtype = kFloat64}, &gen), y = randn({256 * p, 256}, {.dtype = kFloat64}, &gen);
