@@ -15,12 +15,12 @@ bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 uint64_t next_sequence_nr() { return t_tape_position++; }
 
-TensorList FunctionNode::apply(TensorList&& grad_outputs) {
-  LOOM_CHECK(backward_ != nullptr, name_,
+TensorList FunctionNode::apply_selected(TensorList&& grad_outputs, const InputMask& wanted) {
+  LOOM_CHECK(backward_ != nullptr || selective_backward_ != nullptr, name_,
              ": trying to backward through the graph a second time (its saved tensors were "
              "freed by the first backward); pass retain_graph=true to the first backward if you "
              "need to run it twice");
-  return backward_(grad_outputs);
+  return backward_ ? backward_(grad_outputs) : selective_backward_(grad_outputs, wanted);
 }
 
 // The highest sequence number: the engine runs the newest node first, so a
@@ -112,7 +112,10 @@ Edge gradient_edge(const Tensor& t) {
   return {accumulator, 0};
 }
 
-void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
+namespace {
+
+template <typename Backward>
+void record_node(const char* name, const TensorList& inputs, const TensorList& outputs, Backward backward) {
   std::vector<Edge> edges;
   edges.reserve(inputs.size());
   for (const Tensor& input : inputs) edges.push_back(gradient_edge(input));
@@ -124,6 +127,17 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
     meta.grad_fn = node;
     meta.output_nr = static_cast<uint32_t>(i);
   }
+}
+
+}  // namespace
+
+void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
+  record_node(name, inputs, outputs, std::move(backward));
+}
+
+void record_selective(const char* name, const TensorList& inputs, const TensorList& outputs,
+                      SelectiveBackwardFn backward) {
+  record_node(name, inputs, outputs, std::move(backward));
 }
 
 }  // namespace loom::autograd

@@ -37,6 +37,11 @@ struct Edge {
   bool valid() const { return node != nullptr; }
 };
 
+// Which of a node's inputs a backward asks gradients for: input i when
+// wanted[i]; all of them when empty.
+using InputMask = std::vector<bool>;
+inline bool wants(const InputMask& wanted, size_t input) { return wanted.empty() || wanted[input]; }
+
 // What a gradient arriving at a node must look like.
 struct GradSpec {
   Shape shape;
@@ -56,6 +61,17 @@ class Node {
   virtual TensorList apply(TensorList&& grad_outputs) = 0;
   // Frees what the node saved for backward, once backward no longer needs it.
   virtual void release_saved() {}
+  // Whether apply_selected computes only the gradients it is asked for. Ops
+  // whose inputs' gradients are separate computations (a product's dA and
+  // dB, a convolution's dx and dw) are: a split backward (split_backward.h)
+  // asks them for the activations' gradients first and the weights' later.
+  virtual bool selective() const { return false; }
+  // The gradients for the `wanted` inputs (the others may be left undefined);
+  // a node that is not selective computes them all.
+  virtual TensorList apply_selected(TensorList&& grad_outputs, const InputMask& wanted) {
+    (void)wanted;
+    return apply(std::move(grad_outputs));
+  }
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
@@ -73,19 +89,30 @@ class Node {
 uint64_t next_sequence_nr();
 
 using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
+// A backward that computes only the gradients of the inputs in `wanted`.
+using SelectiveBackwardFn = std::function<TensorList(const TensorList& grad_outputs, const InputMask& wanted)>;
 
 // A node whose backward is a function: how almost every op records itself.
+// It holds one of the two kinds of function.
 class FunctionNode final : public Node {
  public:
   FunctionNode(const char* name, std::vector<Edge> next_edges, BackwardFn backward)
       : Node(std::move(next_edges), next_sequence_nr()), name_(name), backward_(std::move(backward)) {}
+  FunctionNode(const char* name, std::vector<Edge> next_edges, SelectiveBackwardFn backward)
+      : Node(std::move(next_edges), next_sequence_nr()), name_(name), selective_backward_(std::move(backward)) {}
   const char* name() const override { return name_; }
-  TensorList apply(TensorList&& grad_outputs) override;
-  void release_saved() override { backward_ = nullptr; }
+  TensorList apply(TensorList&& grad_outputs) override { return apply_selected(std::move(grad_outputs), {}); }
+  bool selective() const override { return selective_backward_ != nullptr; }
+  TensorList apply_selected(TensorList&& grad_outputs, const InputMask& wanted) override;
+  void release_saved() override {
+    backward_ = nullptr;
+    selective_backward_ = nullptr;
+  }
 
  private:
   const char* name_;
-  BackwardFn backward_;  // null once released
+  BackwardFn backward_;                    // null once released
+  SelectiveBackwardFn selective_backward_;  // or this
 };
 
 // The sink of a leaf's gradients: adds them to leaf.grad() and then runs the
@@ -134,5 +161,8 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
 inline void record(const char* name, const TensorList& inputs, const Tensor& output, BackwardFn backward) {
   record(name, inputs, TensorList{output}, std::move(backward));
 }
+// The same for a backward that can compute only the wanted inputs' gradients.
+void record_selective(const char* name, const TensorList& inputs, const TensorList& outputs,
+                      SelectiveBackwardFn backward);
 
 }  // namespace loom::autograd

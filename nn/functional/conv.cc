@@ -52,26 +52,32 @@ Tensor convolve(const Tensor& x, const Tensor& weight, const Tensor& bias, const
     const bool db_needed = has_bias && bias.requires_grad();
     // With a fused ReLU, the backward passes mask dy by its output.
     autograd::SavedTensor relu_out = p.relu ? autograd::SavedTensor(y) : autograd::SavedTensor();
-    autograd::record(p.relu ? "Conv2dReluBackward" : "Conv2dBackward", inputs, y,
-                     [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), relu_out, p, dx_needed,
-                      dw_needed, db_needed, has_bias](const TensorList& g) {
-                       Tensor dy = contiguous_raw(g[0]);
-                       Tensor y = p.relu ? relu_out.get() : Tensor();
-                       Tensor dx, dw, db;
-                       if (dx_needed) {
-                         dx = empty(sx.get().shape(), sx.get().options());
-                         backend_for(dy.device()).conv2d_backward_input(dy, y, sw.get(), p, dx);
-                       }
-                       if (db_needed) db = empty({sw.get().size(0)}, sw.get().options());
-                       if (dw_needed || db_needed) {
-                         // The weight's gradient comes with the bias's at little extra cost.
-                         dw = empty(sw.get().shape(), sw.get().options());
-                         backend_for(dy.device()).conv2d_backward_weight(dy, y, sx.get(), p, dw, db);
-                       }
-                       TensorList grads{dx, dw_needed ? dw : Tensor()};
-                       if (has_bias) grads.push_back(db);
-                       return grads;
-                     });
+    // Selective: dx and (dw, db) are separate kernels, so a split backward
+    // (autograd/split_backward.h) can ask for dx now and the rest later.
+    autograd::record_selective(
+        p.relu ? "Conv2dReluBackward" : "Conv2dBackward", inputs, {y},
+        [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), relu_out, p, dx_needed, dw_needed,
+         db_needed, has_bias](const TensorList& g, const autograd::InputMask& wanted) {
+          Tensor dy = contiguous_raw(g[0]);
+          Tensor y = p.relu ? relu_out.get() : Tensor();
+          const bool dx_wanted = dx_needed && autograd::wants(wanted, 0);
+          const bool dw_wanted = dw_needed && autograd::wants(wanted, 1);
+          const bool db_wanted = db_needed && autograd::wants(wanted, 2);
+          Tensor dx, dw, db;
+          if (dx_wanted) {
+            dx = empty(sx.get().shape(), sx.get().options());
+            backend_for(dy.device()).conv2d_backward_input(dy, y, sw.get(), p, dx);
+          }
+          if (db_wanted) db = empty({sw.get().size(0)}, sw.get().options());
+          if (dw_wanted || db_wanted) {
+            // The weight's gradient comes with the bias's at little extra cost.
+            dw = empty(sw.get().shape(), sw.get().options());
+            backend_for(dy.device()).conv2d_backward_weight(dy, y, sx.get(), p, dw, db);
+          }
+          TensorList grads{dx, dw_wanted ? dw : Tensor()};
+          if (has_bias) grads.push_back(db);
+          return grads;
+        });
   }
   return y;
 }

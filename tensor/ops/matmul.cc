@@ -31,7 +31,8 @@ Tensor product(const Tensor& a, const Tensor& b) { return a.dim() == 2 ? mm(a, b
 // operand that is a transposed view (a Linear's weight.t()) gets its
 // gradient in its own layout, computed transposed: then the gradient of the
 // transpose, and the parameter's .grad(), are contiguous, where they would
-// otherwise be copied once more.
+// otherwise be copied once more. The two are separate products, so a split
+// backward (autograd/split_backward.h) can ask for one now, the other later.
 class ProductGradients {
  public:
   ProductGradients(const Tensor& a, const Tensor& b)
@@ -42,12 +43,12 @@ class ProductGradients {
         a_(needs_b_ ? autograd::SavedTensor(a) : autograd::SavedTensor()),
         b_(needs_a_ ? autograd::SavedTensor(b) : autograd::SavedTensor()) {}
 
-  // {d a, d b}, each undefined where that operand needs none.
-  TensorList operator()(const Tensor& dy) const {
+  // {d a, d b}, each undefined where that operand needs none or is not wanted.
+  TensorList operator()(const Tensor& dy, bool want_a = true, bool want_b = true) const {
     Tensor da, db;
-    if (needs_a_)
+    if (needs_a_ && want_a)
       da = a_transposed_ ? transposed(product(b_.get(), transposed(dy))) : product(dy, transposed(b_.get()));
-    if (needs_b_)
+    if (needs_b_ && want_b)
       db = b_transposed_ ? transposed(product(transposed(dy), a_.get())) : product(transposed(a_.get()), dy);
     return {da, db};
   }
@@ -79,8 +80,10 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
       backend_for(y.device()).matmul(a, b, Tensor(), y);
   }
   if (autograd::needs_grad(a, b))
-    autograd::record("BmmBackward", {a, b}, y,
-                     [gradients = ProductGradients(a, b)](const TensorList& g) { return gradients(g[0]); });
+    autograd::record_selective("BmmBackward", {a, b}, {y},
+                               [gradients = ProductGradients(a, b)](const TensorList& g, const autograd::InputMask& w) {
+                                 return gradients(g[0], autograd::wants(w, 0), autograd::wants(w, 1));
+                               });
   return y;
 }
 
@@ -122,11 +125,13 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
       backend.matmul(as_batch_of_one(a), as_batch_of_one(b), row, as_batch_of_one(y));
   }
   if (autograd::needs_grad({bias, a, b}))
-    autograd::record("AddmmBackward", {bias, a, b}, y,
-                     [gradients = ProductGradients(a, b), needs_bias = bias.requires_grad()](const TensorList& g) {
-                       TensorList d = gradients(g[0]);
-                       return TensorList{needs_bias ? g[0].sum({0}) : Tensor(), d[0], d[1]};
-                     });
+    autograd::record_selective(
+        "AddmmBackward", {bias, a, b}, {y},
+        [gradients = ProductGradients(a, b), needs_bias = bias.requires_grad()](const TensorList& g,
+                                                                                const autograd::InputMask& w) {
+          TensorList d = gradients(g[0], autograd::wants(w, 1), autograd::wants(w, 2));
+          return TensorList{needs_bias && autograd::wants(w, 0) ? g[0].sum({0}) : Tensor(), d[0], d[1]};
+        });
   return y;
 }
 
