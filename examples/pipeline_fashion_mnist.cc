@@ -1,11 +1,13 @@
 // pipeline_fashion_mnist: the Fashion-MNIST CNN of fashion_mnist_cnn, trained
 // with pipeline parallelism: the model cut into stages, each batch into
-// micro-batches that flow through them in a GPipe, 1F1B or interleaved 1F1B
-// schedule (the model cut into stages x chunks parts, each stage running
-// --chunks of them).
+// micro-batches that flow through them in a GPipe, 1F1B, interleaved 1F1B
+// (the model cut into stages x chunks parts, each stage running --chunks of
+// them) or zero-bubble ZB-H1 schedule (each backward split in two, the
+// weights' gradients filling the stages' waits).
 //
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2             # stages as threads, one process
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --schedule interleaved --chunks 2
+//   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --micro-batches 8 --schedule zb-h1
 //   mpirun -np 2 bazel-bin/examples/pipeline_fashion_mnist --epochs 5     # one stage per rank
 //   (as root add --allow-run-as-root --oversubscribe; see docs/comm.md)
 //
@@ -61,8 +63,9 @@ int main(int argc, char** argv) {
         auto* stages_flag =
             flags.add("--stages", stages, "pipeline stages (under mpirun: the ranks)", Scope::Job, integer_in(1, 8));
         flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
-        flags.add("--schedule", schedule, "gpipe, 1f1b or interleaved (1F1B over --chunks model chunks per stage)",
-                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+        flags.add("--schedule", schedule,
+                  "gpipe, 1f1b, interleaved (1F1B over --chunks model chunks per stage) or zb-h1 (zero bubble)",
+                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
         flags.add("--chunks", chunks, "interleaved: model chunks per stage (micro-batches: a multiple of the stages)",
                   Scope::Job, integer_in(1, 8));
         flags.parse(argc, argv);
@@ -73,9 +76,7 @@ int main(int argc, char** argv) {
                      me.group->size(), ": leave it out, there is one stage per rank");
           stages = me.group->size();
         }
-        const parallel::ScheduleKind kind = schedule == "gpipe"         ? parallel::ScheduleKind::GPipe
-                                            : schedule == "interleaved" ? parallel::ScheduleKind::Interleaved1F1B
-                                                                        : parallel::ScheduleKind::OneFOneB;
+        const parallel::ScheduleKind kind = parallel::schedule_kind(schedule);
         if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = 1;
         const parallel::PipelineOptions options{.micro_batches = micro_batches, .schedule = kind, .chunks = chunks};
 

@@ -4,12 +4,14 @@
 //
 //   bazel run //examples:pipeline_schedules -- --stages 4 --micro-batches 8 --chunks 2
 //
-// For GPipe, 1F1B and interleaved 1F1B (with --chunks parts a stage): each
-// stage's passes in order, then the step's length in passes of a whole
-// stage (forward and backward of a micro-batch through one stage take one
-// unit each, --backward-cost times that for the backward), each stage's
-// idle fraction, the bubble against the theory's (p-1)/(vm+p-1), and the
-// most micro-batches' activations a stage holds (interleaved: chunk-sized).
+// For GPipe, 1F1B, interleaved 1F1B (with --chunks parts a stage) and
+// ZB-H1 (each backward split into the input's gradient I and the weights'
+// W): each stage's passes in order, then the step's length in passes of a
+// whole stage (a forward of a micro-batch through one stage takes one unit,
+// its backward --backward-cost units, of which W takes --weight-share),
+// each stage's idle fraction, the bubble against the theory's
+// ((p-1)/(vm+p-1); ZB-H1's in schedule.h), and the most micro-batches'
+// activations a stage holds (interleaved: chunk-sized; ZB-H1: until W).
 #include <cstdio>
 #include <string>
 
@@ -23,17 +25,20 @@ int main(int argc, char** argv) {
   return run_program("pipeline_schedules", [&] {
     Flags flags("Print pipeline schedules and simulate them on an ideal machine");
     int stages = 4, micro_batches = 8, chunks = 2;
-    double backward_cost = 1;
+    double backward_cost = 1, weight_share = 0.5;
     flags.add("--stages", stages, "pipeline stages (devices)", Scope::Job, integer_in(1, 64));
     flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 1024));
     flags.add("--chunks", chunks, "model chunks per stage of the interleaved schedule", Scope::Job,
               integer_in(1, 16));
     flags.add("--backward-cost", backward_cost, "a backward pass's time in forward passes", Scope::Job,
               number_in(0.01, 100));
+    flags.add("--weight-share", weight_share, "the share of a backward that is the weights' gradients (W)",
+              Scope::Job, number_in(0, 1));
     flags.parse(argc, argv);
 
     for (parallel::ScheduleKind kind : {parallel::ScheduleKind::GPipe, parallel::ScheduleKind::OneFOneB,
-                                        parallel::ScheduleKind::Interleaved1F1B}) {
+                                        parallel::ScheduleKind::Interleaved1F1B,
+                                        parallel::ScheduleKind::ZeroBubbleH1}) {
       const int v = kind == parallel::ScheduleKind::Interleaved1F1B ? chunks : 1;
       std::printf("== %s", parallel::schedule_name(kind));
       if (v > 1) std::printf(", %d chunks a stage", v);
@@ -45,11 +50,17 @@ int main(int argc, char** argv) {
       const parallel::PipelineSchedule schedule = parallel::make_schedule(kind, stages, micro_batches, v);
       std::printf("%s", parallel::to_string(schedule).c_str());
       // A chunk's pass is 1/v of a stage's.
-      const parallel::SimulatedStep step = parallel::simulate_schedule(schedule, v, 1.0 / v, backward_cost / v);
+      const parallel::PassTimes times{.forward = 1.0 / v,
+                                      .backward_input = (1 - weight_share) * backward_cost / v,
+                                      .backward_weight = weight_share * backward_cost / v};
+      const parallel::SimulatedStep step = parallel::simulate_schedule(schedule, v, times);
       std::printf("step %.2f stage-passes; idle per stage:", step.step_time);
       for (double idle : step.idle_fraction) std::printf(" %.1f%%", 100 * idle);
-      std::printf("\nbubble %.1f%% (equal passes in theory: %.1f%%); peak activations per stage:",
-                  100 * step.bubble_fraction, 100 * parallel::ideal_bubble_fraction(stages, micro_batches, v));
+      const double theory = kind == parallel::ScheduleKind::ZeroBubbleH1
+                                ? parallel::ideal_zero_bubble_h1_fraction(stages, micro_batches, times)
+                                : parallel::ideal_bubble_fraction(stages, micro_batches, v);
+      std::printf("\nbubble %.1f%% (%s in theory: %.1f%%); peak activations per stage:", 100 * step.bubble_fraction,
+                  kind == parallel::ScheduleKind::ZeroBubbleH1 ? "these passes" : "equal passes", 100 * theory);
       for (int peak : step.peak_in_flight) std::printf(" %d", peak);
       std::printf("\n\n");
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -79,6 +80,33 @@ PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int mi
   return schedule;
 }
 
+PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches) {
+  check_sizes("zero_bubble_h1_schedule", stages, micro_batches);
+  PipelineSchedule schedule(stages);
+  for (int s = 0; s < stages; ++s) {
+    // 1F1B with each B split into I and W: a W follows an I once more than s
+    // micro-batches wait for theirs. The later the stage, the sooner its
+    // gradient is needed upstream, so the more Ws it puts off; the rest fill
+    // the cool-down, where a stage would wait for its next gradient.
+    std::vector<Action>& actions = schedule[s];
+    int next_weight = 0;
+    auto input_then_weight = [&](int k) {
+      actions.push_back({Pass::BackwardInput, k});
+      if (k + 1 - next_weight > s) actions.push_back({Pass::BackwardWeight, next_weight++});
+    };
+    const int warmup = std::min(stages - s - 1, micro_batches);
+    int next_forward = 0, next_input = 0;
+    for (; next_forward < warmup; ++next_forward) actions.push_back({Pass::Forward, next_forward});
+    while (next_forward < micro_batches) {
+      actions.push_back({Pass::Forward, next_forward++});
+      input_then_weight(next_input++);
+    }
+    while (next_input < micro_batches) input_then_weight(next_input++);
+    while (next_weight < micro_batches) actions.push_back({Pass::BackwardWeight, next_weight++});
+  }
+  return schedule;
+}
+
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
   LOOM_CHECK(chunks == 1 || kind == ScheduleKind::Interleaved1F1B, "make_schedule: the ", schedule_name(kind),
              " schedule runs one chunk per stage, got ", chunks);
@@ -86,6 +114,7 @@ PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches,
     case ScheduleKind::GPipe: return gpipe_schedule(stages, micro_batches);
     case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, micro_batches);
     case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b_schedule(stages, chunks, micro_batches);
+    case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1_schedule(stages, micro_batches);
   }
   LOOM_FAIL("make_schedule: unknown schedule kind");
 }
@@ -95,14 +124,32 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved1F1B: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
   }
   return "?";
 }
 
+ScheduleKind schedule_kind(const std::string& name) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
+                            ScheduleKind::ZeroBubbleH1})
+    if (name == schedule_name(kind)) return kind;
+  LOOM_FAIL("unknown pipeline schedule '", name, "': expected gpipe, 1f1b, interleaved or zb-h1");
+}
+
 namespace {
 
+const char* pass_letter(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "F";
+    case Pass::Backward: return "B";
+    case Pass::BackwardInput: return "I";
+    case Pass::BackwardWeight: return "W";
+  }
+  return "?";
+}
+
 std::string action_name(const Action& a, bool with_chunk) {
-  std::string name = (a.pass == Pass::Forward ? "F" : "B") + std::to_string(a.micro_batch);
+  std::string name = pass_letter(a.pass) + std::to_string(a.micro_batch);
   return with_chunk ? name + ":" + std::to_string(a.chunk) : name;
 }
 
@@ -126,18 +173,24 @@ std::string to_string(const PipelineSchedule& schedule) {
   return out.str();
 }
 
-SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, double forward_time,
-                                double backward_time) {
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, PassTimes times) {
   const int p = static_cast<int>(schedule.size());
   LOOM_CHECK(p >= 1 && chunks >= 1, "simulate_schedule: need at least one stage and one chunk");
-  // When each pass of (virtual stage, micro-batch) ended; virtual stage = chunk * p + stage.
-  std::map<std::pair<int, int>, double> forward_done, backward_done;
+  // When each pass of (virtual stage, micro-batch) ended; virtual stage =
+  // chunk * p + stage. `gradient_done`: its B or I, which sends the gradient on.
+  std::map<std::pair<int, int>, double> forward_done, gradient_done;
   const int last_virtual = chunks * p - 1;
   std::vector<size_t> next(p, 0);
   std::vector<double> free_at(p, 0), busy(p, 0);
   std::vector<int> held(p, 0);
   SimulatedStep step;
   step.peak_in_flight.assign(p, 0);
+  // When `pass` of (v, mb) ended, or nothing if it has not run yet.
+  auto ended = [](const std::map<std::pair<int, int>, double>& done, int v, int mb) -> std::optional<double> {
+    auto it = done.find({v, mb});
+    if (it == done.end()) return std::nullopt;
+    return it->second;
+  };
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p; ++s) {
@@ -145,31 +198,37 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, do
         const Action& a = schedule[s][next[s]];
         LOOM_CHECK(a.chunk >= 0 && a.chunk < chunks, "simulate_schedule: stage ", s, " runs chunk ", a.chunk,
                    " of ", chunks);
-        const int v = a.chunk * p + s;
-        // When its input is there; a pass whose input is not made yet waits.
-        double ready = 0;
-        if (a.pass == Pass::Forward) {
-          if (v > 0) {
-            auto input = forward_done.find({v - 1, a.micro_batch});
-            if (input == forward_done.end()) break;
-            ready = input->second;
-          }
-        } else {
-          auto own = forward_done.find({v, a.micro_batch});
-          if (own == forward_done.end()) break;
-          ready = own->second;
-          if (v < last_virtual) {
-            auto gradient = backward_done.find({v + 1, a.micro_batch});
-            if (gradient == backward_done.end()) break;
-            ready = std::max(ready, gradient->second);
-          }
+        const int v = a.chunk * p + s, mb = a.micro_batch;
+        // When its inputs are there; a pass whose input is not made yet waits.
+        std::optional<double> ready = 0.0;
+        double cost = 0;
+        switch (a.pass) {
+          case Pass::Forward:
+            if (v > 0) ready = ended(forward_done, v - 1, mb);
+            cost = times.forward;
+            break;
+          case Pass::Backward:
+          case Pass::BackwardInput:
+            ready = ended(forward_done, v, mb);
+            if (ready && v < last_virtual) {
+              const std::optional<double> gradient = ended(gradient_done, v + 1, mb);
+              ready = gradient ? std::optional<double>(std::max(*ready, *gradient)) : std::nullopt;
+            }
+            cost = times.backward_input + (a.pass == Pass::Backward ? times.backward_weight : 0);
+            break;
+          case Pass::BackwardWeight:
+            ready = ended(gradient_done, v, mb);
+            cost = times.backward_weight;
+            break;
         }
-        const double cost = a.pass == Pass::Forward ? forward_time : backward_time;
-        const double end = std::max(free_at[s], ready) + cost;
-        (a.pass == Pass::Forward ? forward_done : backward_done)[{v, a.micro_batch}] = end;
+        if (!ready) break;
+        const double end = std::max(free_at[s], *ready) + cost;
+        if (a.pass == Pass::Forward) forward_done[{v, mb}] = end;
+        if (a.pass == Pass::Backward || a.pass == Pass::BackwardInput) gradient_done[{v, mb}] = end;
         free_at[s] = end;
         busy[s] += cost;
-        held[s] += a.pass == Pass::Forward ? 1 : -1;
+        // A micro-batch's activations are held from its F to its B or W.
+        if (a.pass != Pass::BackwardInput) held[s] += a.pass == Pass::Forward ? 1 : -1;
         step.peak_in_flight[s] = std::max(step.peak_in_flight[s], held[s]);
         ++next[s];
         progress = true;
@@ -191,6 +250,11 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, do
 
 double ideal_bubble_fraction(int stages, int micro_batches, int chunks) {
   return static_cast<double>(stages - 1) / (static_cast<double>(chunks) * micro_batches + stages - 1);
+}
+
+double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes times) {
+  const double idle = (stages - 1) * (times.forward + times.backward_input - times.backward_weight);
+  return idle / (micro_batches * (times.forward + times.backward_input + times.backward_weight) + idle);
 }
 
 }  // namespace loom::parallel

@@ -9,6 +9,11 @@
 //   // ...
 //   // stage 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
 //
+// A zero-bubble schedule splits each backward in two (Qi et al. 2023):
+// I, the gradient for the stage's input, which the previous stage waits
+// for, and W, the weights' gradients, which no one waits for; W passes fill
+// the time a stage would otherwise idle. B is a whole backward (I then W).
+//
 // In an interleaved schedule each stage (device) holds several model chunks:
 // with p stages and v chunks the model is cut into p * v parts, and part i
 // runs on stage i % p as its chunk i / p, so a micro-batch passes every
@@ -21,7 +26,9 @@
 
 namespace loom::parallel {
 
-enum class Pass { Forward, Backward };
+// Forward (F), whole backward (B), and a backward split in two: the input's
+// gradient (I) and, later, the weights' (W) (autograd/split_backward.h).
+enum class Pass { Forward, Backward, BackwardInput, BackwardWeight };
 
 struct Action {
   Pass pass;
@@ -34,7 +41,7 @@ struct Action {
 
 using PipelineSchedule = std::vector<std::vector<Action>>;  // [stage] -> actions in order
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
 
 // GPipe (Huang et al. 2019): every stage runs all forwards, then all
 // backwards (in micro-batch order, as PyTorch's ScheduleGPipe). Each stage
@@ -55,32 +62,54 @@ PipelineSchedule one_f_one_b_schedule(int stages, int micro_batches);
 // be a multiple of stages (as Megatron-LM and PyTorch); chunks = 1 is 1F1B.
 PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int micro_batches);
 
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B's order
+// of forwards and input gradients (so the same messages in the same order),
+// with each stage's weight gradients deferred to fill its waits: stage s
+// runs a W once more than s input gradients are waiting for theirs, and the
+// rest at the end. When F, I and W take equal time its stages idle a third
+// as long as 1F1B's: (p - 1) / (3m + p - 1) of the step; each stage holds up to p micro-batches
+// between F and W (1F1B: p - s between F and B), though between I and W
+// only what the weights' gradients need (each product's input).
+PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches);
+
 // `chunks` is for Interleaved1F1B only (the others take 1).
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
-const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved"
+const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1"
+ScheduleKind schedule_kind(const std::string& name);  // the inverse; throws for another name
 
 // "stage 0: F0 F1 ... B0 ...", one line per stage; chunks after a colon
 // (F0:1) when the schedule has more than one.
 std::string to_string(const PipelineSchedule& schedule);
 
-// A schedule run on an ideal machine: every forward of a chunk takes
-// `forward_time`, every backward `backward_time`, messages take no time, and
-// a pass starts as soon as its stage is free and its input (the previous
-// chunk's activation, the next chunk's gradient) is there. Throws, naming
-// the passes left waiting, if the schedule cannot finish (a stage waits for
-// a pass that waits for it, or a backward comes before its forward).
+// How long each pass of one chunk takes on the ideal machine below; a whole
+// backward (B) takes both halves.
+struct PassTimes {
+  double forward = 1;
+  double backward_input = 1;   // I
+  double backward_weight = 1;  // W
+};
+
+// A schedule run on an ideal machine: passes take `times`, messages take no
+// time, and a pass starts as soon as its stage is free and its input (the
+// previous chunk's activation, the next chunk's gradient, for W its own I)
+// is there. Throws, naming the passes left waiting, if the schedule cannot
+// finish (a stage waits for a pass that waits for it, or a backward comes
+// before its forward).
 struct SimulatedStep {
   double step_time = 0;
   std::vector<double> idle_fraction;  // [stage]
   double bubble_fraction = 0;         // the stages' mean idle fraction
-  std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B
+  std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B (or W)
 };
-SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, double forward_time = 1,
-                                double backward_time = 1);
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {});
 
 // The idle fraction of an ideal pipeline with balanced stages, where forward
 // and backward passes take equal time: (p - 1) / (v m + p - 1), with v = 1
 // for GPipe and 1F1B.
 double ideal_bubble_fraction(int stages, int micro_batches, int chunks = 1);
+// ZB-H1's on the ideal machine, for m >= p and a W no longer than an I:
+// (p - 1)(F + I - W) / (m (F + I + W) + (p - 1)(F + I - W)); with equal
+// passes (p - 1) / (3m + p - 1), a third of 1F1B's idle time.
+double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes times = {});
 
 }  // namespace loom::parallel

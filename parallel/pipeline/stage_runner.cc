@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "autograd/engine.h"
+#include "autograd/split_backward.h"
 #include "parallel/trace.h"
 #include "tensor/stopwatch.h"
 
@@ -78,10 +79,13 @@ Tensor weighted_loss(const LastStage& last, const Tensor& output, int mb, Device
 StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, StageLinks& links) {
   StageStats stats;
   const int last_chunk = static_cast<int>(task.chunks.size()) - 1;
-  // Each (chunk, micro-batch)'s input and output, held from its forward to its backward.
+  // Each (chunk, micro-batch)'s input and output, held from its forward to
+  // its backward (B or I), and after an I what its W will compute.
   std::map<std::pair<int, int>, Tensor> inputs, outputs;
-  size_t backwards_left = 0;
-  for (const Action& a : actions) backwards_left += a.pass == Pass::Backward ? 1 : 0;
+  std::map<std::pair<int, int>, autograd::WeightGradients> weights;
+  int held = 0;  // micro-batch chunks between F and B (or W)
+  size_t weight_passes_left = 0;  // B and W: the passes that accumulate the weights' gradients
+  for (const Action& a : actions) weight_passes_left += a.pass == Pass::Backward || a.pass == Pass::BackwardWeight;
   for (const Action& a : actions) {
     const int mb = a.micro_batch, chunk = a.chunk;
     LOOM_CHECK(chunk >= 0 && chunk <= last_chunk, "pipeline: the schedule runs chunk ", chunk, " of a stage with ",
@@ -101,29 +105,42 @@ StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, 
       if (!ends_model) links.send_activation(chunk, mb, out.detach());
       inputs[key] = in;
       outputs[key] = out;
-      stats.peak_in_flight = std::max(stats.peak_in_flight, static_cast<int>(outputs.size()));
-    } else {
+      stats.peak_in_flight = std::max(stats.peak_in_flight, ++held);
+    } else if (a.pass == Pass::Backward || a.pass == Pass::BackwardInput) {
       auto output = outputs.find(key);
       LOOM_CHECK(output != outputs.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
                  " before its forward");
       const Tensor grad = ends_model ? Tensor() : links.receive_gradient(chunk, mb, output->second);
-      if (task.before_backward) task.before_backward(--backwards_left == 0);
-      {
+      const TensorList roots{output->second}, grads = ends_model ? TensorList{} : TensorList{grad};
+      const Tensor& input = inputs.at(key);
+      if (a.pass == Pass::Backward) {
+        if (task.before_backward) task.before_backward(--weight_passes_left == 0);
         TimedPass pass("backward", task, stats);
-        if (ends_model)
-          autograd::backward({output->second});
-        else
-          autograd::backward({output->second}, {grad});
+        autograd::backward(roots, grads);
+        --held;
+      } else {  // the input's gradient now, the weights' at this micro-batch's W
+        TimedPass pass("backward input", task, stats);
+        weights.emplace(key, autograd::backward_inputs_first(roots, grads, reads_batch ? TensorList{} : TensorList{input}));
       }
-      if (!reads_batch) {
-        const Tensor& input = inputs.at(key);
-        // An input the chunk's output does not depend on gets no gradient: send zeros.
-        links.send_gradient(chunk, mb, input.grad().defined() ? input.grad() : zeros_like(input));
-      }
+      // An input the chunk's output does not depend on gets no gradient: send zeros.
+      if (!reads_batch) links.send_gradient(chunk, mb, input.grad().defined() ? input.grad() : zeros_like(input));
       inputs.erase(key);
-      outputs.erase(output);  // its activations are freed
+      outputs.erase(output);  // its activations are freed (after an I, all but what its W needs)
+    } else {
+      auto pending = weights.find(key);
+      LOOM_CHECK(pending != weights.end(), "pipeline: the schedule runs the weights' backward (W) of micro-batch ",
+                 mb, " before its input's (I)");
+      if (task.before_backward) task.before_backward(--weight_passes_left == 0);
+      {
+        TimedPass pass("backward weight", task, stats);
+        pending->second.compute();
+      }
+      weights.erase(pending);
+      --held;
     }
   }
+  LOOM_CHECK(weights.empty(), "pipeline: the schedule left ", weights.size(),
+             " micro-batches' weight gradients (W) unrun");
   stats.bytes_sent = links.bytes_sent();
   return stats;
 }

@@ -25,7 +25,7 @@ using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>
 struct StageStats {
   double busy_seconds = 0;   // running forward and backward passes
   double idle_fraction = 0;  // 1 - busy / step time
-  int peak_in_flight = 0;    // most micro-batches whose activations it held at once
+  int peak_in_flight = 0;    // most micro-batches whose activations it held at once (F to B, or to W)
   int64_t bytes_sent = 0;    // activations and gradients passed to neighbours
 };
 

@@ -46,17 +46,20 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 5, 6}, .micro_batches = 6,
                      .chunks = 2},
         PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 5, 6}, .micro_batches = 4,
-                     .chunks = 3}));
+                     .chunks = 3},
+        // Zero bubble: the input's gradient goes upstream at I, the weights' come at W.
+        PipelineCase{ScheduleKind::ZeroBubbleH1, {}, 3}, PipelineCase{ScheduleKind::ZeroBubbleH1, {4}, 2},
+        PipelineCase{ScheduleKind::ZeroBubbleH1, {2, 5}, 4, 10}, PipelineCase{ScheduleKind::ZeroBubbleH1, {1, 3, 6}, 6}));
 
 // p ranks of sleeping stages (`chunks` sleeping parts each): the pipeline
 // each rank runs, and its stats.
 std::vector<StageStats> run_sleep_pipeline(int p, int m, ScheduleKind kind, int ms, double* longest_step = nullptr,
-                                           int chunks = 1) {
+                                           int chunks = 1, int weight_ms = 0) {
   std::vector<StageStats> stats(p);
   std::vector<double> steps(p);
   testing::run_rank_threads(p, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
     std::vector<nn::ModulePtr> parts;
-    for (int c = 0; c < chunks; ++c) parts.push_back(std::make_shared<testing::SleepStageImpl>(ms));
+    for (int c = 0; c < chunks; ++c) parts.push_back(std::make_shared<testing::SleepStageImpl>(ms, weight_ms));
     DistributedPipeline pipe(parts, group, {.micro_batches = m, .schedule = kind, .chunks = chunks});
     pipe.train_step(ones({m, 2}), zeros({m}), testing::sum_loss);
     stats[rank] = pipe.stats();
@@ -110,6 +113,29 @@ TEST(DistributedPipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
   EXPECT_LT(bubble, ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
   const SimulatedStep simulated = simulate_schedule(interleaved_one_f_one_b_schedule(p, v, m), v);
   for (int s = 0; s < p; ++s) EXPECT_EQ(stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+}
+
+// ZB-H1 over ranks, F, I and W of 20 ms each: (p - 1) / (3m + p - 1) idle,
+// against 1F1B's (p - 1) / (m + p - 1) with the same stages.
+TEST(DistributedPipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
+  const int p = 4, m = 8;
+  auto bubble_of = [&](ScheduleKind kind, std::vector<StageStats>* stats) {
+    double step = 0;
+    *stats = run_sleep_pipeline(p, m, kind, 20, &step, 1, 20);
+    double bubble = 0;
+    for (const StageStats& s : *stats) bubble += (1 - s.busy_seconds / step) / p;
+    return bubble;
+  };
+  std::vector<StageStats> zb_stats, one_f_one_b_stats;
+  const double zb = bubble_of(ScheduleKind::ZeroBubbleH1, &zb_stats);
+  const double one_f_one_b = bubble_of(ScheduleKind::OneFOneB, &one_f_one_b_stats);
+  EXPECT_NEAR(zb, ideal_zero_bubble_h1_fraction(p, m), 0.05);
+  EXPECT_LT(zb, one_f_one_b - 0.1);
+  const SimulatedStep simulated = simulate_schedule(zero_bubble_h1_schedule(p, m));
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(zb_stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+    EXPECT_EQ(zb_stats[s].bytes_sent, one_f_one_b_stats[s].bytes_sent) << "rank " << s << ": the same messages";
+  }
 }
 
 TEST(DistributedPipeline, ChunksMustMatchTheOptions) {

@@ -1,5 +1,6 @@
 // Hybrid data x pipeline over the threads backend: meshes of 2 x 2, 3 x 2
-// and 2 x 3 ranks equal single-device training step after step.
+// and 2 x 3 ranks (1F1B, GPipe, ZB-H1) equal single-device training step
+// after step.
 #include <gtest/gtest.h>
 
 #include "tests/parallel/pipeline_checks.h"
@@ -23,6 +24,8 @@ TEST(Hybrid, TwoByTwoOneFOneB) { expect_hybrid(2, {4}, ScheduleKind::OneFOneB, 3
 TEST(Hybrid, TwoByTwoGPipe) { expect_hybrid(2, {4}, ScheduleKind::GPipe, 2); }
 TEST(Hybrid, ThreeByTwo) { expect_hybrid(3, {3}, ScheduleKind::OneFOneB, 2); }
 TEST(Hybrid, TwoByThree) { expect_hybrid(2, {2, 5}, ScheduleKind::OneFOneB, 3); }
+// The data group averages the gradients as the last W accumulates them.
+TEST(Hybrid, TwoByThreeZeroBubble) { expect_hybrid(2, {2, 5}, ScheduleKind::ZeroBubbleH1, 3); }
 TEST(Hybrid, OneMicroBatch) { expect_hybrid(2, {4}, ScheduleKind::GPipe, 1); }
 
 }  // namespace

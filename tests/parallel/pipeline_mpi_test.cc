@@ -21,6 +21,9 @@ void expect_matches_single_device(ScheduleKind kind, int micro_batches, int64_t 
 
 TEST(DistributedPipelineMpi, GPipeMatchesSingleDevice) { expect_matches_single_device(ScheduleKind::GPipe, 4, 12); }
 TEST(DistributedPipelineMpi, OneFOneBMatchesSingleDevice) { expect_matches_single_device(ScheduleKind::OneFOneB, 6, 12); }
+TEST(DistributedPipelineMpi, ZeroBubbleH1MatchesSingleDevice) {
+  expect_matches_single_device(ScheduleKind::ZeroBubbleH1, 6, 12);
+}
 TEST(DistributedPipelineMpi, UnevenMicroBatchesMatchSingleDevice) {
   expect_matches_single_device(ScheduleKind::OneFOneB, 4, 10);
 }

@@ -80,7 +80,7 @@ TEST(Schedule, EveryScheduleFinishesWithTheTheoreticalBubble) {
           }
           const parallel::SimulatedStep step = parallel::simulate_schedule(schedule, v);
           EXPECT_NEAR(step.bubble_fraction, parallel::ideal_bubble_fraction(p, m, v), 1e-12) << what;
-          EXPECT_DOUBLE_EQ(step.step_time, 2.0 * (v * m + p - 1)) << what;
+          EXPECT_DOUBLE_EQ(step.step_time, 3.0 * (v * m + p - 1)) << what;  // F 1, B 2
         }
 }
 
@@ -109,6 +109,65 @@ TEST(Schedule, SimulationNamesThePassesADeadlockedScheduleWaitsIn) {
                    "simulate_schedule: the schedule cannot finish, waiting: stage 0 at B0; stage 1 at F1;");
   EXPECT_THROW_MSG(parallel::simulate_schedule({{{parallel::Pass::Backward, 0}, {parallel::Pass::Forward, 0}}}),
                    "waiting: stage 0 at B0;");
+}
+
+// ZB-H1, 2 stages, 4 micro-batches, written out by hand from its rule: 1F1B's
+// forwards and input gradients (I), stage s putting off a W until more than
+// s micro-batches wait for theirs; the last stage's W3 comes at the very end.
+TEST(Schedule, ZeroBubbleH1OrderForTwoStagesFourMicroBatches) {
+  EXPECT_EQ(parallel::to_string(parallel::zero_bubble_h1_schedule(2, 4)),
+            "stage 0: F0 F1 I0 W0 F2 I1 W1 F3 I2 W2 I3 W3\n"
+            "stage 1: F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3\n");
+  EXPECT_EQ(parallel::make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4), parallel::zero_bubble_h1_schedule(2, 4));
+  EXPECT_EQ(parallel::schedule_kind("zb-h1"), ScheduleKind::ZeroBubbleH1);
+  EXPECT_THROW_MSG(parallel::schedule_kind("zb-v"), "unknown pipeline schedule 'zb-v'");
+  EXPECT_THROW_MSG(parallel::make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2),
+                   "the zb-h1 schedule runs one chunk per stage, got 2");
+}
+
+// On the ideal machine ZB-H1 runs every pass once, sends the same messages
+// in the same order as 1F1B (its F and I are 1F1B's F and B), holds at most
+// p micro-batches between F and W, and idles what the theory says: a third
+// of 1F1B's time with equal passes, whatever W's share as long as W is no
+// longer than I.
+TEST(Schedule, ZeroBubbleH1FinishesWithTheTheoreticalBubble) {
+  for (int p = 1; p <= 5; ++p)
+    for (int m : {1, 2, 3, 4, 5, 6, 8, 12, 16}) {
+      const std::string what = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+      const parallel::PipelineSchedule zb = parallel::zero_bubble_h1_schedule(p, m);
+      const parallel::PipelineSchedule one_f_one_b = parallel::one_f_one_b_schedule(p, m);
+      for (int s = 0; s < p; ++s) {
+        std::map<std::pair<int, int>, int> seen;
+        std::vector<parallel::Action> messages;  // F and I, with I written as 1F1B's B
+        for (const parallel::Action& a : zb[s]) {
+          ++seen[{static_cast<int>(a.pass), a.micro_batch}];
+          if (a.pass == parallel::Pass::Forward) messages.push_back(a);
+          if (a.pass == parallel::Pass::BackwardInput) messages.push_back({parallel::Pass::Backward, a.micro_batch});
+        }
+        EXPECT_EQ(seen.size(), static_cast<size_t>(3 * m)) << what;
+        for (const auto& [pass, count] : seen) EXPECT_EQ(count, 1) << what;
+        EXPECT_EQ(messages, one_f_one_b[s]) << what << " stage " << s;
+      }
+      for (parallel::PassTimes times : {parallel::PassTimes{}, parallel::PassTimes{1, 0.5, 0.5},
+                                        parallel::PassTimes{1, 1.2, 0.8}, parallel::PassTimes{2, 1, 1}}) {
+        const parallel::SimulatedStep step = parallel::simulate_schedule(zb, 1, times);
+        if (m < p) continue;  // it finishes (simulate_schedule would throw), with a longer bubble
+        EXPECT_NEAR(step.bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m, times), 1e-12)
+            << what << " F " << times.forward << " I " << times.backward_input << " W " << times.backward_weight;
+        for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], p) << what;
+      }
+      const double one_f_one_b_idle = 3.0 * (p - 1), zb_idle = p - 1.0;  // in passes, F = I = W = 1, B = 2
+      if (m >= p)
+        EXPECT_DOUBLE_EQ(parallel::simulate_schedule(zb).step_time - 3 * m, zb_idle) << what;
+      EXPECT_DOUBLE_EQ(parallel::simulate_schedule(one_f_one_b).step_time - 3 * m, one_f_one_b_idle) << what;
+    }
+}
+
+TEST(Schedule, SimulationRefusesAWeightPassBeforeItsInputPass) {
+  EXPECT_THROW_MSG(parallel::simulate_schedule({{{parallel::Pass::Forward, 0},
+                                                 {parallel::Pass::BackwardWeight, 0},
+                                                 {parallel::Pass::BackwardInput, 0}}}),
+                   "waiting: stage 0 at W0;");
 }
 
 // Three SGD steps through the pipeline (every stage on c.device) equal three
@@ -153,11 +212,18 @@ INSTANTIATE_TEST_SUITE_P(
                       PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 5, 6},
                                    .micro_batches = 6, .chunks = 2},
                       PipelineCase{.kind = ScheduleKind::Interleaved1F1B, .boundaries = {1, 2, 3, 4, 5, 6, 7},
-                                   .micro_batches = 8, .chunks = 2}));
+                                   .micro_batches = 8, .chunks = 2},
+                      // Zero bubble: each backward split into the input's gradient and, later, the weights'.
+                      PipelineCase{ScheduleKind::ZeroBubbleH1, {4}, 2}, PipelineCase{ScheduleKind::ZeroBubbleH1, {2, 5}, 4},
+                      PipelineCase{ScheduleKind::ZeroBubbleH1, {1, 3, 6}, 6},
+                      PipelineCase{ScheduleKind::ZeroBubbleH1, {1, 3, 6}, 2},
+                      PipelineCase{ScheduleKind::ZeroBubbleH1, {2, 5}, 5, 10}));
 
-parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms, int chunks = 1) {
+parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms, int chunks = 1,
+                                  int weight_ms = 0) {
   std::vector<nn::ModulePtr> parts;
-  for (int i = 0; i < stages * chunks; ++i) parts.push_back(std::make_shared<parallel::testing::SleepStageImpl>(ms));
+  for (int i = 0; i < stages * chunks; ++i)
+    parts.push_back(std::make_shared<parallel::testing::SleepStageImpl>(ms, weight_ms));
   return parallel::Pipeline(parts, std::vector<Device>(stages, Device::cpu()),
                             {.micro_batches = micro_batches, .schedule = kind, .chunks = chunks});
 }
@@ -204,6 +270,26 @@ TEST(PipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
     EXPECT_EQ(pipe.stats().stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
 }
 
+// ZB-H1 with F, I and W of 20 ms each: the stages idle (p - 1) / (3m + p - 1)
+// of the step, against 1F1B's (p - 1) / (m + p - 1) for the same stages, and
+// hold what the simulation says (F to W).
+TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
+  const int p = 4, m = 8;
+  auto zb = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleH1, 20, 1, 20);
+  zb.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  auto one_f_one_b = sleep_pipeline(p, m, ScheduleKind::OneFOneB, 20, 1, 20);
+  one_f_one_b.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  EXPECT_NEAR(zb.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m), 0.05);
+  EXPECT_NEAR(one_f_one_b.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m), 0.05);
+  EXPECT_LT(zb.stats().bubble_fraction, one_f_one_b.stats().bubble_fraction - 0.1);
+  std::printf("measured bubble: zb-h1 %.3f (theory %.3f), 1f1b %.3f (theory %.3f)\n", zb.stats().bubble_fraction,
+              parallel::ideal_zero_bubble_h1_fraction(p, m), one_f_one_b.stats().bubble_fraction,
+              parallel::ideal_bubble_fraction(p, m));
+  const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m));
+  for (int s = 0; s < p; ++s)
+    EXPECT_EQ(zb.stats().stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+}
+
 TEST(Pipeline, InterleavedPartsMustFillEveryStagesChunks) {
   auto parts = [](int n) {
     std::vector<nn::ModulePtr> out;
@@ -246,6 +332,8 @@ TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
   // Interleaved: two stages of two chunks each, the second stage's output back to the first's next chunk.
   expect_equals_single_device({.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4,
                                .batch = 10, .device = Device::cuda(0), .chunks = 2});
+  expect_equals_single_device({.kind = ScheduleKind::ZeroBubbleH1, .boundaries = {2, 5}, .micro_batches = 4,
+                               .batch = 10, .device = Device::cuda(0)});
 }
 
 // The batch on a GPU no stage runs on, written last on a busy queue of its
