@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
         const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
         Flags flags("Compare single-device, DataParallel, DDP, ZeRO, FSDP, layer-split, pipeline and hybrid training");
         std::string model = "cnn", device_name = "cpu";
-        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,interleaved,tp";
+        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,interleaved,zb-h1,tp";
         bool checkpoint = false;
         std::string mesh_text;
         std::string link_name = "pcie", out = "compare_parallel";
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         CLI::Option* strategies_flag =
             flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
-                               "interleaved", "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+                               "interleaved", "zb-h1", "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
         flags.add_switch("--checkpoint", checkpoint,
                   "also run single, ddp, zero1, zero2 and fsdp with activation checkpointing (rows <name>_ckpt)",
                   Scope::Job);
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
         auto wants = [&](const char* name) {
           return ("," + strategies + ",").find("," + std::string(name) + ",") != std::string::npos;
         };
-        const bool pipelines = wants("gpipe") || wants("1f1b") || wants("interleaved");
+        const bool pipelines = wants("gpipe") || wants("1f1b") || wants("interleaved") || wants("zb-h1");
         if (pipelines && config.micro_batches > w.input.size(0))
           throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");

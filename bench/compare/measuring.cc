@@ -119,6 +119,7 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
 
 parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c) {
   if (strategy == "gpipe") return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::GPipe};
+  if (strategy == "zb-h1") return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::ZeroBubbleH1};
   if (strategy == "interleaved")
     return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::Interleaved1F1B,
             .chunks = kInterleavedChunks};

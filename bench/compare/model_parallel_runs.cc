@@ -265,7 +265,7 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
   return m;
 }
 
-// GPipe, 1F1B or interleaved with one stage per MPI rank (DistributedPipeline). Idle is
+// GPipe, 1F1B, interleaved or ZB-H1 with one stage per MPI rank (DistributedPipeline). Idle is
 // the time each rank's train_step spends outside its forward and backward
 // passes (the bubble and its messages), averaged over ranks; the step is the
 // slowest rank's.

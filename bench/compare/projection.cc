@@ -72,6 +72,15 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
     const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
     return (v * m + n - 1) * (slowest / (v * m) + hop) + optimizer_per_stage;
   }
+  if (strategy == "zb-h1") {
+    const double m = s.micro_batches;
+    size_t k = 0;  // the slowest stage
+    for (size_t i = 1; i < p.stage_forward_s.size(); ++i)
+      if (p.stage_forward_s[i] + p.stage_backward_s[i] > p.stage_forward_s[k] + p.stage_backward_s[k]) k = i;
+    const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
+    return p.stage_forward_s[k] + p.stage_backward_s[k] + (n - 1) * p.stage_forward_s[k] / m + (m + n - 1) * hop +
+           optimizer_per_stage;
+  }
   LOOM_FAIL("project_step_seconds: unknown strategy '", strategy, "'");
 }
 

@@ -15,6 +15,10 @@
 //                   + 2(alpha + A_max/(m bw))) + O/N             micro-batch slots (1F1B: same time, less memory)
 //   interleaved   (v m + N - 1)(max_s (F_s + B_s)/(v m)          v chunks a stage: N - 1 slots of 1/v the work,
 //                   + 2(alpha + A_max/(m bw))) + O/N             v times the messages
+//   ZB-H1         F_k + B_k + (N - 1) F_k/m                      1F1B's messages; its weight-gradient passes
+//                   + (m + N - 1) 2(alpha + A_max/(m bw)) + O/N  (taken as half a backward) fill the waits, so
+//                                                                each bubble slot is a forward (k: the stage
+//                                                                with the largest F + B)
 //   ZeRO-1        (F + B)/N + O/N + C1                           reduce-scatter + all-gather (C1 = C with k = 1)
 //                                                                in step(), nothing hidden; each rank steps 1/N
 //   ZeRO-2        (F + B)/N + O/N + max(0, C1/2 - B/N) + C1/2    the reduce-scatter hidden behind backward
@@ -75,7 +79,7 @@ inline bool is_ddp(const std::string& strategy) {
 
 // Predicted seconds per step for "single", "dp", "ddp" (and "ddp_bf16",
 // "ddp_fp16": half the bytes), "zero1", "zero2",
-// "fsdp", "layer_split", "gpipe", "1f1b", "interleaved" (the stages in the profile are the N
+// "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1" (the stages in the profile are the N
 // devices) or "hybrid" (the profile's stages are the mesh's P); any of them
 // with "_ckpt" (activation checkpointing) adds one forward, shared like the
 // rest. -1 for "tp", which it does not model.

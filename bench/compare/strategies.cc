@@ -241,7 +241,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
     return skipped;
   }
   if (strategy == "layer_split") return run_layer_split(w, plan, config);
-  if (strategy == "gpipe" || strategy == "1f1b")
+  if (strategy == "gpipe" || strategy == "1f1b" || strategy == "zb-h1")
     return over_ranks ? run_pipeline_ranks(strategy, w, boundaries, config) : run_pipeline(strategy, w, boundaries, config);
   if (strategy == "interleaved") {
     if (config.micro_batches % config.devices != 0) {

@@ -63,7 +63,7 @@ struct StagePlan {
 };
 StagePlan plan_stages(const Workload& w, int stages);
 
-// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved,
+// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1,
 // hybrid, tp; any of them with "_ckpt" appended runs on checkpointed(w).
 // Under mpirun every rank calls it for the strategies that run over ranks
 // (all ranks take part) and rank 0 alone for single.

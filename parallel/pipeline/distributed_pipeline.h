@@ -1,7 +1,7 @@
 // Pipeline parallelism over processes: rank r of a ProcessGroup runs stage r
 // of the model (mpirun -np p for p stages). Activations go from rank r to
 // r + 1 and gradients back from r + 1 to r with send/recv; the schedule
-// (GPipe, 1F1B or interleaved 1F1B) and the stage code are those of the
+// (GPipe, 1F1B, interleaved 1F1B or ZB-H1) and the stage code are those of the
 // single-process Pipeline (stage_runner.h), so one train_step equals one step
 // on the whole batch.
 //

@@ -1,7 +1,7 @@
 // Pipeline parallelism in one process: a model split into p stages, one per
 // device, each run by its own worker thread; a batch split into m
 // micro-batches that flow through the stages according to a schedule
-// (GPipe, 1F1B or interleaved 1F1B, see schedule.h). Activations move forward
+// (GPipe, 1F1B, interleaved 1F1B or zero-bubble ZB-H1, see schedule.h). Activations move forward
 // and gradients backward between stages through mailboxes; gradients
 // accumulate over the micro-batches, so one train_step equals one step on
 // the whole batch.

@@ -54,6 +54,9 @@ TEST(Projection, LayerSplitAndPipelines) {
   // Interleaved, two chunks: (8 + 1) * (6/8 + 2 * (0.1 + 10/4/10)) + 0.25 = 9 * 1.45 + 0.25: a shorter
   // bubble, but twice the hops.
   EXPECT_NEAR(project_step_seconds("interleaved", two_stages(), settings()), 13.3, 1e-12);
+  // ZB-H1: the slowest stage's 2 + 4, one idle forward slot 2/4, and 1F1B's 5 hops of 0.7:
+  // 6 + 0.5 + 3.5 + 0.25, a whole second under 1F1B's.
+  EXPECT_NEAR(project_step_seconds("zb-h1", two_stages(), settings()), 10.25, 1e-12);
 }
 
 TEST(Projection, ShardedDataParallel) {

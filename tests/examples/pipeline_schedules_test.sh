@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # pipeline_schedules prints each schedule and its simulated bubble, which for
 # equal passes is the theory's: (p-1)/(m+p-1) for GPipe and 1F1B,
-# (p-1)/(vm+p-1) interleaved; 1F1B's stage s holds p - s micro-batches.
+# (p-1)/(vm+p-1) interleaved; 1F1B's stage s holds p - s micro-batches;
+# ZB-H1 idles (p-1)(F+I-W) a stage: with F = I = W (--backward-cost 2) a
+# third of 1F1B's time, 3/27.
 set -euo pipefail
 source "$(dirname "$0")/expect.sh"
 tool=$(realpath "$1")
@@ -11,6 +13,11 @@ fail() { echo "FAIL: $1"; cat out.txt; exit 1; }
 [ "$(grep -c 'bubble 27.3% (equal passes in theory: 27.3%)' out.txt)" = 2 ] || fail "GPipe and 1F1B: 3/11"
 grep -q 'bubble 15.8% (equal passes in theory: 15.8%)' out.txt || fail "interleaved x2: 3/19"
 grep -q 'peak activations per stage: 4 3 2 1$' out.txt || fail "1F1B holds p - s micro-batches"
+grep -q '^stage 3: F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1' out.txt || fail "ZB-H1's last stage puts off 3 Ws"
+grep -q 'bubble 15.8% (these passes in theory: 15.8%); peak activations per stage: 4 4 4 4$' out.txt \
+  || fail "ZB-H1 with I = W = F/2: 3/19, p micro-batches held until W"
+"$tool" --stages 4 --micro-batches 8 --backward-cost 2 > equal.txt
+grep -q 'bubble 11.1% (these passes in theory: 11.1%)' equal.txt || { cat equal.txt; fail "ZB-H1 with F = I = W: 3/27"; }
 "$tool" --stages 3 --micro-batches 4 > skip.txt
 grep -q 'skipped: 4 micro-batches are not a multiple of the 3 stages' skip.txt || { cat skip.txt; exit 1; }
 expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" --chunks 0
