@@ -76,7 +76,7 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs) {
         roots.push_back(recomputed[i]);
         root_grads.push_back(grads[i]);
       }
-    if (!roots.empty()) backward_nested(roots, root_grads);
+    if (!roots.empty()) backward_nested(roots, root_grads, replay_inputs);
     TensorList input_grads;
     for (size_t i = 0; i < replay_inputs.size(); ++i)
       input_grads.push_back(wants_grad[i] ? replay_inputs[i].grad() : Tensor());

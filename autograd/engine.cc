@@ -1,6 +1,8 @@
 // The public entry points of the backward engine (graph_task.h runs it).
 #include "autograd/engine.h"
 
+#include <memory>
+
 #include "autograd/graph_task.h"
 #include "tensor/autocast.h"
 
@@ -15,12 +17,22 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   task.run();
 }
 
-void backward_nested(const TensorList& roots, const TensorList& grad_roots) {
+void backward_nested(const TensorList& roots, const TensorList& grad_roots, const TensorList& inputs) {
   AutocastGuard no_autocast(std::nullopt);
-  GraphTask task(/*retain_graph=*/false, /*accumulate=*/true);
-  task.send_callbacks_to_outer();
-  task.add_roots(roots, grad_roots);
-  task.run();
+  auto task = std::make_unique<GraphTask>(/*retain_graph=*/false, /*accumulate=*/true);
+  task->send_callbacks_to_outer();
+  task->add_roots(roots, grad_roots);
+  GraphTask* outer = GraphTask::current_;
+  if (outer == nullptr || !outer->in_first_phase()) {
+    task->run();
+    return;
+  }
+  std::vector<Edge> targets;
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) targets.push_back(gradient_edge(input));
+  task->split_towards(targets);
+  task->run();
+  outer->run_rest_with_mine(std::move(task));
 }
 
 void queue_callback(std::function<void()> callback) {

@@ -25,8 +25,12 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
 // checkpointing recomputes a segment and backpropagates through it): the
 // callbacks queued while it runs (queue_callback) run when the outer backward
 // ends, so that DDP and FSDP, whose hooks fire inside it, finish once, at the
-// end of the whole backward. Outside a backward it is backward().
-void backward_nested(const TensorList& roots, const TensorList& grad_roots);
+// end of the whole backward. Outside a backward it is backward(). Inside
+// the first pass of a split backward (split_backward.h) it splits too:
+// `inputs`, the leaves whose gradients the caller reads when it returns,
+// get theirs now, and the rest (the segment's weights) waits for the outer
+// backward's second pass.
+void backward_nested(const TensorList& roots, const TensorList& grad_roots, const TensorList& inputs = {});
 
 // The gradients of `outputs` w.r.t. `inputs` (undefined where an input does
 // not affect the outputs). Leaves' .grad() are left alone.

@@ -99,6 +99,8 @@ void GraphTask::run_rest() {
   }
   parked_.clear();
   drain();
+  for (auto& nested : nested_) nested->run_rest();
+  nested_.clear();
   run_callbacks();
 }
 

@@ -47,6 +47,10 @@ class GraphTask {
   void run();
   // A split task's second phase; then the queued callbacks.
   void run_rest();
+  bool in_first_phase() const { return first_phase_; }
+  // A split task nested in this one's first phase (a checkpointed segment's
+  // backward) runs its second phase in this one's.
+  void run_rest_with_mine(std::unique_ptr<GraphTask> nested) { nested_.push_back(std::move(nested)); }
 
   static thread_local GraphTask* current_;
 
@@ -94,6 +98,7 @@ class GraphTask {
   std::unordered_set<Node*> targets_, on_target_path_;
   std::vector<Node*> later_;    // nodes off the path, ready for the second phase
   std::vector<Parked> parked_;  // selective nodes with gradients still owed
+  std::vector<std::unique_ptr<GraphTask>> nested_;  // split tasks whose second phase waits for ours
 };
 
 }  // namespace loom::autograd::detail

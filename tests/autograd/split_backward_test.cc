@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "nn/functional.h"
 #include "tests/test_util.h"
@@ -170,6 +171,31 @@ TEST(SplitBackward, AnInputTheRootsDoNotDependOnLeavesEverythingForTheSecondPass
   rest.compute();
   EXPECT_TRUE(x.grad().defined());
   for (const Tensor& p : mlp.parameters()) EXPECT_TRUE(p.grad().defined());
+}
+
+// A checkpointed segment replays its forward in the first pass, to get the
+// input's gradient, and leaves its weights' gradients, hooks and callbacks
+// to the second, as an unsplit segment would.
+TEST(SplitBackward, ACheckpointedSegmentSplitsToo) {
+  Mlp mlp;
+  Tensor x = leaf64({3, 4}, 21);
+  auto loss = [&] { return autograd::checkpoint([&](const Tensor& in) { return mlp(in); }, x).square().sum(); };
+  Tensor expected_dx;
+  const TensorList expected = reference_gradients(mlp.parameters(), loss, x, &expected_dx);
+  int accumulated = 0, callbacks = 0;
+  mlp.w2.register_post_accumulate_grad_hook([&](const Tensor&) {
+    ++accumulated;
+    autograd::queue_callback([&] { ++callbacks; });
+  });
+  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
+  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0);
+  for (const Tensor& p : mlp.parameters()) EXPECT_FALSE(p.grad().defined()) << "a weight's gradient came early";
+  EXPECT_EQ(accumulated, 0);
+  rest.compute();
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_LT(max_rel_error(mlp.parameters()[i].grad(), expected[i]), 1e-14) << "parameter " << i;
+  EXPECT_EQ(accumulated, 1);
+  EXPECT_EQ(callbacks, 1);
 }
 
 TEST(SplitBackward, MisuseIsAClearError) {

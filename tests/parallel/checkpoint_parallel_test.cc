@@ -1,6 +1,7 @@
 // Activation checkpointing inside the parallel strategies: a model whose
 // middle blocks run under checkpoint_sequential trains as on one device with
-// DDP, FSDP (the checkpointed blocks a unit) and the pipeline over ranks.
+// DDP, FSDP (the checkpointed blocks a unit) and the pipeline over ranks
+// (1F1B and the split backward of ZB-H1).
 // The nested backward of each replay must hand DDP's and FSDP's end-of-backward
 // callbacks to the outer backward, or they would finish after the first segment.
 #include <gtest/gtest.h>
@@ -98,12 +99,14 @@ TEST(CheckpointParallel, FsdpWithTheCheckpointedBlocksAsAUnitTrainsAsOneDevice) 
   });
 }
 
-TEST(CheckpointParallel, PipelineStageWithCheckpointedBlocksTrainsAsOneDevice) {
-  testing::run_prepared_ranks<Models>(2, models, [](const std::shared_ptr<ProcessGroup>& group, Models& m) {
+// 1F1B, and ZB-H1, whose input-gradient pass replays the segments to reach
+// the stage's input and leaves their weights' gradients to the W pass.
+void expect_checkpointed_stage_trains_as_one_device(ScheduleKind schedule) {
+  testing::run_prepared_ranks<Models>(2, models, [&](const std::shared_ptr<ProcessGroup>& group, Models& m) {
     nn::Sequential whole(m.local);
     nn::ModulePtr stage = split_sequential(whole, {2})[group->rank()];
     nn::ModulePtr reference_stage = split_sequential(nn::Sequential(m.reference), {2})[group->rank()];
-    DistributedPipeline pipe(stage, group, {.micro_batches = 3});
+    DistributedPipeline pipe(stage, group, {.micro_batches = 3, .schedule = schedule});
     optim::Adam opt(pipe.parameters(), {.lr = 1e-2});
     optim::Adam opt_reference(m.reference->parameters(), {.lr = 1e-2});
     const bool first = group->rank() == 0, last = group->rank() == 1;
@@ -117,9 +120,15 @@ TEST(CheckpointParallel, PipelineStageWithCheckpointedBlocksTrainsAsOneDevice) {
       pipe.train_step(first ? x : Tensor(), last ? y : Tensor(),
                       [](const Tensor& out, const Tensor& t) { return nn::functional::cross_entropy(out, t); });
       opt.step();
-      EXPECT_LT(testing::max_param_difference(*reference_stage, *stage), 1e-10) << "stage " << group->rank();
+      EXPECT_LT(testing::max_param_difference(*reference_stage, *stage), 1e-10)
+          << schedule_name(schedule) << " stage " << group->rank();
     }
   });
+}
+
+TEST(CheckpointParallel, PipelineStageWithCheckpointedBlocksTrainsAsOneDevice) {
+  expect_checkpointed_stage_trains_as_one_device(ScheduleKind::OneFOneB);
+  expect_checkpointed_stage_trains_as_one_device(ScheduleKind::ZeroBubbleH1);
 }
 
 }  // namespace
