@@ -25,8 +25,36 @@ struct LstmLayerTape {
   autograd::SavedTensor hidden;  // (T, B, H): every step's h (the layer's output)
   Tensor cells, activations;     // (T, B, H), (T, B, 4H); the op's own, never seen outside
 
-  // grads: d output (T, B, H), d h_T, d c_T, each possibly undefined.
-  TensorList backward(const TensorList& grads) const {
+  // What backward through time found for the gates: kept by a split
+  // backward's first pass (autograd/split_backward.h) for weight_hh's
+  // gradient in its second.
+  Tensor dgates_for_weight;
+
+  // grads: d output (T, B, H), d h_T, d c_T, each possibly undefined. Returns
+  // {d gates, d weight_hh, d h0, d c0} for the `wanted` inputs (and
+  // whatever else came with them).
+  TensorList backward(const TensorList& grads, const autograd::InputMask& wanted) {
+    const bool weight_wanted = autograd::wants(wanted, 1);
+    const bool through_time_wanted = autograd::wants(wanted, 0) || autograd::wants(wanted, 2) ||
+                                     autograd::wants(wanted, 3) || !dgates_for_weight.defined();
+    TensorList result(4);
+    Tensor dgates = dgates_for_weight;
+    if (through_time_wanted) {
+      TensorList back = through_time(grads);
+      dgates = back[0];
+      result = {back[0], Tensor(), back[1], back[2]};
+    }
+    if (weight_wanted) {
+      result[1] = weight_gradient(dgates);
+      dgates_for_weight = Tensor();
+    } else {
+      dgates_for_weight = dgates;
+    }
+    return result;
+  }
+
+  // {d gates, d h0, d c0}: the recurrence run backwards, two kernels a step.
+  TensorList through_time(const TensorList& grads) const {
     const Tensor &weight_hh = saved_weight_hh.get(), &h0 = saved_h0.get(), &c0 = saved_c0.get();
     const Tensor& hs = hidden.get();
     const int64_t steps = hs.size(0);
@@ -47,11 +75,15 @@ struct LstmLayerTape {
       std::swap(dc, dc_prev);
       matmul_into(backend, dgates.select(0, t), weight_hh, dh);  // d h_{t-1}
     }
-    // d weight_hh = sum over steps of dgates_t^T h_{t-1}: one product of (4H, T B) by (T B, H).
-    const int64_t rows = steps * h0.size(0), hidden_size = h0.size(1);
+    return {dgates, dh, dc};
+  }
+
+  // d weight_hh = sum over steps of dgates_t^T h_{t-1}: one product of (4H, T B) by (T B, H).
+  Tensor weight_gradient(const Tensor& dgates) const {
+    const Tensor &h0 = saved_h0.get(), &hs = hidden.get();
+    const int64_t steps = hs.size(0), rows = steps * h0.size(0), hidden_size = h0.size(1);
     const Tensor h_before = cat({h0.unsqueeze(0), hs.narrow(0, 0, steps - 1)}, 0);
-    const Tensor dweight = mm(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
-    return {dgates, dweight, dh, dc};
+    return mm(dgates.view({rows, 4 * hidden_size}).t(), h_before.view({rows, hidden_size}));
   }
 };
 
@@ -91,8 +123,12 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
     auto tape = std::make_shared<LstmLayerTape>(
         LstmLayerTape{autograd::SavedTensor(w), autograd::SavedTensor(h_first), autograd::SavedTensor(c_first),
                       autograd::SavedTensor(hs), cells, activations});
-    autograd::record("LstmLayerBackward", {gates, w, h_first, c_first}, {result.output, result.h, result.c},
-                     [tape](const TensorList& g) { return tape->backward(g); });
+    // Selective: a split backward takes the recurrence (the gates' gradient)
+    // first and weight_hh's product later.
+    autograd::record_selective("LstmLayerBackward", {gates, w, h_first, c_first}, {result.output, result.h, result.c},
+                               [tape](const TensorList& g, const autograd::InputMask& wanted) {
+                                 return tape->backward(g, wanted);
+                               });
   }
   return result;
 }

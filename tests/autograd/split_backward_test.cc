@@ -77,6 +77,26 @@ TEST(SplitBackward, ConvolutionsSplitTheirInputAndWeightGradients) {
   EXPECT_LT(max_rel_error(w2.grad(), expected[2]), 1e-14);
 }
 
+TEST(SplitBackward, TheLstmLayerRunsItsRecurrenceFirstAndItsRecurrentWeightLater) {
+  const int64_t steps = 5, batch = 2, input_size = 3, hidden = 4;
+  Tensor w_ih = leaf64({4 * hidden, input_size}, 22), b = leaf64({4 * hidden}, 23), w_hh = leaf64({4 * hidden, hidden}, 24);
+  Tensor x = leaf64({steps, batch, input_size}, 25);
+  Tensor h0 = zeros({batch, hidden}, {.dtype = kFloat64}), c0 = zeros({batch, hidden}, {.dtype = kFloat64});
+  auto loss = [&] {
+    Tensor gates = nn::functional::linear(x, w_ih, b);
+    return nn::functional::lstm_layer(gates, w_hh, h0, c0).output.square().sum();
+  };
+  Tensor expected_dx;
+  const TensorList expected = reference_gradients({w_ih, b, w_hh}, loss, x, &expected_dx);
+  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
+  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0);
+  EXPECT_FALSE(w_hh.grad().defined());
+  rest.compute();
+  EXPECT_LT(max_rel_error(w_ih.grad(), expected[0]), 1e-14);
+  EXPECT_LT(max_rel_error(b.grad(), expected[1]), 1e-14);
+  EXPECT_LT(max_rel_error(w_hh.grad(), expected[2]), 1e-14);
+}
+
 // An op y = a * b recorded as selective, noting which inputs each call asks for.
 Tensor noted_product(const Tensor& a, const Tensor& b, std::vector<std::vector<bool>>& asked) {
   Tensor y = a.detach() * b.detach();
