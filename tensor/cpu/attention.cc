@@ -77,11 +77,16 @@ int64_t seen_by(const AttentionParams& p, int64_t query, int64_t keys) {
 
 // A rows x keys block of this thread's scratch memory `which` (0 or 1). The
 // memory only grows, so blocks of changing sizes (the causal mask's) cost
-// no allocation once it has reached the largest.
+// no allocation once it has reached the largest. It is aligned to Eigen's
+// packets: Eigen peels a map's unaligned first elements off its sums, so a
+// buffer wherever malloc put it would round them one way or another with
+// the process's heap layout (the same run gave different losses when
+// started from a longer path).
 template <typename T>
 RowsMap<T> score_block(int which, int64_t rows, int64_t keys) {
-  thread_local std::vector<T> buffers[2];
-  std::vector<T>& buffer = buffers[which];
+  using Buffer = std::vector<T, Eigen::aligned_allocator<T>>;
+  thread_local Buffer buffers[2];
+  Buffer& buffer = buffers[which];
   if (buffer.size() < static_cast<size_t>(rows * keys)) buffer.resize(rows * keys);
   return RowsMap<T>(buffer.data(), rows, keys, Eigen::OuterStride<>(keys));
 }
