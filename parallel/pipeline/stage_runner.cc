@@ -74,75 +74,116 @@ Tensor weighted_loss(const LastStage& last, const Tensor& output, int mb, Device
   return loss;
 }
 
+// One stage through one step: what each (chunk, micro-batch) holds between
+// its passes, and what the stage measured. Each method is one pass of the
+// schedule.
+class StageRun {
+ public:
+  StageRun(const std::vector<Action>& actions, const StageTask& task, StageLinks& links)
+      : task_(task), links_(links), last_chunk_(static_cast<int>(task.chunks.size()) - 1) {
+    for (const Action& a : actions) weight_passes_left_ += a.pass == Pass::Backward || a.pass == Pass::BackwardWeight;
+  }
+
+  void forward(int chunk, int mb) {
+    Tensor in = reads_batch(chunk) ? task_.first->micro_batches[mb].to(task_.device)
+                                   : links_.receive_activation(chunk, mb).detach().requires_grad_();  // the chunk's graph starts here
+    Tensor out;
+    {
+      TimedPass pass("forward", task_, stats_);
+      out = task_.chunks[chunk].get().forward(in);
+      if (ends_model(chunk)) out = weighted_loss(*task_.last, out, mb, task_.device);
+    }
+    if (!ends_model(chunk)) links_.send_activation(chunk, mb, out.detach());
+    inputs_[{chunk, mb}] = in;
+    outputs_[{chunk, mb}] = out;
+    stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++held_);
+  }
+
+  // B (the whole backward) or I (the input's gradient now, the weights' at
+  // this micro-batch's W); either sends the input's gradient upstream.
+  void backward(int chunk, int mb, bool whole) {
+    auto output = outputs_.find({chunk, mb});
+    LOOM_CHECK(output != outputs_.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
+               " before its forward");
+    const TensorList roots{output->second};
+    const TensorList grads = ends_model(chunk) ? TensorList{} : TensorList{links_.receive_gradient(chunk, mb, roots[0])};
+    const Tensor input = inputs_.at({chunk, mb});
+    if (whole) {
+      before_weight_pass();
+      TimedPass pass("backward", task_, stats_);
+      autograd::backward(roots, grads);
+      --held_;
+    } else {
+      TimedPass pass("backward input", task_, stats_);
+      weights_.emplace(std::pair{chunk, mb}, autograd::backward_inputs_first(
+                                                 roots, grads, reads_batch(chunk) ? TensorList{} : TensorList{input}));
+    }
+    // An input the chunk's output does not depend on gets no gradient: send zeros.
+    if (!reads_batch(chunk)) links_.send_gradient(chunk, mb, input.grad().defined() ? input.grad() : zeros_like(input));
+    inputs_.erase({chunk, mb});
+    outputs_.erase(output);  // its activations are freed (after an I, all but what its W needs)
+  }
+
+  // W: the weights' gradients that this micro-batch's I left.
+  void weight_backward(int chunk, int mb) {
+    auto pending = weights_.find({chunk, mb});
+    LOOM_CHECK(pending != weights_.end(), "pipeline: the schedule runs the weights' backward (W) of micro-batch ", mb,
+               " before its input's (I)");
+    before_weight_pass();
+    {
+      TimedPass pass("backward weight", task_, stats_);
+      pending->second.compute();
+    }
+    weights_.erase(pending);
+    --held_;
+  }
+
+  StageStats finish() {
+    LOOM_CHECK(weights_.empty(), "pipeline: the schedule left ", weights_.size(),
+               " micro-batches' weight gradients (W) unrun");
+    stats_.bytes_sent = links_.bytes_sent();
+    return stats_;
+  }
+
+  void check_chunk(int chunk) const {
+    LOOM_CHECK(chunk >= 0 && chunk <= last_chunk_, "pipeline: the schedule runs chunk ", chunk, " of a stage with ",
+               last_chunk_ + 1);
+  }
+
+ private:
+  // The model's first part reads the batch; its last one computes the loss.
+  bool reads_batch(int chunk) const { return task_.first && chunk == 0; }
+  bool ends_model(int chunk) const { return task_.last && chunk == last_chunk_; }
+  // B and W accumulate the weights' gradients; the task hears before each
+  // whether it is the step's last (a hybrid averages over its data group then).
+  void before_weight_pass() {
+    if (task_.before_backward) task_.before_backward(--weight_passes_left_ == 0);
+  }
+
+  const StageTask& task_;
+  StageLinks& links_;
+  const int last_chunk_;
+  StageStats stats_;
+  std::map<std::pair<int, int>, Tensor> inputs_, outputs_;  // from F to B or I
+  std::map<std::pair<int, int>, autograd::WeightGradients> weights_;  // from I to W
+  int held_ = 0;                   // micro-batch chunks between F and B (or W)
+  size_t weight_passes_left_ = 0;
+};
+
 }  // namespace
 
 StageStats run_stage(const std::vector<Action>& actions, const StageTask& task, StageLinks& links) {
-  StageStats stats;
-  const int last_chunk = static_cast<int>(task.chunks.size()) - 1;
-  // Each (chunk, micro-batch)'s input and output, held from its forward to
-  // its backward (B or I), and after an I what its W will compute.
-  std::map<std::pair<int, int>, Tensor> inputs, outputs;
-  std::map<std::pair<int, int>, autograd::WeightGradients> weights;
-  int held = 0;  // micro-batch chunks between F and B (or W)
-  size_t weight_passes_left = 0;  // B and W: the passes that accumulate the weights' gradients
-  for (const Action& a : actions) weight_passes_left += a.pass == Pass::Backward || a.pass == Pass::BackwardWeight;
+  StageRun run(actions, task, links);
   for (const Action& a : actions) {
-    const int mb = a.micro_batch, chunk = a.chunk;
-    LOOM_CHECK(chunk >= 0 && chunk <= last_chunk, "pipeline: the schedule runs chunk ", chunk, " of a stage with ",
-               last_chunk + 1);
-    // The model's first part reads the batch; its last one computes the loss.
-    const bool reads_batch = task.first && chunk == 0, ends_model = task.last && chunk == last_chunk;
-    const std::pair<int, int> key{chunk, mb};
-    if (a.pass == Pass::Forward) {
-      Tensor in = reads_batch ? task.first->micro_batches[mb].to(task.device)
-                              : links.receive_activation(chunk, mb).detach().requires_grad_();  // the chunk's graph starts here
-      Tensor out;
-      {
-        TimedPass pass("forward", task, stats);
-        out = task.chunks[chunk].get().forward(in);
-        if (ends_model) out = weighted_loss(*task.last, out, mb, task.device);
-      }
-      if (!ends_model) links.send_activation(chunk, mb, out.detach());
-      inputs[key] = in;
-      outputs[key] = out;
-      stats.peak_in_flight = std::max(stats.peak_in_flight, ++held);
-    } else if (a.pass == Pass::Backward || a.pass == Pass::BackwardInput) {
-      auto output = outputs.find(key);
-      LOOM_CHECK(output != outputs.end(), "pipeline: the schedule runs backward of micro-batch ", mb,
-                 " before its forward");
-      const Tensor grad = ends_model ? Tensor() : links.receive_gradient(chunk, mb, output->second);
-      const TensorList roots{output->second}, grads = ends_model ? TensorList{} : TensorList{grad};
-      const Tensor& input = inputs.at(key);
-      if (a.pass == Pass::Backward) {
-        if (task.before_backward) task.before_backward(--weight_passes_left == 0);
-        TimedPass pass("backward", task, stats);
-        autograd::backward(roots, grads);
-        --held;
-      } else {  // the input's gradient now, the weights' at this micro-batch's W
-        TimedPass pass("backward input", task, stats);
-        weights.emplace(key, autograd::backward_inputs_first(roots, grads, reads_batch ? TensorList{} : TensorList{input}));
-      }
-      // An input the chunk's output does not depend on gets no gradient: send zeros.
-      if (!reads_batch) links.send_gradient(chunk, mb, input.grad().defined() ? input.grad() : zeros_like(input));
-      inputs.erase(key);
-      outputs.erase(output);  // its activations are freed (after an I, all but what its W needs)
-    } else {
-      auto pending = weights.find(key);
-      LOOM_CHECK(pending != weights.end(), "pipeline: the schedule runs the weights' backward (W) of micro-batch ",
-                 mb, " before its input's (I)");
-      if (task.before_backward) task.before_backward(--weight_passes_left == 0);
-      {
-        TimedPass pass("backward weight", task, stats);
-        pending->second.compute();
-      }
-      weights.erase(pending);
-      --held;
+    run.check_chunk(a.chunk);
+    switch (a.pass) {
+      case Pass::Forward: run.forward(a.chunk, a.micro_batch); break;
+      case Pass::Backward: run.backward(a.chunk, a.micro_batch, /*whole=*/true); break;
+      case Pass::BackwardInput: run.backward(a.chunk, a.micro_batch, /*whole=*/false); break;
+      case Pass::BackwardWeight: run.weight_backward(a.chunk, a.micro_batch); break;
     }
   }
-  LOOM_CHECK(weights.empty(), "pipeline: the schedule left ", weights.size(),
-             " micro-batches' weight gradients (W) unrun");
-  stats.bytes_sent = links.bytes_sent();
-  return stats;
+  return run.finish();
 }
 
 }  // namespace loom::parallel
