@@ -9,7 +9,8 @@
 // W): each stage's passes in order, then the step's length in passes of a
 // whole stage (a forward of a micro-batch through one stage takes one unit,
 // its backward --backward-cost units, of which W takes --weight-share),
-// each stage's idle fraction, the bubble against the theory's
+// the step drawn (passes where they run, idle time as dots; --no-timeline
+// leaves it out), each stage's idle fraction, the bubble against the theory's
 // ((p-1)/(vm+p-1); ZB-H1's in schedule.h), and the most micro-batches'
 // activations a stage holds (interleaved: chunk-sized; ZB-H1: until W).
 #include <cstdio>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
     Flags flags("Print pipeline schedules and simulate them on an ideal machine");
     int stages = 4, micro_batches = 8, chunks = 2;
     double backward_cost = 1, weight_share = 0.5;
+    bool no_timeline = false;
     flags.add("--stages", stages, "pipeline stages (devices)", Scope::Job, integer_in(1, 64));
     flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 1024));
     flags.add("--chunks", chunks, "model chunks per stage of the interleaved schedule", Scope::Job,
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
               number_in(0.01, 100));
     flags.add("--weight-share", weight_share, "the share of a backward that is the weights' gradients (W)",
               Scope::Job, number_in(0, 1));
+    flags.add_switch("--no-timeline", no_timeline, "do not draw the simulated steps", Scope::Job);
     flags.parse(argc, argv);
 
     for (parallel::ScheduleKind kind : {parallel::ScheduleKind::GPipe, parallel::ScheduleKind::OneFOneB,
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
                                       .backward_input = (1 - weight_share) * backward_cost / v,
                                       .backward_weight = weight_share * backward_cost / v};
       const parallel::SimulatedStep step = parallel::simulate_schedule(schedule, v, times);
+      if (!no_timeline) std::printf("on the ideal machine:\n%s", parallel::timeline(step).c_str());
       std::printf("step %.2f stage-passes; idle per stage:", step.step_time);
       for (double idle : step.idle_fraction) std::printf(" %.1f%%", 100 * idle);
       const double theory = kind == parallel::ScheduleKind::ZeroBubbleH1

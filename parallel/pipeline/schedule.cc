@@ -1,6 +1,7 @@
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -185,6 +186,7 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, Pa
   std::vector<int> held(p, 0);
   SimulatedStep step;
   step.peak_in_flight.assign(p, 0);
+  step.passes.resize(p);
   // When `pass` of (v, mb) ended, or nothing if it has not run yet.
   auto ended = [](const std::map<std::pair<int, int>, double>& done, int v, int mb) -> std::optional<double> {
     auto it = done.find({v, mb});
@@ -230,6 +232,7 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, Pa
         // A micro-batch's activations are held from its F to its B or W.
         if (a.pass != Pass::BackwardInput) held[s] += a.pass == Pass::Forward ? 1 : -1;
         step.peak_in_flight[s] = std::max(step.peak_in_flight[s], held[s]);
+        step.passes[s].push_back({a, end - cost, end});
         ++next[s];
         progress = true;
       }
@@ -246,6 +249,34 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, Pa
     step.bubble_fraction += step.idle_fraction.back() / p;
   }
   return step;
+}
+
+std::string timeline(const SimulatedStep& step) {
+  bool with_chunk = false;
+  size_t widest = 0;
+  double shortest = 0;
+  for (const auto& passes : step.passes)
+    for (const SimulatedPass& pass : passes) {
+      with_chunk |= pass.action.chunk != 0;
+      if (pass.end > pass.start && (shortest == 0 || pass.end - pass.start < shortest)) shortest = pass.end - pass.start;
+    }
+  for (const auto& passes : step.passes)
+    for (const SimulatedPass& pass : passes) widest = std::max(widest, action_name(pass.action, with_chunk).size());
+  if (shortest == 0) shortest = 1;
+  const double columns_per_time = (widest + 1) / shortest;
+  auto column = [&](double t) { return static_cast<size_t>(std::lround(t * columns_per_time)); };
+  std::ostringstream out;
+  for (size_t s = 0; s < step.passes.size(); ++s) {
+    std::string row(column(step.step_time), '.');
+    for (const SimulatedPass& pass : step.passes[s]) {
+      const size_t from = column(pass.start), to = column(pass.end);
+      const std::string name = action_name(pass.action, with_chunk);
+      for (size_t c = from; c < to && c < row.size(); ++c) row[c] = c - from < name.size() ? name[c - from] : ' ';
+    }
+    row.erase(row.find_last_not_of(' ') + 1);  // a pass that ends the step leaves no trailing blanks
+    out << "stage " << s << ": " << row << '\n';
+  }
+  return out.str();
 }
 
 double ideal_bubble_fraction(int stages, int micro_batches, int chunks) {

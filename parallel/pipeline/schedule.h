@@ -95,13 +95,26 @@ struct PassTimes {
 // is there. Throws, naming the passes left waiting, if the schedule cannot
 // finish (a stage waits for a pass that waits for it, or a backward comes
 // before its forward).
+struct SimulatedPass {
+  Action action;
+  double start = 0, end = 0;
+};
 struct SimulatedStep {
   double step_time = 0;
   std::vector<double> idle_fraction;  // [stage]
   double bubble_fraction = 0;         // the stages' mean idle fraction
   std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B (or W)
+  std::vector<std::vector<SimulatedPass>> passes;  // [stage]: when each of its passes ran
 };
 SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {});
+
+// The simulated step as a chart, one line per stage, time running right:
+// each pass is its name (F3, I3:1) padded to its length, idle time dots.
+// One pass of the shortest kind is as wide as the longest name plus one.
+//
+//   stage 0: F0 F1 ...... B0    B1
+//   stage 1: ...F0 B0    F1 B1    ...
+std::string timeline(const SimulatedStep& step);
 
 // The idle fraction of an ideal pipeline with balanced stages, where forward
 // and backward passes take equal time: (p - 1) / (v m + p - 1), with v = 1

@@ -18,6 +18,12 @@ grep -q 'bubble 15.8% (these passes in theory: 15.8%); peak activations per stag
   || fail "ZB-H1 with I = W = F/2: 3/19, p micro-batches held until W"
 "$tool" --stages 4 --micro-batches 8 --backward-cost 2 > equal.txt
 grep -q 'bubble 11.1% (these passes in theory: 11.1%)' equal.txt || { cat equal.txt; fail "ZB-H1 with F = I = W: 3/27"; }
+# The drawn steps: 1F1B's stage 0 waits 6 units (18 columns) for its first
+# gradient, ZB-H1's 3 (an I is as short as a forward, so 9 columns).
+grep -q '^stage 0: F0 F1 F2 F3 \.\{18\}B0    F4 B1' equal.txt || { cat equal.txt; fail "1F1B's drawn step"; }
+grep -q '^stage 0: F0 F1 F2 F3 \.\{9\}I0 W0 F4 I1' equal.txt || { cat equal.txt; fail "ZB-H1's drawn step"; }
+"$tool" --no-timeline > plain.txt
+if grep -q 'on the ideal machine' plain.txt; then cat plain.txt; fail "--no-timeline drew the steps"; fi
 "$tool" --stages 3 --micro-batches 4 > skip.txt
 grep -q 'skipped: 4 micro-batches are not a multiple of the 3 stages' skip.txt || { cat skip.txt; exit 1; }
 expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" --chunks 0

@@ -163,6 +163,21 @@ TEST(Schedule, ZeroBubbleH1FinishesWithTheTheoreticalBubble) {
     }
 }
 
+// 1F1B, 2 stages, 2 micro-batches, a backward twice a forward, worked out by
+// hand: stage 1's B0 ends at 4, so stage 0 waits 2 units for it, then 1 for
+// B1 (stage 1 runs F1 first); stage 1 starts after stage 0's F0 and ends 2
+// units before it. One unit is 3 columns (the names' 2 and a blank).
+TEST(Schedule, TimelineDrawsTheSimulatedStep) {
+  const parallel::SimulatedStep step = parallel::simulate_schedule(parallel::one_f_one_b_schedule(2, 2));
+  EXPECT_EQ(parallel::timeline(step),
+            "stage 0: F0 F1 ......B0    ...B1\n"
+            "stage 1: ...F0 B0    F1 B1    ......\n");
+  ASSERT_EQ(step.passes[0].size(), 4u);
+  EXPECT_EQ(step.passes[0][2].action, (parallel::Action{parallel::Pass::Backward, 0}));
+  EXPECT_DOUBLE_EQ(step.passes[0][2].start, 4);
+  EXPECT_DOUBLE_EQ(step.passes[0][2].end, 6);
+}
+
 TEST(Schedule, SimulationRefusesAWeightPassBeforeItsInputPass) {
   EXPECT_THROW_MSG(parallel::simulate_schedule({{{parallel::Pass::Forward, 0},
                                                  {parallel::Pass::BackwardWeight, 0},
