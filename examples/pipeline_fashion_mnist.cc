@@ -7,7 +7,7 @@
 //
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2             # stages as threads, one process
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --schedule interleaved --chunks 2
-//   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --micro-batches 8 --schedule zb-h1
+//   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --micro-batches 8 --schedule zb-h1 --timeline
 //   mpirun -np 2 bazel-bin/examples/pipeline_fashion_mnist --epochs 5     # one stage per rank
 //   (as root add --allow-run-as-root --oversubscribe; see docs/comm.md)
 //
@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
                   Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
         flags.add("--chunks", chunks, "interleaved: model chunks per stage (micro-batches: a multiple of the stages)",
                   Scope::Job, integer_in(1, 8));
+        bool draw_timeline = false;
+        flags.add_switch("--timeline", draw_timeline,
+                         "at the end, draw the last step: each stage's passes where they ran, idle time as dots "
+                         "(stages as threads)",
+                         Scope::Job);
         flags.parse(argc, argv);
         const Rank me = join_job(world, flags, config.device);
         const bool over_ranks = me.group->size() > 1;
@@ -75,6 +80,8 @@ int main(int argc, char** argv) {
           LOOM_CHECK(stages_flag->count() == 0 || stages == me.group->size(), "--stages ", stages, " under mpirun -np ",
                      me.group->size(), ": leave it out, there is one stage per rank");
           stages = me.group->size();
+          LOOM_CHECK(!draw_timeline, "--timeline draws the stages of one process: leave it out under mpirun (each rank's "
+                     "--trace file shows its passes)");
         }
         const parallel::ScheduleKind kind = parallel::schedule_kind(schedule);
         if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = 1;
@@ -107,6 +114,9 @@ int main(int argc, char** argv) {
           if (!run.end_epoch(epoch)) break;
         }
         run.finish();
+        if (draw_timeline && in_process && me.group->rank() == 0)
+          std::printf("the last step, %.1f ms, as measured:\n%s", 1e3 * in_process->stats().step_seconds,
+                      parallel::timeline(in_process->stats()).c_str());
         return 0;
       },
       parallel::abandon_job);

@@ -172,6 +172,7 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
   if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
   GroupLinks links(*group_, device_, m, lane_, sends_lane_);
   const Stopwatch watch;
+  task.step_start = watch.started();
   stats_ = run_stage(actions(), task, links);
   links.wait_for_sends();
   step_seconds_ = watch.seconds();

@@ -102,6 +102,12 @@ class MailboxLinks : public StageLinks {
 
 }  // namespace
 
+std::string timeline(const PipelineStats& stats, int width) {
+  std::vector<std::vector<PassTime>> passes;
+  for (const StageStats& stage : stats.stages) passes.push_back(stage.passes);
+  return timeline(passes, stats.step_seconds, width);
+}
+
 Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
   LOOM_CHECK(x.defined() && y.defined() && x.size(0) == y.size(0), "Pipeline: inputs and targets need the same batch size");
   const int m = options_.micro_batches;
@@ -130,7 +136,7 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
       y_ready.wait_here();
       used_here(x);
       used_here(y);
-      StageTask task{.device = devices_[s], .lane = lanes_[s]};
+      StageTask task{.device = devices_[s], .lane = lanes_[s], .step_start = start};
       for (const nn::ModulePtr& chunk : stage_chunks(parts_, s, stages)) task.chunks.push_back(*chunk);
       if (s == 0) task.first.emplace(FirstStage{inputs});
       if (s == stages - 1) task.last.emplace(LastStage{targets, loss, x.size(0), losses});

@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/layers/container.h"
@@ -47,6 +48,10 @@ struct PipelineStats {
   double bubble_fraction = 0;  // the stages' mean idle fraction
   std::vector<StageStats> stages;
 };
+
+// The last step as a chart `width` columns wide: each stage's passes where
+// they ran, idle time as dots (schedule.h's timeline, on measured times).
+std::string timeline(const PipelineStats& stats, int width = 100);
 
 // Cuts a Sequential before the children at `boundaries` (increasing indices):
 // {2, 5} makes children [0, 2), [2, 5), [5, end). The parts share the

@@ -251,24 +251,24 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, Pa
   return step;
 }
 
-std::string timeline(const SimulatedStep& step) {
+std::string timeline(const std::vector<std::vector<PassTime>>& passes, double step_time, int width) {
   bool with_chunk = false;
   size_t widest = 0;
   double shortest = 0;
-  for (const auto& passes : step.passes)
-    for (const SimulatedPass& pass : passes) {
+  for (const auto& row : passes)
+    for (const PassTime& pass : row) {
       with_chunk |= pass.action.chunk != 0;
       if (pass.end > pass.start && (shortest == 0 || pass.end - pass.start < shortest)) shortest = pass.end - pass.start;
     }
-  for (const auto& passes : step.passes)
-    for (const SimulatedPass& pass : passes) widest = std::max(widest, action_name(pass.action, with_chunk).size());
+  for (const auto& row : passes)
+    for (const PassTime& pass : row) widest = std::max(widest, action_name(pass.action, with_chunk).size());
   if (shortest == 0) shortest = 1;
-  const double columns_per_time = (widest + 1) / shortest;
-  auto column = [&](double t) { return static_cast<size_t>(std::lround(t * columns_per_time)); };
+  const double columns_per_time = width > 0 && step_time > 0 ? width / step_time : (widest + 1) / shortest;
+  auto column = [&](double t) { return static_cast<size_t>(std::max(0L, std::lround(t * columns_per_time))); };
   std::ostringstream out;
-  for (size_t s = 0; s < step.passes.size(); ++s) {
-    std::string row(column(step.step_time), '.');
-    for (const SimulatedPass& pass : step.passes[s]) {
+  for (size_t s = 0; s < passes.size(); ++s) {
+    std::string row(column(step_time), '.');
+    for (const PassTime& pass : passes[s]) {
       const size_t from = column(pass.start), to = column(pass.end);
       const std::string name = action_name(pass.action, with_chunk);
       for (size_t c = from; c < to && c < row.size(); ++c) row[c] = c - from < name.size() ? name[c - from] : ' ';

@@ -95,7 +95,8 @@ struct PassTimes {
 // is there. Throws, naming the passes left waiting, if the schedule cannot
 // finish (a stage waits for a pass that waits for it, or a backward comes
 // before its forward).
-struct SimulatedPass {
+// When a pass ran, from the step's start (simulated units, or seconds).
+struct PassTime {
   Action action;
   double start = 0, end = 0;
 };
@@ -104,17 +105,19 @@ struct SimulatedStep {
   std::vector<double> idle_fraction;  // [stage]
   double bubble_fraction = 0;         // the stages' mean idle fraction
   std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B (or W)
-  std::vector<std::vector<SimulatedPass>> passes;  // [stage]: when each of its passes ran
+  std::vector<std::vector<PassTime>> passes;  // [stage]: when each of its passes ran
 };
 SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {});
 
-// The simulated step as a chart, one line per stage, time running right:
-// each pass is its name (F3, I3:1) padded to its length, idle time dots.
-// One pass of the shortest kind is as wide as the longest name plus one.
+// A step as a chart, one line per stage, time running right: each pass is
+// its name (F3, I3:1) padded to its length, idle time dots. `width` columns
+// span the step; 0 scales it so that the shortest pass is as wide as the
+// longest name plus one (a simulated step's passes are all named in full).
 //
-//   stage 0: F0 F1 ...... B0    B1
-//   stage 1: ...F0 B0    F1 B1    ...
-std::string timeline(const SimulatedStep& step);
+//   stage 0: F0 F1 ......B0    ...B1
+//   stage 1: ...F0 B0    F1 B1    ......
+std::string timeline(const std::vector<std::vector<PassTime>>& passes, double step_time, int width = 0);
+inline std::string timeline(const SimulatedStep& step) { return timeline(step.passes, step.step_time); }
 
 // The idle fraction of an ideal pipeline with balanced stages, where forward
 // and backward passes take equal time: (p - 1) / (v m + p - 1), with v = 1

@@ -48,16 +48,22 @@ void StageLinks::send_gradient(int chunk, int micro_batch, const Tensor& gradien
 
 namespace {
 
-// A forward or backward pass of one micro-batch, for its scope: a span in the
-// trace (on a GPU, the GPU's time), and the stage's busy time.
+// A pass of one micro-batch, for its scope: a span in the trace (on a GPU,
+// the GPU's time), the stage's busy time and when it ran.
 class TimedPass {
  public:
-  TimedPass(const char* name, const StageTask& task, StageStats& stats)
-      : span_(name, "compute", task.lane, task.device), stats_(stats) {}
-  ~TimedPass() { stats_.busy_seconds += watch_.seconds(); }
+  TimedPass(const char* name, const Action& action, const StageTask& task, StageStats& stats)
+      : span_(name, "compute", task.lane, task.device), action_(action), step_start_(task.step_start), stats_(stats) {}
+  ~TimedPass() {
+    const double seconds = watch_.seconds(), end = seconds_since(step_start_);
+    stats_.busy_seconds += seconds;
+    stats_.passes.push_back({action_, end - seconds, end});
+  }
 
  private:
   trace::Span span_;
+  Action action_;
+  std::chrono::steady_clock::time_point step_start_;
   StageStats& stats_;
   Stopwatch watch_;
 };
@@ -89,7 +95,7 @@ class StageRun {
                                    : links_.receive_activation(chunk, mb).detach().requires_grad_();  // the chunk's graph starts here
     Tensor out;
     {
-      TimedPass pass("forward", task_, stats_);
+      TimedPass pass("forward", {Pass::Forward, mb, chunk}, task_, stats_);
       out = task_.chunks[chunk].get().forward(in);
       if (ends_model(chunk)) out = weighted_loss(*task_.last, out, mb, task_.device);
     }
@@ -110,11 +116,11 @@ class StageRun {
     const Tensor input = inputs_.at({chunk, mb});
     if (whole) {
       before_weight_pass();
-      TimedPass pass("backward", task_, stats_);
+      TimedPass pass("backward", {Pass::Backward, mb, chunk}, task_, stats_);
       autograd::backward(roots, grads);
       --held_;
     } else {
-      TimedPass pass("backward input", task_, stats_);
+      TimedPass pass("backward input", {Pass::BackwardInput, mb, chunk}, task_, stats_);
       weights_.emplace(std::pair{chunk, mb}, autograd::backward_inputs_first(
                                                  roots, grads, reads_batch(chunk) ? TensorList{} : TensorList{input}));
     }
@@ -131,7 +137,7 @@ class StageRun {
                " before its input's (I)");
     before_weight_pass();
     {
-      TimedPass pass("backward weight", task_, stats_);
+      TimedPass pass("backward weight", {Pass::BackwardWeight, mb, chunk}, task_, stats_);
       pending->second.compute();
     }
     weights_.erase(pending);

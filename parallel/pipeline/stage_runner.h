@@ -7,6 +7,7 @@
 // run the same code below, so they train identically.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ struct StageStats {
   double idle_fraction = 0;  // 1 - busy / step time
   int peak_in_flight = 0;    // most micro-batches whose activations it held at once (F to B, or to W)
   int64_t bytes_sent = 0;    // activations and gradients passed to neighbours
+  // When each pass ran, in seconds from the step's start as the host saw it
+  // (on a GPU: from its first to its last queued kernel, not the kernels' time).
+  std::vector<PassTime> passes;
 };
 
 // How a stage exchanges tensors with the stages before and after it. Each
@@ -82,6 +86,7 @@ struct StageTask {
   std::optional<FirstStage> first{};  // set on the first stage only
   std::optional<LastStage> last{};    // set on the last stage only
   int lane = 0;                     // trace::lane() of its spans, looked up once by the owner
+  std::chrono::steady_clock::time_point step_start = std::chrono::steady_clock::now();  // for stats.passes
   // Called before each backward pass, told whether it is the stage's last of
   // the step (a hybrid pipeline averages gradients over its data group then).
   std::function<void(bool last_backward)> before_backward{};

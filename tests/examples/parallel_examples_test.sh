@@ -26,6 +26,10 @@ grep -q "does not split evenly over 2 ranks" odd.log || { echo "ddp: unclear err
 "$single" "${tiny[@]}" --batch-size 64 > single.log 2>&1 || { cat single.log; exit 1; }
 "$pipe" "${tiny[@]}" --batch-size 64 --stages 3 --micro-batches 4 --trace threads.json > pipe.log 2>&1 \
   || { cat pipe.log; exit 1; }
+# Zero bubble, drawing its last step: one row per stage after the header.
+"$pipe" "${tiny[@]}" --batch-size 64 --stages 3 --micro-batches 4 --schedule zb-h1 --timeline > zb.log 2>&1 \
+  || { cat zb.log; exit 1; }
+[ "$(sed -n '/as measured:$/,$p' zb.log | grep -c '^stage [012]: ')" = 3 ] || { echo "zb-h1: no chart"; cat zb.log; exit 1; }
 mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --batch-size 64 --schedule gpipe --trace ranks.json \
   > mpipe.log 2>&1 || { cat mpipe.log; exit 1; }
 [ "$(grep -c '^RESULT' mpipe.log)" = 1 ] || { echo "pipeline: only the last rank should print RESULT"; cat mpipe.log; exit 1; }
@@ -34,7 +38,7 @@ for trace in threads.json ranks.rank0.json ranks.rank1.json; do
     || { echo "pipeline: bad trace $trace"; exit 1; }
 done
 # Same batches, same weights: the same test loss as one device, up to rounding.
-python3 - single.log pipe.log mpipe.log <<'PY' || exit 1
+python3 - single.log pipe.log zb.log mpipe.log <<'PY' || exit 1
 import json, sys
 def result(path):
     line = [l for l in open(path) if l.startswith("RESULT ")][-1]
@@ -49,4 +53,8 @@ if mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --resume > r
   echo "pipeline: --resume over ranks should be refused"; cat resume.log; exit 1
 fi
 grep -q "resume is not supported for a pipeline over ranks" resume.log || { cat resume.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --timeline > timeline.log 2>&1; then
+  echo "pipeline: --timeline over ranks should be refused"; cat timeline.log; exit 1
+fi
+grep -q -- "--timeline draws the stages of one process" timeline.log || { cat timeline.log; exit 1; }
 echo PASS

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
 #include <tuple>
 
 #include "nn/nn.h"
@@ -303,6 +304,37 @@ TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m));
   for (int s = 0; s < p; ++s)
     EXPECT_EQ(zb.stats().stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+}
+
+// Each stage records its passes, in its row's order, inside the step; the
+// chart of them is one line per stage, as wide as asked.
+TEST(PipelineTimeline, StagesRecordWhenTheirPassesRan) {
+  const int p = 3, m = 4;
+  auto pipe = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleH1, 2, 1, 2);
+  pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  const parallel::PipelineStats& stats = pipe.stats();
+  for (int s = 0; s < p; ++s) {
+    const std::vector<parallel::PassTime>& passes = stats.stages[s].passes;
+    ASSERT_EQ(passes.size(), pipe.schedule()[s].size()) << "stage " << s;
+    double previous_end = 0;
+    for (size_t i = 0; i < passes.size(); ++i) {
+      EXPECT_EQ(passes[i].action, pipe.schedule()[s][i]) << "stage " << s << " pass " << i;
+      EXPECT_GE(passes[i].start, previous_end) << "stage " << s << " pass " << i;
+      EXPECT_GE(passes[i].end, passes[i].start);
+      previous_end = passes[i].end;
+    }
+    EXPECT_LE(previous_end, stats.step_seconds);
+  }
+  const std::string chart = parallel::timeline(stats, 60);
+  std::istringstream lines(chart);
+  std::string line;
+  for (int s = 0; s < p; ++s) {
+    ASSERT_TRUE(std::getline(lines, line));
+    const std::string prefix = "stage " + std::to_string(s) + ": ";
+    EXPECT_EQ(line.rfind(prefix, 0), 0u) << line;
+    EXPECT_LE(line.size(), prefix.size() + 60) << line;
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << "one line per stage";
 }
 
 TEST(Pipeline, InterleavedPartsMustFillEveryStagesChunks) {
