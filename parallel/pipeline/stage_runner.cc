@@ -88,6 +88,7 @@ class StageRun {
   StageRun(const std::vector<Action>& actions, const StageTask& task, StageLinks& links)
       : task_(task), links_(links), last_chunk_(static_cast<int>(task.chunks.size()) - 1) {
     for (const Action& a : actions) weight_passes_left_ += a.pass == Pass::Backward || a.pass == Pass::BackwardWeight;
+    stats_.passes.reserve(actions.size());
   }
 
   void forward(int chunk, int mb) {
