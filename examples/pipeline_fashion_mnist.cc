@@ -8,6 +8,7 @@
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2             # stages as threads, one process
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --schedule interleaved --chunks 2
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --micro-batches 8 --schedule zb-h1 --timeline
+//   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --balance time   # cuts from measured layer times
 //   mpirun -np 2 bazel-bin/examples/pipeline_fashion_mnist --epochs 5     # one stage per rank
 //   (as root add --allow-run-as-root --oversubscribe; see docs/comm.md)
 //
@@ -25,6 +26,7 @@
 #include "examples/common/ranks.h"
 #include "nn/functional.h"
 #include "parallel/comm/init.h"
+#include "parallel/pipeline/balance.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
 
@@ -41,6 +43,34 @@ std::vector<int> cuts_for(int parts) {
   std::vector<int> cuts(by_preference.begin(), by_preference.begin() + (parts - 1));
   std::sort(cuts.begin(), cuts.end());
   return cuts;
+}
+
+// Cuts for `parts` stages of about equal time, measured on a batch of zeros
+// on rank 0; the other ranks take rank 0's cuts (their own timings would differ).
+std::vector<int> timed_cuts(const nn::Sequential& model, const examples::FashionMnistConfig& config,
+                            const examples::Rank& me, int parts) {
+  LOOM_CHECK(parts <= static_cast<int>(model->size()), "the CNN has ", model->size(), " layers: it cannot make ", parts,
+             " parts (stages x chunks)");
+  Tensor cuts = empty({parts - 1}, {.dtype = kInt64});
+  if (me.group->rank() == 0) {
+    const Tensor sample = zeros({config.batch_size, 1, 28, 28}, {.device = me.device});
+    const std::vector<int> mine = parallel::balance_by_time(model, sample, parts);
+    for (int i = 0; i < parts - 1; ++i) cuts.data_ptr<int64_t>()[i] = mine[i];
+  }
+  if (me.group->size() > 1 && parts > 1) {  // on the rank's device: an NCCL group sends GPU tensors only
+    Tensor shared = cuts.to(me.device);
+    me.group->broadcast(shared, 0)->wait();
+    cuts = shared.to(Device::cpu());
+  }
+  std::vector<int> out;
+  for (int i = 0; i < parts - 1; ++i) out.push_back(static_cast<int>(cuts.data_ptr<int64_t>()[i]));
+  return out;
+}
+
+std::string text(const std::vector<int>& cuts) {
+  std::string out = "{";
+  for (size_t i = 0; i < cuts.size(); ++i) out += (i ? ", " : "") + std::to_string(cuts[i]);
+  return out + "}";
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels) { return nn::functional::cross_entropy(logits, labels); }
@@ -68,6 +98,11 @@ int main(int argc, char** argv) {
                   Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
         flags.add("--chunks", chunks, "interleaved: model chunks per stage (micro-batches: a multiple of the stages)",
                   Scope::Job, integer_in(1, 8));
+        std::string balance = "layers";
+        flags.add("--balance", balance,
+                  "where to cut the CNN: layers (fixed cuts by layer count) or time (stages of about equal "
+                  "forward + backward time, measured on a batch first)",
+                  Scope::Job, CLI::IsMember({"time", "layers"}));
         bool draw_timeline = false;
         flags.add_switch("--timeline", draw_timeline,
                          "at the end, draw the last step: each stage's passes where they ran, idle time as dots "
@@ -93,7 +128,11 @@ int main(int argc, char** argv) {
         FashionMnist run(config, flags, me.device, ranks);
         // The parts share the model's layers: training them trains run.model.
         // Part i runs on stage i % stages (one part per stage unless interleaved).
-        const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts_for(stages * chunks));
+        const std::vector<int> cuts =
+            balance == "time" ? timed_cuts(run.model, config, me, stages * chunks) : cuts_for(stages * chunks);
+        if (me.group->rank() == 0 && stages * chunks > 1)
+          std::printf("cut before layers %s (by %s)\n", text(cuts).c_str(), balance.c_str());
+        const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts);
         std::unique_ptr<parallel::Pipeline> in_process;
         std::unique_ptr<parallel::DistributedPipeline> over;
         if (over_ranks)

@@ -21,6 +21,7 @@
 #include "parallel/comm/thread_group.h"
 #include "parallel/data_parallel.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/pipeline/balance.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
@@ -34,65 +35,6 @@
 #include "bench/compare/measuring.h"
 
 namespace loom::bench {
-namespace {
-
-// Forward and backward seconds of each child of a Sequential on the whole
-// batch (median of three), and the bytes of each child's output.
-struct ChildTimes {
-  std::vector<double> forward_s, backward_s, output_bytes;
-};
-
-ChildTimes time_children(const Workload& w) {
-  auto seq = as_sequential(w.model->clone());
-  ChildTimes t;
-  Tensor x = w.input;
-  for (size_t i = 0; i < seq->size(); ++i) {
-    Tensor in = is_floating(x.dtype()) ? x.detach().requires_grad_() : x;
-    std::vector<double> fwd, bwd;
-    Tensor out;
-    for (int rep = 0; rep < 3; ++rep) {
-      auto start = Clock::now();
-      out = (*seq)[i]->forward(in);
-      synchronize(w.input.device());
-      fwd.push_back(seconds_since(start));
-      Tensor grad = ones_like(out);
-      start = Clock::now();
-      if (out.requires_grad()) autograd::backward({out}, {grad});
-      synchronize(w.input.device());
-      bwd.push_back(seconds_since(start));
-    }
-    t.forward_s.push_back(median3(fwd));
-    t.backward_s.push_back(median3(bwd));
-    t.output_bytes.push_back(bytes_in(out));
-    x = out.detach();
-  }
-  return t;
-}
-
-}  // namespace
-
-namespace {
-
-// Cuts the children into `stages` parts where the running forward + backward
-// time first passes k/stages of the whole, keeping at least one child per stage.
-std::vector<int> balanced_cuts(const ChildTimes& t, int stages) {
-  const int n = static_cast<int>(t.forward_s.size());
-  double total = 0;
-  for (int i = 0; i < n; ++i) total += t.forward_s[i] + t.backward_s[i];
-  std::vector<int> cuts;
-  double running = 0;
-  for (int i = 0; i < n && static_cast<int>(cuts.size()) < stages - 1; ++i) {
-    running += t.forward_s[i] + t.backward_s[i];
-    const int k = static_cast<int>(cuts.size()) + 1;
-    const int children_left = n - (i + 1), stages_left = stages - k;
-    if ((running >= total * k / stages || children_left == stages_left) && children_left >= stages_left)
-      cuts.push_back(i + 1);
-  }
-  return cuts;
-}
-
-}  // namespace
-
 StagePlan plan_stages(const Workload& w, int stages) {
   StagePlan plan;
   Profile& p = plan.profile;
@@ -100,17 +42,17 @@ StagePlan plan_stages(const Workload& w, int stages) {
   for (const Tensor& t : w.model->parameters()) p.parameter_bytes += bytes_in(t);
   auto seq = as_sequential(w.model);
   if (seq && static_cast<int>(seq->size()) >= stages) {
-    const ChildTimes t = time_children(w);
-    plan.boundaries = balanced_cuts(t, stages);
+    const parallel::ChildCosts t = parallel::time_children(nn::Sequential(seq), w.input);
+    plan.boundaries = parallel::balanced_boundaries(t.seconds(), stages);
     std::vector<int> ends = plan.boundaries;
-    ends.push_back(static_cast<int>(t.forward_s.size()));
+    ends.push_back(static_cast<int>(t.forward_seconds.size()));
     int begin = 0;
     for (int end : ends) {
       double f = 0, b = 0;
-      for (int i = begin; i < end; ++i) f += t.forward_s[i], b += t.backward_s[i];
+      for (int i = begin; i < end; ++i) f += t.forward_seconds[i], b += t.backward_seconds[i];
       p.stage_forward_s.push_back(f);
       p.stage_backward_s.push_back(b);
-      if (end < ends.back()) p.boundary_bytes.push_back(t.output_bytes[end - 1]);
+      if (end < ends.back()) p.boundary_bytes.push_back(static_cast<double>(t.output_bytes[end - 1]));
       begin = end;
     }
   }

@@ -27,10 +27,12 @@ grep -q "does not split evenly over 2 ranks" odd.log || { echo "ddp: unclear err
 "$pipe" "${tiny[@]}" --batch-size 64 --stages 3 --micro-batches 4 --trace threads.json > pipe.log 2>&1 \
   || { cat pipe.log; exit 1; }
 # Zero bubble, drawing its last step: one row per stage after the header.
-"$pipe" "${tiny[@]}" --batch-size 64 --stages 3 --micro-batches 4 --schedule zb-h1 --timeline > zb.log 2>&1 \
+"$pipe" "${tiny[@]}" --batch-size 64 --stages 3 --micro-batches 4 --schedule zb-h1 --timeline --balance time > zb.log 2>&1 \
   || { cat zb.log; exit 1; }
 [ "$(sed -n '/as measured:$/,$p' zb.log | grep -c '^stage [012]: ')" = 3 ] || { echo "zb-h1: no chart"; cat zb.log; exit 1; }
-mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --batch-size 64 --schedule gpipe --trace ranks.json \
+grep -q '^cut before layers {[0-9]*, [0-9]*} (by time)$' zb.log || { echo "zb-h1: no timed cuts"; cat zb.log; exit 1; }
+# Over ranks, rank 0 times the layers and the others take its cuts.
+mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --batch-size 64 --schedule gpipe --balance time --trace ranks.json \
   > mpipe.log 2>&1 || { cat mpipe.log; exit 1; }
 [ "$(grep -c '^RESULT' mpipe.log)" = 1 ] || { echo "pipeline: only the last rank should print RESULT"; cat mpipe.log; exit 1; }
 for trace in threads.json ranks.rank0.json ranks.rank1.json; do
