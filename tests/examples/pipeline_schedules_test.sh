@@ -27,4 +27,5 @@ if grep -q 'on the ideal machine' plain.txt; then cat plain.txt; fail "--no-time
 "$tool" --stages 3 --micro-batches 4 > skip.txt
 grep -q 'skipped: 4 micro-batches are not a multiple of the 3 stages' skip.txt || { cat skip.txt; exit 1; }
 expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" --chunks 0
+expect_failure weight 2 "--weight-share: expected a finite number from 0 to 1, got '2'" -- "$tool" --weight-share 2
 echo PASS
