@@ -105,8 +105,7 @@ int main(int argc, char** argv) {
                   Scope::Job, CLI::IsMember({"time", "layers"}));
         bool draw_timeline = false;
         flags.add_switch("--timeline", draw_timeline,
-                         "at the end, draw the last step: each stage's passes where they ran, idle time as dots "
-                         "(stages as threads)",
+                         "at the end, draw the last step: each stage's passes where they ran, idle time as dots",
                          Scope::Job);
         flags.parse(argc, argv);
         const Rank me = join_job(world, flags, config.device);
@@ -115,8 +114,6 @@ int main(int argc, char** argv) {
           LOOM_CHECK(stages_flag->count() == 0 || stages == me.group->size(), "--stages ", stages, " under mpirun -np ",
                      me.group->size(), ": leave it out, there is one stage per rank");
           stages = me.group->size();
-          LOOM_CHECK(!draw_timeline, "--timeline draws the stages of one process: leave it out under mpirun (each rank's "
-                     "--trace file shows its passes)");
         }
         const parallel::ScheduleKind kind = parallel::schedule_kind(schedule);
         if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = 1;
@@ -153,9 +150,10 @@ int main(int argc, char** argv) {
           if (!run.end_epoch(epoch)) break;
         }
         run.finish();
-        if (draw_timeline && in_process && me.group->rank() == 0)
-          std::printf("the last step, %.1f ms, as measured:\n%s", 1e3 * in_process->stats().step_seconds,
-                      parallel::timeline(in_process->stats()).c_str());
+        if (draw_timeline) {  // over ranks, every rank takes part and rank 0 draws
+          const std::string chart = over ? over->timeline() : parallel::timeline(in_process->stats());
+          if (me.group->rank() == 0) std::printf("the last step, as measured:\n%s", chart.c_str());
+        }
         return 0;
       },
       parallel::abandon_job);

@@ -180,6 +180,31 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
   return last ? sum_losses(losses) : Tensor();
 }
 
+std::string DistributedPipeline::timeline(int width) const {
+  LOOM_CHECK(stats_.passes.size() == actions().size(), "DistributedPipeline::timeline: no train_step to draw yet");
+  // Each rank's step seconds, then a (pass, micro-batch, chunk, start, end) row per pass.
+  constexpr int kFields = 5;
+  std::vector<double> mine{step_seconds_};
+  for (const PassTime& t : stats_.passes)
+    mine.insert(mine.end(), {static_cast<double>(t.action.pass), static_cast<double>(t.action.micro_batch),
+                             static_cast<double>(t.action.chunk), t.start, t.end});
+  std::vector<Tensor> all;
+  for (int r = 0; r < stages_; ++r)
+    all.push_back(empty({1 + kFields * static_cast<int64_t>(schedule_[r].size())}, {.dtype = kFloat64, .device = device_}));
+  group_->all_gather(all, from_vector(mine).to(device_))->wait();
+  if (rank_ != 0) return "";
+  std::vector<std::vector<PassTime>> passes(stages_);
+  double step = 0;
+  for (int r = 0; r < stages_; ++r) {
+    const std::vector<double> v = all[r].to_vector<double>();
+    step = std::max(step, v[0]);
+    for (size_t i = 1; i + kFields <= v.size(); i += kFields)
+      passes[r].push_back({{static_cast<Pass>(v[i]), static_cast<int>(v[i + 1]), static_cast<int>(v[i + 2])},
+                           v[i + 3], v[i + 4]});
+  }
+  return parallel::timeline(passes, step, width);
+}
+
 Tensor DistributedPipeline::forward(const Tensor& x) {
   NoGradGuard no_grad;
   const int m = options_.micro_batches, last_chunk = static_cast<int>(chunks_.size()) - 1;

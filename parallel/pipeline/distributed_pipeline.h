@@ -39,6 +39,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/module.h"
@@ -81,6 +82,11 @@ class DistributedPipeline {
   // its own step time (the pipeline's bubble: against the longest rank's).
   const StageStats& stats() const { return stats_; }
   double step_seconds() const { return step_seconds_; }
+  // The last step drawn as schedule.h's timeline() draws one, `width`
+  // columns wide: every rank's passes, each from its own start of the step
+  // (the ranks start within the time a step's first message takes). A
+  // collective: every rank calls it; rank 0 gets the chart, the others "".
+  std::string timeline(int width = 100) const;
 
  private:
   std::vector<nn::ModulePtr> chunks_;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "parallel/comm/thread_group.h"
 #include "parallel/trace.h"
 #include "tests/parallel/pipeline_checks.h"
@@ -136,6 +138,31 @@ TEST(DistributedPipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
     EXPECT_EQ(zb_stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
     EXPECT_EQ(zb_stats[s].bytes_sent, one_f_one_b_stats[s].bytes_sent) << "rank " << s << ": the same messages";
   }
+}
+
+// Every rank records its passes; rank 0 draws them all, one row per rank,
+// each in its schedule's order.
+TEST(DistributedPipeline, TimelineGathersEveryRanksPasses) {
+  const int p = 3, m = 4;
+  std::vector<std::string> charts(p);
+  testing::run_rank_threads(p, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    DistributedPipeline pipe(std::make_shared<testing::SleepStageImpl>(2, 2), group,
+                             {.micro_batches = m, .schedule = ScheduleKind::ZeroBubbleH1});
+    EXPECT_THROW_MSG(pipe.timeline(), "no train_step to draw yet");
+    pipe.train_step(ones({m, 2}), zeros({m}), testing::sum_loss);
+    ASSERT_EQ(pipe.stats().passes.size(), pipe.actions().size());
+    for (size_t i = 0; i < pipe.actions().size(); ++i) EXPECT_EQ(pipe.stats().passes[i].action, pipe.actions()[i]);
+    charts[rank] = pipe.timeline(60);
+  });
+  EXPECT_EQ(charts[1], "");
+  EXPECT_EQ(charts[2], "");
+  std::istringstream lines(charts[0]);
+  std::string line;
+  for (int s = 0; s < p; ++s) {
+    ASSERT_TRUE(std::getline(lines, line)) << charts[0];
+    EXPECT_EQ(line.rfind("stage " + std::to_string(s) + ": ", 0), 0u) << line;
+  }
+  EXPECT_FALSE(std::getline(lines, line)) << "one line per rank";
 }
 
 TEST(DistributedPipeline, ChunksMustMatchTheOptions) {
