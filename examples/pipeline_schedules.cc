@@ -19,6 +19,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulator.h"
 
 int main(int argc, char** argv) {
   using namespace loom;

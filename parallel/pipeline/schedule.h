@@ -80,52 +80,7 @@ ScheduleKind schedule_kind(const std::string& name);  // the inverse; throws for
 // "stage 0: F0 F1 ... B0 ...", one line per stage; chunks after a colon
 // (F0:1) when the schedule has more than one.
 std::string to_string(const PipelineSchedule& schedule);
-
-// How long each pass of one chunk takes on the ideal machine below; a whole
-// backward (B) takes both halves.
-struct PassTimes {
-  double forward = 1;
-  double backward_input = 1;   // I
-  double backward_weight = 1;  // W
-};
-
-// A schedule run on an ideal machine: passes take `times`, messages take no
-// time, and a pass starts as soon as its stage is free and its input (the
-// previous chunk's activation, the next chunk's gradient, for W its own I)
-// is there. Throws, naming the passes left waiting, if the schedule cannot
-// finish (a stage waits for a pass that waits for it, or a backward comes
-// before its forward).
-// When a pass ran, from the step's start (simulated units, or seconds).
-struct PassTime {
-  Action action;
-  double start = 0, end = 0;
-};
-struct SimulatedStep {
-  double step_time = 0;
-  std::vector<double> idle_fraction;  // [stage]
-  double bubble_fraction = 0;         // the stages' mean idle fraction
-  std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B (or W)
-  std::vector<std::vector<PassTime>> passes;  // [stage]: when each of its passes ran
-};
-SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {});
-
-// A step as a chart, one line per stage, time running right: each pass is
-// its name (F3, I3:1) padded to its length, idle time dots. `width` columns
-// span the step; 0 scales it so that the shortest pass is as wide as the
-// longest name plus one (a simulated step's passes are all named in full).
-//
-//   stage 0: F0 F1 ......B0    ...B1
-//   stage 1: ...F0 B0    F1 B1    ......
-std::string timeline(const std::vector<std::vector<PassTime>>& passes, double step_time, int width = 0);
-inline std::string timeline(const SimulatedStep& step) { return timeline(step.passes, step.step_time); }
-
-// The idle fraction of an ideal pipeline with balanced stages, where forward
-// and backward passes take equal time: (p - 1) / (v m + p - 1), with v = 1
-// for GPipe and 1F1B.
-double ideal_bubble_fraction(int stages, int micro_batches, int chunks = 1);
-// ZB-H1's on the ideal machine, for m >= p and a W no longer than an I:
-// (p - 1)(F + I - W) / (m (F + I + W) + (p - 1)(F + I - W)); with equal
-// passes (p - 1) / (3m + p - 1), a third of 1F1B's idle time.
-double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes times = {});
+// One action: "F3", or "F3:1" with its chunk.
+std::string to_string(const Action& action, bool with_chunk = false);
 
 }  // namespace loom::parallel

@@ -15,6 +15,7 @@
 
 #include "nn/module.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulator.h"
 
 namespace loom::parallel {
 
