@@ -1,8 +1,9 @@
 // Pipeline parallelism in one process: a model split into p stages, one per
 // device, each run by its own worker thread; a batch split into m
 // micro-batches that flow through the stages according to a schedule
-// (GPipe, 1F1B, interleaved 1F1B or zero-bubble ZB-H1, see schedule.h). Activations move forward
-// and gradients backward between stages through mailboxes; gradients
+// (GPipe, 1F1B, interleaved 1F1B or zero-bubble ZB-H1, see schedule.h).
+// Activations move forward and gradients backward between stages through
+// mailboxes; gradients
 // accumulate over the micro-batches, so one train_step equals one step on
 // the whole batch.
 //
@@ -50,7 +51,7 @@ struct PipelineStats {
 };
 
 // The last step as a chart `width` columns wide: each stage's passes where
-// they ran, idle time as dots (schedule.h's timeline, on measured times).
+// they ran, idle time as dots (simulator.h's timeline, on measured times).
 std::string timeline(const PipelineStats& stats, int width = 100);
 
 // Cuts a Sequential before the children at `boundaries` (increasing indices):

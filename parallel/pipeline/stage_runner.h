@@ -88,8 +88,9 @@ struct StageTask {
   std::optional<LastStage> last{};    // set on the last stage only
   int lane = 0;                     // trace::lane() of its spans, looked up once by the owner
   std::chrono::steady_clock::time_point step_start = std::chrono::steady_clock::now();  // for stats.passes
-  // Called before each backward pass, told whether it is the stage's last of
-  // the step (a hybrid pipeline averages gradients over its data group then).
+  // Called before each pass that accumulates the weights' gradients (a B, or
+  // a W), told whether it is the stage's last of the step (a hybrid pipeline
+  // averages gradients over its data group then).
   std::function<void(bool last_backward)> before_backward{};
 };
 
