@@ -12,6 +12,11 @@ TEST(HybridMpi, TwoByTwoOneFOneBMatchesSingleDevice) {
   testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::OneFOneB, 3,
                                               testing::pipeline_models());
 }
+// The data group's all-reduce fires as the last W pass accumulates.
+TEST(HybridMpi, TwoByTwoZeroBubbleMatchesSingleDevice) {
+  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::ZeroBubbleH1, 3,
+                                              testing::pipeline_models());
+}
 TEST(HybridMpi, TwoByTwoGPipeMatchesSingleDevice) {
   testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::GPipe, 2,
                                               testing::pipeline_models());
