@@ -15,7 +15,9 @@
 // compute the rest in the second pass; the others compute all their
 // gradients at once, as usual. Nodes that lead only to weights (a weight's
 // transpose, a bias's sum, an embedding) wait for the second pass. Together
-// the two passes accumulate exactly what backward() would.
+// the two passes accumulate exactly what backward() would. Run compute()
+// where the first pass ran: on its thread, and on a GPU its queue (stream),
+// as every backward runs on the calling thread's current stream (engine.h).
 #pragma once
 
 #include <memory>
