@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     int stages = 4, micro_batches = 8, chunks = 2;
     double backward_cost = 1, weight_share = 0.5;
     bool no_timeline = false;
+    std::string schedules = "gpipe,1f1b,interleaved,zb-h1";
     flags.add("--stages", stages, "pipeline stages (devices)", Scope::Job, integer_in(1, 64));
     flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 1024));
     flags.add("--chunks", chunks, "model chunks per stage of the interleaved schedule", Scope::Job,
@@ -38,11 +39,15 @@ int main(int argc, char** argv) {
     flags.add("--weight-share", weight_share, "the share of a backward that is the weights' gradients (W)",
               Scope::Job, number_in(0, 1));
     flags.add_switch("--no-timeline", no_timeline, "do not draw the simulated steps", Scope::Job);
+    flags.add("--schedules", schedules, "comma-separated subset to print", Scope::Job,
+              list_of({"gpipe", "1f1b", "interleaved", "zb-h1"}));
     flags.parse(argc, argv);
 
     for (parallel::ScheduleKind kind : {parallel::ScheduleKind::GPipe, parallel::ScheduleKind::OneFOneB,
                                         parallel::ScheduleKind::Interleaved1F1B,
                                         parallel::ScheduleKind::ZeroBubbleH1}) {
+      if (("," + schedules + ",").find("," + std::string(parallel::schedule_name(kind)) + ",") == std::string::npos)
+        continue;
       const int v = kind == parallel::ScheduleKind::Interleaved1F1B ? chunks : 1;
       std::printf("== %s", parallel::schedule_name(kind));
       if (v > 1) std::printf(", %d chunks a stage", v);

@@ -27,5 +27,9 @@ if grep -q 'on the ideal machine' plain.txt; then cat plain.txt; fail "--no-time
 "$tool" --stages 3 --micro-batches 4 > skip.txt
 grep -q 'skipped: 4 micro-batches are not a multiple of the 3 stages' skip.txt || { cat skip.txt; exit 1; }
 expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" --chunks 0
+"$tool" --schedules 1f1b,zb-h1 > some.txt
+[ "$(grep -c '^== ' some.txt)" = 2 ] && grep -q '^== 1f1b' some.txt && grep -q '^== zb-h1' some.txt \
+  || { cat some.txt; fail "--schedules 1f1b,zb-h1 should print those two"; }
+expect_failure schedules 2 "--schedules" -- "$tool" --schedules 1f1b,zb-v
 expect_failure weight 2 "--weight-share: expected a finite number from 0 to 1, got '2'" -- "$tool" --weight-share 2
 echo PASS
