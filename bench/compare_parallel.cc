@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         Flags flags("Compare single-device, DataParallel, DDP, ZeRO, FSDP, layer-split, pipeline and hybrid training");
         std::string model = "cnn", device_name = "cpu";
         std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,interleaved,zb-h1,tp";
-        bool checkpoint = false;
+        bool checkpoint = false, timelines = false;
         std::string mesh_text;
         std::string link_name = "pcie", out = "compare_parallel";
         CompareConfig config;
@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
             flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
                                "interleaved", "zb-h1", "hybrid", "tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+        flags.add_switch("--timelines", timelines,
+                         "after the table, draw each pipeline's last step: its stages' passes where they ran, "
+                         "idle time as dots",
+                         Scope::Job);
         flags.add_switch("--checkpoint", checkpoint,
                   "also run single, ddp, zero1, zero2 and fsdp with activation checkpointing (rows <name>_ckpt)",
                   Scope::Job);
@@ -361,6 +365,11 @@ int main(int argc, char** argv) {
                     "Projection: %s link, %.0f GB/s, %.0f us; traces in %s/)\n",
                     link_name.c_str(), projection.link.bandwidth_bytes_per_s / 1e9, projection.link.latency_s * 1e6,
                     config.trace_dir.c_str());
+        if (timelines)
+          for (const Measurement& m : results)
+            if (!m.timeline.empty())
+              std::printf("%s, the last step as measured:\n%s", m.strategy.c_str(),
+                          m.timeline.c_str());
         for (size_t i = 0; i < results.size(); ++i) {
           const Measurement& m = results[i];
           if (!m.skipped.empty()) continue;

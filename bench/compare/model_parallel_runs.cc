@@ -36,6 +36,9 @@
 
 namespace loom::bench {
 
+// Columns of a pipeline step's chart (--timelines).
+constexpr int kTimelineWidth = 100;
+
 // Tensor parallel (Megatron) GPT over N ranks, every rank on the whole
 // batch: the workload's GPT shape with the vocabulary padded to a multiple
 // of N, its own weights (a benchmark: equality with one device is what
@@ -262,6 +265,7 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
     split_step(m, 0, bubble / std::max(1, counted));
   m.comm_bytes = bytes / std::max(1, counted);
   m.comm_bytes_measured = true;
+  m.timeline = parallel::timeline(pipe.stats(), kTimelineWidth);
   return m;
 }
 
@@ -308,6 +312,7 @@ Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const
   split_step(m, 0, mean_idle);
   m.peak_bytes = static_cast<int64_t>(peak);
   m.comm_bytes_measured = true;
+  m.timeline = pipe.timeline(kTimelineWidth);  // every rank takes part; rank 0 gets the chart
   return m;
 }
 }  // namespace loom::bench

@@ -50,6 +50,7 @@ struct Measurement {
   bool split_known = true;                        // false: compute_s is the whole step, comm unknown
   int ddp_buckets = 0;
   int64_t modeled_state_bytes = 0;  // ddp, zero1, zero2, fsdp: parameters + gradients + Adam per rank (memory_model.h)
+  std::string timeline;  // pipelines: the last step drawn, one line per stage (simulator.h); else empty
 };
 
 // Where the model is cut into pipeline stages, and the single-device profile

@@ -7,7 +7,12 @@ set -euo pipefail
 tool=$(realpath "$1")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
 "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 2 --micro-batches 4 --steps 2 --warmup 1 \
-  --out cmp > out.log 2>&1 || { cat out.log; exit 1; }
+  --timelines --out cmp > out.log 2>&1 || { cat out.log; exit 1; }
+# --timelines draws each pipeline's last step: a header, then a line per stage.
+for s in gpipe 1f1b interleaved zb-h1; do
+  [ "$(sed -n "/^$s, the last step as measured:$/,+2p" out.log | grep -c '^stage [01]: ')" = 2 ] \
+    || { echo "no chart for $s"; cat out.log; exit 1; }
+done
 for s in single dp ddp zero1 zero2 fsdp layer_split gpipe 1f1b interleaved zb-h1; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\"" out.log \
     || { echo "no JSON line for $s"; cat out.log; exit 1; }
@@ -67,7 +72,9 @@ fi
 export TMPDIR=/tmp  # Open MPI's session sockets need a short path
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 3 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --mlp-batch 96 --micro-batches 4 \
-  --steps 2 --warmup 1 --out mpi > mpi.log 2>&1 || { cat mpi.log; exit 1; }
+  --steps 2 --warmup 1 --timelines --out mpi > mpi.log 2>&1 || { cat mpi.log; exit 1; }
+[ "$(sed -n '/^zb-h1, the last step as measured:$/,+3p' mpi.log | grep -c '^stage [012]: ')" = 3 ] \
+  || { echo "mpirun: no chart for zb-h1"; cat mpi.log; exit 1; }
 for s in single ddp zero1 zero2 fsdp gpipe 1f1b zb-h1; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\", \"devices\": [13]," mpi.log \
     || { echo "mpirun: no JSON line for $s"; cat mpi.log; exit 1; }
