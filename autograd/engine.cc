@@ -27,10 +27,7 @@ void backward_nested(const TensorList& roots, const TensorList& grad_roots, cons
     task->run();
     return;
   }
-  std::vector<Edge> targets;
-  for (const Tensor& input : inputs)
-    if (input.defined() && input.requires_grad()) targets.push_back(gradient_edge(input));
-  task->split_towards(targets);
+  task->split_towards(inputs);
   task->run();
   outer->run_rest_with_mine(std::move(task));
 }

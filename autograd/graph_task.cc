@@ -56,10 +56,13 @@ void GraphTask::add_root(const Edge& edge, const Tensor& grad) {
   send(edge, grad, "the root gradient");
 }
 
-void GraphTask::split_towards(const std::vector<Edge>& targets) {
+void GraphTask::split_towards(const TensorList& inputs) {
   split_ = true;
-  target_edges_ = targets;
-  for (const Edge& edge : targets) targets_.insert(edge.node.get());
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) {
+      target_edges_.push_back(gradient_edge(input));
+      targets_.insert(target_edges_.back().node.get());
+    }
 }
 
 void GraphTask::queue(std::function<void()> callback) {

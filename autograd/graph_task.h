@@ -36,8 +36,9 @@ class GraphTask {
   // Gradients that reach `edge` are kept (for autograd::grad).
   void capture(const Edge& edge) { captures_.push_back(edge); }
   TensorList captured() const { return captured_; }
-  // Makes run() the first phase of a split backward towards these nodes.
-  void split_towards(const std::vector<Edge>& targets);
+  // Makes run() the first phase of a split backward towards the gradients
+  // of `inputs` (those that require grad).
+  void split_towards(const TensorList& inputs);
 
   // A nested task hands its callbacks to the task around it.
   void queue(std::function<void()> callback);

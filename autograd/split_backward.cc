@@ -20,17 +20,14 @@ void WeightGradients::compute() {
 WeightGradients backward_inputs_first(const TensorList& roots, const TensorList& grad_roots,
                                       const TensorList& inputs) {
   AutocastGuard no_autocast(std::nullopt);
-  std::vector<Edge> targets;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < inputs.size(); ++i)
     LOOM_CHECK(inputs[i].defined() && inputs[i].requires_grad() && inputs[i].is_leaf(),
                "backward_inputs_first: input ", i, " must be a leaf that requires grad (a stage's received "
                "activation, made with detach().requires_grad_())");
-    targets.push_back(gradient_edge(inputs[i]));
-  }
   WeightGradients rest;
   rest.task_ = std::make_unique<detail::GraphTask>(/*retain_graph=*/false, /*accumulate=*/true);
   rest.task_->add_roots(roots, grad_roots);
-  rest.task_->split_towards(targets);
+  rest.task_->split_towards(inputs);
   rest.task_->run();
   return rest;
 }
