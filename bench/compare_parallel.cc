@@ -36,6 +36,7 @@
 #include "examples/common/program.h"
 #include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
+#include "parallel/pipeline/distributed_pipeline.h"
 #include "tensor/file_io.h"
 
 using namespace loom;
@@ -130,16 +131,6 @@ CLI::Validator mesh_shape() {
 }
 
 // Rank 0 plans the stages (it alone times the layers); every rank needs the cuts.
-void share_boundaries(parallel::ProcessGroup& group, std::vector<int>& boundaries) {
-  Tensor count = from_vector(std::vector<int64_t>{static_cast<int64_t>(boundaries.size())});
-  group.broadcast(count, 0)->wait();
-  Tensor cuts = zeros({count.item<int64_t>()}, {.dtype = kInt64});
-  if (group.rank() == 0) cuts = from_vector(std::vector<int64_t>(boundaries.begin(), boundaries.end()));
-  if (cuts.numel() > 0) group.broadcast(cuts, 0)->wait();
-  boundaries.clear();
-  for (int64_t b : cuts.to_vector<int64_t>()) boundaries.push_back(static_cast<int>(b));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,23 +241,25 @@ int main(int argc, char** argv) {
         auto wants = [&](const char* name) {
           return ("," + strategies + ",").find("," + std::string(name) + ",") != std::string::npos;
         };
-        const bool pipelines = wants("gpipe") || wants("1f1b") || wants("interleaved") || wants("zb-h1");
+        bool pipelines = false;
+        std::stringstream names(strategies);
+        for (std::string name; std::getline(names, name, ',');) pipelines |= is_pipeline(name);
         if (pipelines && config.micro_batches > w.input.size(0))
           throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
         StagePlan plan;
         if (writer) plan = plan_stages(w, config.devices);
-        if (config.group) share_boundaries(*config.group, plan.boundaries);
+        if (config.group) parallel::share_boundaries(plan.boundaries, *config.group, config.device);
         StagePlan mesh_plan;  // hybrid: the P stages of the mesh's pipelines
         if (config.mesh_pipeline > 0) {
           if (writer) mesh_plan = plan_stages(w, config.mesh_pipeline);
-          if (config.group) share_boundaries(*config.group, mesh_plan.boundaries);
+          if (config.group) parallel::share_boundaries(mesh_plan.boundaries, *config.group, config.device);
           config.mesh_boundaries = mesh_plan.boundaries;
         }
         if (wants("interleaved")) {  // kInterleavedChunks parts per stage
           StagePlan parts;
           if (writer) parts = plan_stages(w, kInterleavedChunks * config.devices);
-          if (config.group) share_boundaries(*config.group, parts.boundaries);
+          if (config.group) parallel::share_boundaries(parts.boundaries, *config.group, config.device);
           config.interleaved_boundaries = parts.boundaries;
         }
         const Profile& profile = plan.profile;

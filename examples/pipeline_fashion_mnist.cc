@@ -51,20 +51,11 @@ std::vector<int> timed_cuts(const nn::Sequential& model, const examples::Fashion
                             const examples::Rank& me, int parts) {
   LOOM_CHECK(parts <= static_cast<int>(model->size()), "the CNN has ", model->size(), " layers: it cannot make ", parts,
              " parts (stages x chunks)");
-  Tensor cuts = empty({parts - 1}, {.dtype = kInt64});
-  if (me.group->rank() == 0) {
-    const Tensor sample = zeros({config.batch_size, 1, 28, 28}, {.device = me.device});
-    const std::vector<int> mine = parallel::balance_by_time(model, sample, parts);
-    for (int i = 0; i < parts - 1; ++i) cuts.data_ptr<int64_t>()[i] = mine[i];
-  }
-  if (me.group->size() > 1 && parts > 1) {  // on the rank's device: an NCCL group sends GPU tensors only
-    Tensor shared = cuts.to(me.device);
-    me.group->broadcast(shared, 0)->wait();
-    cuts = shared.to(Device::cpu());
-  }
-  std::vector<int> out;
-  for (int i = 0; i < parts - 1; ++i) out.push_back(static_cast<int>(cuts.data_ptr<int64_t>()[i]));
-  return out;
+  std::vector<int> cuts;
+  if (me.group->rank() == 0)
+    cuts = parallel::balance_by_time(model, zeros({config.batch_size, 1, 28, 28}, {.device = me.device}), parts);
+  if (me.group->size() > 1) parallel::share_boundaries(cuts, *me.group, me.device);
+  return cuts;
 }
 
 std::string text(const std::vector<int>& cuts) {

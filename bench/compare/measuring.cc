@@ -118,12 +118,10 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
 }
 
 parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c) {
-  if (strategy == "gpipe") return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::GPipe};
-  if (strategy == "zb-h1") return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::ZeroBubbleH1};
-  if (strategy == "interleaved")
-    return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::Interleaved1F1B,
-            .chunks = kInterleavedChunks};
-  return {.micro_batches = c.micro_batches, .schedule = parallel::ScheduleKind::OneFOneB};
+  const parallel::ScheduleKind kind = parallel::schedule_kind(strategy);
+  return {.micro_batches = c.micro_batches,
+          .schedule = kind,
+          .chunks = kind == parallel::ScheduleKind::Interleaved1F1B ? kInterleavedChunks : 1};
 }
 
 std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }

@@ -62,24 +62,20 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   }
   const double optimizer_per_stage = p.optimizer_s / n;
   if (strategy == "layer_split") return fb + optimizer_per_stage + boundaries;
-  if (strategy == "gpipe" || strategy == "1f1b" || strategy == "interleaved") {
-    // Interleaved: v chunks a stage, so v m passes of 1/v the work, each
-    // with its own hop (v times the messages).
-    const double v = strategy == "interleaved" ? kInterleavedChunks : 1, m = s.micro_batches;
-    double slowest = 0;
-    for (size_t k = 0; k < p.stage_forward_s.size(); ++k)
-      slowest = std::max(slowest, p.stage_forward_s[k] + p.stage_backward_s[k]);
-    const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
-    return (v * m + n - 1) * (slowest / (v * m) + hop) + optimizer_per_stage;
-  }
-  if (strategy == "zb-h1") {
+  if (is_pipeline(strategy)) {
     const double m = s.micro_batches;
     size_t k = 0;  // the slowest stage
     for (size_t i = 1; i < p.stage_forward_s.size(); ++i)
       if (p.stage_forward_s[i] + p.stage_backward_s[i] > p.stage_forward_s[k] + p.stage_backward_s[k]) k = i;
+    const double slowest = p.stage_forward_s[k] + p.stage_backward_s[k];
     const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
-    return p.stage_forward_s[k] + p.stage_backward_s[k] + (n - 1) * p.stage_forward_s[k] / m + (m + n - 1) * hop +
-           optimizer_per_stage;
+    // ZB-H1: 1F1B's slots, but weight passes fill the waits, so each of the
+    // N - 1 bubble slots costs a forward only.
+    if (strategy == "zb-h1") return slowest + (n - 1) * p.stage_forward_s[k] / m + (m + n - 1) * hop + optimizer_per_stage;
+    // Interleaved: v chunks a stage, so v m passes of 1/v the work, each
+    // with its own hop (v times the messages).
+    const double v = strategy == "interleaved" ? kInterleavedChunks : 1;
+    return (v * m + n - 1) * (slowest / (v * m) + hop) + optimizer_per_stage;
   }
   LOOM_FAIL("project_step_seconds: unknown strategy '", strategy, "'");
 }

@@ -77,6 +77,11 @@ inline bool is_ddp(const std::string& strategy) {
   return strategy == "ddp" || strategy == "ddp_bf16" || strategy == "ddp_fp16";
 }
 
+// The pipeline strategies, each named as its schedule (parallel::schedule_kind).
+inline bool is_pipeline(const std::string& strategy) {
+  return strategy == "gpipe" || strategy == "1f1b" || strategy == "interleaved" || strategy == "zb-h1";
+}
+
 // Predicted seconds per step for "single", "dp", "ddp" (and "ddp_bf16",
 // "ddp_fp16": half the bytes), "zero1", "zero2",
 // "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1" (the stages in the profile are the N

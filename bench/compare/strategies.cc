@@ -183,9 +183,8 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
     return skipped;
   }
   if (strategy == "layer_split") return run_layer_split(w, plan, config);
-  if (strategy == "gpipe" || strategy == "1f1b" || strategy == "zb-h1")
-    return over_ranks ? run_pipeline_ranks(strategy, w, boundaries, config) : run_pipeline(strategy, w, boundaries, config);
-  if (strategy == "interleaved") {
+  LOOM_CHECK(is_pipeline(strategy), "compare_parallel: unknown strategy '", strategy, "'");
+  if (strategy == "interleaved") {  // kInterleavedChunks parts a stage, cut apart
     if (config.micro_batches % config.devices != 0) {
       skipped.skipped = "needs --micro-batches a multiple of the " + std::to_string(config.devices) + " stages";
       return skipped;
@@ -200,10 +199,9 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
                         "(docs/pipeline.md, Interleaved 1F1B)";
       return skipped;
     }
-    const std::vector<int>& parts = config.interleaved_boundaries;
-    return over_ranks ? run_pipeline_ranks(strategy, w, parts, config) : run_pipeline(strategy, w, parts, config);
   }
-  LOOM_FAIL("compare_parallel: unknown strategy '", strategy, "'");
+  const std::vector<int>& cuts = strategy == "interleaved" ? config.interleaved_boundaries : boundaries;
+  return over_ranks ? run_pipeline_ranks(strategy, w, cuts, config) : run_pipeline(strategy, w, cuts, config);
 }
 
 }  // namespace loom::bench

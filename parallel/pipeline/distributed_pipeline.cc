@@ -240,4 +240,15 @@ void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& 
   if (last) last->wait();  // the group finishes operations in order
 }
 
+void share_boundaries(std::vector<int>& boundaries, ProcessGroup& group, Device device) {
+  NoGradGuard no_grad;
+  Tensor count = from_vector(std::vector<int64_t>{static_cast<int64_t>(boundaries.size())}).to(device);
+  group.broadcast(count, 0)->wait();
+  Tensor cuts = from_vector(std::vector<int64_t>(boundaries.begin(), boundaries.end())).to(device);
+  if (group.rank() != 0) cuts = zeros({count.item<int64_t>()}, {.dtype = kInt64, .device = device});
+  if (cuts.numel() > 0) group.broadcast(cuts, 0)->wait();
+  boundaries.clear();
+  for (int64_t b : cuts.to_vector<int64_t>()) boundaries.push_back(static_cast<int>(b));
+}
+
 }  // namespace loom::parallel

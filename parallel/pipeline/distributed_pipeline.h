@@ -109,4 +109,10 @@ class DistributedPipeline {
 // rank; every rank calls it.
 void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group);
 
+// Makes every rank's `boundaries` rank 0's: cuts chosen from timings
+// (balance_by_time) differ between ranks, and every rank must cut the model
+// alike. `device` is the one the group's tensors live on (an NCCL group's
+// GPU); every rank calls it.
+void share_boundaries(std::vector<int>& boundaries, ProcessGroup& group, Device device = Device::cpu());
+
 }  // namespace loom::parallel

@@ -244,6 +244,14 @@ parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind ki
                             {.micro_batches = micro_batches, .schedule = kind, .chunks = chunks});
 }
 
+// Each stage held as many micro-batches at once as the ideal machine's
+// simulation says (counted as the stage stores and frees them).
+void expect_peaks_as_simulated(const parallel::PipelineStats& measured, const parallel::SimulatedStep& simulated) {
+  ASSERT_EQ(measured.stages.size(), simulated.peak_in_flight.size());
+  for (size_t s = 0; s < measured.stages.size(); ++s)
+    EXPECT_EQ(measured.stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+}
+
 TEST(PipelineMemory, PeakActivationsArePStagesFor1F1BAndMForGPipe) {
   const int p = 4, m = 8;
   auto one_f_one_b = sleep_pipeline(p, m, ScheduleKind::OneFOneB, 1);
@@ -280,10 +288,8 @@ TEST(PipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
   pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
   EXPECT_NEAR(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m, v), 0.05);
   EXPECT_LT(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
-  const parallel::SimulatedStep simulated =
-      parallel::simulate_schedule(parallel::interleaved_one_f_one_b_schedule(p, v, m), v);
-  for (int s = 0; s < p; ++s)
-    EXPECT_EQ(pipe.stats().stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+  expect_peaks_as_simulated(pipe.stats(),
+                            parallel::simulate_schedule(parallel::interleaved_one_f_one_b_schedule(p, v, m), v));
 }
 
 // ZB-H1 with F, I and W of 20 ms each: the stages idle (p - 1) / (3m + p - 1)
@@ -301,9 +307,7 @@ TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   std::printf("measured bubble: zb-h1 %.3f (theory %.3f), 1f1b %.3f (theory %.3f)\n", zb.stats().bubble_fraction,
               parallel::ideal_zero_bubble_h1_fraction(p, m), one_f_one_b.stats().bubble_fraction,
               parallel::ideal_bubble_fraction(p, m));
-  const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m));
-  for (int s = 0; s < p; ++s)
-    EXPECT_EQ(zb.stats().stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+  expect_peaks_as_simulated(zb.stats(), parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m)));
 }
 
 // Each stage records its passes, in its row's order, inside the step; the
