@@ -1,13 +1,15 @@
 // DataLoader: coverage, batching, determinism across worker counts, errors,
-// and clean shutdown. No sleeps or timeouts.
+// and clean shutdown. No sleeps; one bounded wait (threads_settle_to).
 #include "data/dataloader.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "data/distributed_sampler.h"
 #include "data/tensor_dataset.h"
@@ -48,6 +50,20 @@ int live_threads() {  // tasks of this process (Linux)
     while (dirent* e = readdir(d))
       if (e->d_name[0] != '.') ++n;
     closedir(d);
+  }
+  return n;
+}
+
+// The number of live threads once it has settled to `expected`, or what it
+// still is after five seconds. A joined thread can linger in /proc/self/task
+// for a moment: the kernel wakes pthread_join before it reaps the task. A
+// worker that was never joined stays blocked and is still counted.
+int threads_settle_to(int expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int n = live_threads();
+  while (n != expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = live_threads();
   }
   return n;
 }
@@ -191,7 +207,7 @@ TEST(DataLoader, LeavingEarlyStopsTheWorkers) {
       if (++taken == 3) break;
     }
     EXPECT_EQ(taken, 3);
-    EXPECT_EQ(live_threads(), before);  // the workers were joined when the loop ended
+    EXPECT_EQ(threads_settle_to(before), before);  // the workers were joined when the loop ended
   }
 }
 
@@ -205,7 +221,7 @@ TEST(DataLoader, DestroyedMidEpoch) {
     ++it;
     EXPECT_EQ(it->target.to_vector<int64_t>(), (std::vector<int64_t>{5, 6, 7, 8, 9}));
   }  // the Epoch (workers mid-flight) and then the loader go here
-  EXPECT_EQ(live_threads(), before);
+  EXPECT_EQ(threads_settle_to(before), before);
 
   // An Epoch may outlive its DataLoader: it holds the dataset.
   std::optional<DataLoader> loader(std::in_place, numbered(30),

@@ -158,8 +158,9 @@ TEST(Schedule, ZeroBubbleH1FinishesWithTheTheoreticalBubble) {
         for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], p) << what;
       }
       const double one_f_one_b_idle = 3.0 * (p - 1), zb_idle = p - 1.0;  // in passes, F = I = W = 1, B = 2
-      if (m >= p)
+      if (m >= p) {
         EXPECT_DOUBLE_EQ(parallel::simulate_schedule(zb).step_time - 3 * m, zb_idle) << what;
+      }
       EXPECT_DOUBLE_EQ(parallel::simulate_schedule(one_f_one_b).step_time - 3 * m, one_f_one_b_idle) << what;
     }
 }
