@@ -1,7 +1,9 @@
 #include "parallel/pipeline/distributed_pipeline.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "parallel/trace.h"
 #include "tensor/stopwatch.h"
@@ -23,13 +25,17 @@ int link_tag(int chunk, int micro_batch, int micro_batches, bool gradient) {
 }
 constexpr int kMaxMessages = (ProcessGroup::kMaxTag + 1) / 2;  // per direction: chunks x micro-batches
 
-// A stage's links to the ranks before and after it. Sends are collected and
-// waited for at the end of the step, so that a failed send is reported; when
-// tracing, each appears on the rank's communication lane from issue to completion.
+// A stage's links to the ranks that run the parts before and after each of
+// its chunks. Sends are collected and waited for at the end of the step, so
+// that a failed send is reported; when tracing, each appears on the rank's
+// communication lane from issue to completion. Between two parts on this
+// rank (the V's turn in ZB-V) the tensor is handed over in memory.
 class GroupLinks : public StageLinks {
  public:
-  GroupLinks(ProcessGroup& group, Device device, int micro_batches, int lane, int sends_lane)
-      : StageLinks(lane), group_(group), device_(device), micro_batches_(micro_batches), sends_lane_(sends_lane) {}
+  GroupLinks(ProcessGroup& group, Device device, int micro_batches, int chunks, Placement placement, int lane,
+             int sends_lane)
+      : StageLinks(lane), group_(group), device_(device), micro_batches_(micro_batches), chunks_(chunks),
+        placement_(placement), sends_lane_(sends_lane) {}
 
   void wait_for_sends() {
     const bool tracing = trace::enabled();
@@ -44,20 +50,27 @@ class GroupLinks : public StageLinks {
 
  protected:
   Tensor take_activation(int chunk, int mb) override {
-    const int tag = link_tag(chunk_before(chunk), mb, micro_batches_, false);
+    const StageChunk from = neighbour(chunk, -1);
+    if (from.stage == group_.rank()) return take_local(activations_here_, chunk, mb, "activation");
+    const int tag = link_tag(from.chunk, mb, micro_batches_, false);
     Tensor header = empty({kHeaderLength}, {.dtype = kInt64});
-    group_.recv(header, previous(), tag)->wait();
+    group_.recv(header, from.stage, tag)->wait();
     const int64_t* h = header.data_ptr<int64_t>();
     LOOM_CHECK(h[0] >= 0 && h[0] <= static_cast<int64_t>(kFloat64) && h[1] >= 0 && h[1] <= kMaxDims, "rank ",
-               group_.rank(), ": the activation header from rank ", previous(), " for micro-batch ", mb,
+               group_.rank(), ": the activation header from rank ", from.stage, " for micro-batch ", mb,
                " is malformed (dtype ", h[0], ", ", h[1], " dims)");
     Tensor activation = empty(Shape(std::vector<int64_t>(h + 2, h + 2 + h[1])),
                               {.dtype = static_cast<DType>(h[0]), .device = device_});
-    group_.recv(activation, previous(), tag)->wait();
+    group_.recv(activation, from.stage, tag)->wait();
     return activation;
   }
 
-  void put_activation(int chunk, int mb, const Tensor& activation) override {
+  bool put_activation(int chunk, int mb, const Tensor& activation) override {
+    const StageChunk to = neighbour(chunk, +1);
+    if (to.stage == group_.rank()) {
+      activations_here_[{to.chunk, mb}] = activation;
+      return false;
+    }
     const int tag = link_tag(chunk, mb, micro_batches_, false);
     LOOM_CHECK(activation.dim() <= kMaxDims, "DistributedPipeline: rank ", group_.rank(), " sends a ",
                activation.dim(), "-d activation; at most ", kMaxDims, " dims travel between stages");
@@ -66,27 +79,46 @@ class GroupLinks : public StageLinks {
     header[1] = activation.dim();
     for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
     const int64_t issued = trace::now_us();
-    group_.send(from_vector(header), next(), tag);  // the op keeps the header alive; the activation follows it
-    sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), next(), tag)});
+    group_.send(from_vector(header), to.stage, tag);  // the op keeps the header alive; the activation follows it
+    sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), to.stage, tag)});
+    return true;
   }
 
   Tensor take_gradient(int chunk, int mb, const Tensor& output) override {
+    const StageChunk from = neighbour(chunk, +1);
+    if (from.stage == group_.rank()) return take_local(gradients_here_, chunk, mb, "gradient");
     Tensor gradient = empty(output.shape(), {.dtype = output.dtype(), .device = output.device()});
-    group_.recv(gradient, next(), link_tag(chunk, mb, micro_batches_, true))->wait();
+    group_.recv(gradient, from.stage, link_tag(chunk, mb, micro_batches_, true))->wait();
     return gradient;
   }
 
-  void put_gradient(int chunk, int mb, const Tensor& gradient) override {
-    const int tag = link_tag(chunk_before(chunk), mb, micro_batches_, true);
-    sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), previous(), tag)});
+  bool put_gradient(int chunk, int mb, const Tensor& gradient) override {
+    const StageChunk to = neighbour(chunk, -1);
+    if (to.stage == group_.rank()) {
+      gradients_here_[{to.chunk, mb}] = gradient;
+      return false;
+    }
+    const int tag = link_tag(to.chunk, mb, micro_batches_, true);
+    sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), to.stage, tag)});
+    return true;
   }
 
  private:
-  // The ranks of the parts before and after this rank's (rank 0's chunk c
-  // follows the last rank's chunk c - 1), and the chunk of the part before.
-  int previous() const { return (group_.rank() + group_.size() - 1) % group_.size(); }
-  int next() const { return (group_.rank() + 1) % group_.size(); }
-  int chunk_before(int chunk) const { return group_.rank() == 0 ? chunk - 1 : chunk; }
+  // Where the part before (-1) or after (+1) this rank's `chunk` runs.
+  StageChunk neighbour(int chunk, int step) const {
+    const int part = part_at({group_.rank(), chunk}, group_.size(), placement_) + step;
+    return place_part(part, group_.size(), chunks_, placement_);
+  }
+  // A tensor handed over on this rank: it was put when the schedule ran the
+  // part before (or after), which a valid schedule runs first.
+  static Tensor take_local(std::map<std::pair<int, int>, Tensor>& here, int chunk, int mb, const char* what) {
+    auto it = here.find({chunk, mb});
+    LOOM_CHECK(it != here.end(), "DistributedPipeline: chunk ", chunk, " needs micro-batch ", mb, "'s ", what,
+               " from this rank before the schedule made it");
+    Tensor t = std::move(it->second);
+    here.erase(it);
+    return t;
+  }
 
   struct Send {
     const char* what;  // the span's name, without the micro-batch (named only when traced)
@@ -96,9 +128,11 @@ class GroupLinks : public StageLinks {
   };
   ProcessGroup& group_;
   Device device_;
-  int micro_batches_;
+  int micro_batches_, chunks_;
+  Placement placement_;
   int sends_lane_;
   std::vector<Send> sends_;
+  std::map<std::pair<int, int>, Tensor> activations_here_, gradients_here_;  // (receiving chunk, micro-batch)
 };
 
 }  // namespace
@@ -114,17 +148,21 @@ DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std:
   for (const auto& chunk : chunks_) LOOM_CHECK(chunk, "DistributedPipeline: needs a stage and a process group");
   LOOM_CHECK(static_cast<int>(chunks_.size()) == options.chunks, "DistributedPipeline: got ", chunks_.size(),
              " chunks for options.chunks = ", options.chunks);
-  LOOM_CHECK(options.chunks == 1 || group_->size() >= 2, "DistributedPipeline: interleaving needs at least two ranks");
-  // Interleaved, the ranks form a ring, and an activation's header receive
-  // must not wait for this rank's earlier sends (docs/comm.md, Semantics).
+  LOOM_CHECK(options.chunks == 1 || group_->size() >= 2, "DistributedPipeline: ", options.chunks,
+             " chunks a rank need at least two ranks");
+  // With several chunks, messages go both ways between two ranks (the
+  // interleaved ring, the V), and an activation's header receive must not
+  // wait for this rank's earlier sends (docs/comm.md, Semantics).
   LOOM_CHECK(options.chunks == 1 || group_->backend().find("nccl") == std::string::npos,
-             "DistributedPipeline: interleaving needs a group whose sends finish on their own (mpi, threads, "
-             "host staging over either); a ", group_->backend(), " group finishes them in issue order");
+             "DistributedPipeline: ", options.chunks, " chunks a rank (", schedule_name(options.schedule),
+             ") need a group whose sends finish on their own (mpi, threads, host staging over either); a ",
+             group_->backend(), " group finishes them in issue order");
   const int most = kMaxMessages / options.chunks;
   LOOM_CHECK(options.micro_batches >= 1 && options.micro_batches <= most,
              "DistributedPipeline: micro_batches must be in [1, ", most, "], got ", options.micro_batches);
   rank_ = group_->rank();
   stages_ = group_->size();
+  placement_ = placement_of(options.schedule);
   for (const auto& chunk : chunks_) chunk->to(device_);
   lane_ = trace::lane("stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")");
   sends_lane_ = trace::lane("stage " + std::to_string(rank_) + " sends");
@@ -158,19 +196,19 @@ TensorList DistributedPipeline::parameters() const { return parameters_of(chunks
 
 Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss) {
   const int m = options_.micro_batches;
-  const bool first = rank_ == 0, last = rank_ == stages_ - 1;
+  const bool first = rank_ == 0, last = rank_ == loss_rank();
   TensorList inputs, targets;
   if (first) inputs = split_micro_batches(x, m, "DistributedPipeline (rank 0's inputs)");
-  if (last) targets = split_micro_batches(y, m, "DistributedPipeline (the last rank's targets)");
+  if (last) targets = split_micro_batches(y, m, "DistributedPipeline (the loss rank's targets)");
   std::vector<Tensor> losses(last ? m : 0);
 
-  StageTask task{.device = device_, .lane = lane_};
+  StageTask task{.chunks = {}, .device = device_, .lane = lane_};
   for (const auto& chunk : chunks_) task.chunks.push_back(*chunk);
   if (data_reducer_)  // the last backward averages the gradients accumulated over the micro-batches
     task.before_backward = [this](bool last_backward) { data_reducer_->prepare_for_backward(last_backward); };
   if (first) task.first.emplace(FirstStage{inputs});
   if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
-  GroupLinks links(*group_, device_, m, lane_, sends_lane_);
+  GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_, sends_lane_);
   const Stopwatch watch;
   task.step_start = watch.started();
   stats_ = run_stage(actions(), task, links);
@@ -208,13 +246,13 @@ std::string DistributedPipeline::timeline(int width) const {
 Tensor DistributedPipeline::forward(const Tensor& x) {
   NoGradGuard no_grad;
   const int m = options_.micro_batches, last_chunk = static_cast<int>(chunks_.size()) - 1;
-  const bool first = rank_ == 0, last = rank_ == stages_ - 1;
+  const bool first = rank_ == 0, last = rank_ == loss_rank();
   TensorList inputs;
   if (first) inputs = split_micro_batches(x, m, "DistributedPipeline::forward (rank 0's inputs)");
-  GroupLinks links(*group_, device_, m, lane_, sends_lane_);
+  GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_, sends_lane_);
   TensorList outputs;
-  // Chunk by chunk: sends do not wait, so rank 0's chunk c + 1 finds the
-  // last rank's chunk c outputs on their way.
+  // Chunk by chunk: sends do not wait, so a chunk c + 1 finds the chunk c
+  // outputs it needs on their way (or, at the V's turn, here).
   for (int c = 0; c <= last_chunk; ++c)
     for (int mb = 0; mb < m; ++mb) {
       Tensor out = chunks_[c]->forward(first && c == 0 ? inputs[mb].to(device_) : links.receive_activation(c, mb));
@@ -227,13 +265,14 @@ Tensor DistributedPipeline::forward(const Tensor& x) {
   return last ? cat(outputs, 0) : Tensor();
 }
 
-void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group) {
+void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group, Placement placement) {
   LOOM_CHECK(!parts.empty() && static_cast<int>(parts.size()) % group.size() == 0, "share_stage_weights: ",
              parts.size(), " stages for ", group.size(), " ranks");
   NoGradGuard no_grad;
   WorkPtr last;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const int owner = static_cast<int>(i) % group.size();
+  const int parts_count = static_cast<int>(parts.size()), chunks = parts_count / group.size();
+  for (int i = 0; i < parts_count; ++i) {
+    const int owner = place_part(i, group.size(), chunks, placement).stage;
     for (const Tensor& t : parts[i]->parameters()) last = group.broadcast(t, owner);
     for (const Tensor& t : parts[i]->buffers()) last = group.broadcast(t, owner);
   }

@@ -1,7 +1,7 @@
 // Pipeline parallelism over processes: rank r of a ProcessGroup runs stage r
 // of the model (mpirun -np p for p stages). Activations go from rank r to
 // r + 1 and gradients back from r + 1 to r with send/recv; the schedule
-// (GPipe, 1F1B, interleaved 1F1B or ZB-H1) and the stage code are those of the
+// (GPipe, 1F1B, interleaved 1F1B, ZB-H1 or ZB-V) and the stage code are those of the
 // single-process Pipeline (stage_runner.h), so one train_step equals one step
 // on the whole batch.
 //
@@ -10,8 +10,8 @@
 //   parallel::DistributedPipeline pipe(stages[group->rank()], group, {.micro_batches = 8});
 //   optim::AdamW opt(pipe.parameters());                          // this rank's stage only
 //   opt.zero_grad();
-//   Tensor loss = pipe.train_step(x, y, loss_fn);  // x read on rank 0, y on the last rank
-//   opt.step();                                    // loss defined on the last rank only
+//   Tensor loss = pipe.train_step(x, y, loss_fn);  // x read on rank 0, y on pipe.loss_rank()
+//   opt.step();                                    // loss defined on the loss rank only
 //
 // Interleaved, the model is cut into p * v parts and rank r runs parts r,
 // p + r, ..., as its chunks; the last rank's activations go on to rank 0's
@@ -20,6 +20,13 @@
 //   auto parts = parallel::split_sequential(model, {1, 3, 5});   // 4 parts, mpirun -np 2
 //   DistributedPipeline pipe(parallel::stage_chunks(parts, r, 2), group,
 //                            {.micro_batches = 8, .schedule = ScheduleKind::Interleaved1F1B, .chunks = 2});
+//
+// ZB-V places its two chunks in a V (schedule.h): rank r runs parts r and
+// 2p - 1 - r, the last rank turns each micro-batch around in memory, and
+// rank 0, which has the last part, computes the loss:
+//
+//   DistributedPipeline pipe(parallel::stage_chunks(parts, r, 2, Placement::V), group,
+//                            {.micro_batches = 8, .schedule = ScheduleKind::ZeroBubbleV, .chunks = 2});
 //
 // Hybrid data x pipeline: with a data group as well, several pipelines train
 // side by side, each on its own share of the batch, and each stage's
@@ -55,8 +62,8 @@ class DistributedPipeline {
   // moves to `device`; the group's size is the number of stages.
   DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group, PipelineOptions options = {},
                       Device device = Device::cpu());
-  // Interleaved: this rank's `chunks` (parts rank, p + rank, ... of the model,
-  // options.chunks of them: stage_chunks(parts, rank, p)) on `device`.
+  // Interleaved or ZB-V: this rank's `chunks` (options.chunks of them,
+  // stage_chunks(parts, rank, p, placement_of(options.schedule))) on `device`.
   DistributedPipeline(std::vector<nn::ModulePtr> chunks, std::shared_ptr<ProcessGroup> group,
                       PipelineOptions options, Device device = Device::cpu());
   // Hybrid: `group` is this rank's pipeline, `data_group` the ranks that run
@@ -67,12 +74,16 @@ class DistributedPipeline {
                       Device device = Device::cpu());
 
   // Forward and backward of the batch (x, y) in micro-batches. Rank 0 reads
-  // x and the last rank y; the others may pass undefined tensors. Returns the
-  // batch loss on the last rank, an undefined tensor on the others.
+  // x and the loss rank y; the others may pass undefined tensors. Returns the
+  // batch loss on the loss rank, an undefined tensor on the others.
   Tensor train_step(const Tensor& x, const Tensor& y, const LossFn& loss);
   // Micro-batched forward without gradients (x read on rank 0); the output on
-  // the last rank, an undefined tensor on the others.
+  // the loss rank, an undefined tensor on the others.
   Tensor forward(const Tensor& x);
+  // The rank with the model's last part: the last rank, or rank 0 in ZB-V.
+  int loss_rank() const {
+    return place_part(stages_ * options_.chunks - 1, stages_, options_.chunks, placement_).stage;
+  }
 
   TensorList parameters() const;  // of this rank's chunks
   const std::vector<nn::ModulePtr>& chunks() const { return chunks_; }
@@ -95,6 +106,7 @@ class DistributedPipeline {
   PipelineOptions options_;
   Device device_;
   int rank_ = 0, stages_ = 1;
+  Placement placement_ = Placement::Loop;
   int lane_ = 0, sends_lane_ = 0;  // trace lanes: this stage's passes, its sends
   PipelineSchedule schedule_;
   StageStats stats_;
@@ -103,11 +115,12 @@ class DistributedPipeline {
 
 // After training over ranks, each rank's copy of the model holds up-to-date
 // weights for its own stage only. This broadcasts every part's parameters and
-// buffers from the rank that trains it (part i: rank i % p), so that every
-// rank holds the whole trained model (to evaluate it or save it). `parts` is
-// the whole model's split (p parts, or p * v interleaved), the same on every
-// rank; every rank calls it.
-void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group);
+// buffers from the rank that trains it (part i: rank i % p, or as
+// `placement` places it), so that every rank holds the whole trained model
+// (to evaluate it or save it). `parts` is the whole model's split (p parts,
+// or p * v with chunks), the same on every rank; every rank calls it.
+void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group,
+                         Placement placement = Placement::Loop);
 
 // Makes every rank's `boundaries` rank 0's: cuts chosen from timings
 // (balance_by_time) differ between ranks, and every rank must cut the model

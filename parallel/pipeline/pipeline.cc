@@ -25,11 +25,15 @@ std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const s
   return parts;
 }
 
-std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts, int stage, int stages) {
-  LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages && parts.size() % stages == 0, "stage_chunks: stage ", stage,
-             " of ", stages, " among ", parts.size(), " parts");
+std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts, int stage, int stages,
+                                        Placement placement) {
+  LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages && parts.size() % stages == 0 &&
+                 (placement == Placement::Loop || static_cast<int>(parts.size()) == 2 * stages),
+             "stage_chunks: stage ", stage, " of ", stages, " among ", parts.size(), " parts",
+             placement == Placement::V ? " in a V" : "");
   std::vector<nn::ModulePtr> chunks;
-  for (size_t i = stage; i < parts.size(); i += stages) chunks.push_back(parts[i]);
+  for (int c = 0; c < static_cast<int>(parts.size()) / stages; ++c)
+    chunks.push_back(parts[part_at({stage, c}, stages, placement)]);
   return chunks;
 }
 
@@ -48,6 +52,8 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices
              " stages for ", devices_.size(), " devices", options.chunks > 1 ? " and " : "",
              options.chunks > 1 ? std::to_string(options.chunks) + " chunks each" : "");
   LOOM_CHECK(options.micro_batches >= 1, "Pipeline: micro_batches must be positive, got ", options.micro_batches);
+  const int stages = static_cast<int>(devices_.size());
+  schedule_ = make_schedule(options.schedule, stages, options.micro_batches, options.chunks);  // checks the chunks
   // A parameter in two parts would be moved to the later part's device,
   // listed (and stepped) twice, and get its gradient added by two stage
   // threads at once, on a GPU from two streams in no order.
@@ -61,8 +67,6 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices
   for (size_t i = 0; i < parts_.size(); ++i) parts_[i]->to(device_of_part(i));
   for (size_t s = 0; s < devices_.size(); ++s)
     lanes_.push_back(trace::lane("stage " + std::to_string(s) + " (" + devices_[s].str() + ")"));
-  const int stages = static_cast<int>(devices_.size());
-  schedule_ = make_schedule(options.schedule, stages, options.micro_batches, options.chunks);
   for (const Device& d : devices_) queues_.emplace_back(d);
   workers_ = std::make_unique<WorkerPool>(stages);
 }
@@ -77,27 +81,36 @@ namespace {
 class MailboxLinks : public StageLinks {
  public:
   MailboxLinks(std::vector<Mailbox>& activations, std::vector<Mailbox>& gradients, const std::vector<Device>& devices,
-               int stage, int lane)
-      : StageLinks(lane), activations_(activations), gradients_(gradients), devices_(devices), s_(stage) {}
+               int stage, Placement placement, int lane)
+      : StageLinks(lane), activations_(activations), gradients_(gradients), devices_(devices), s_(stage),
+        placement_(placement) {}
 
  protected:
   Tensor take_activation(int chunk, int mb) override { return activations_[part(chunk) - 1].take(mb); }
-  void put_activation(int chunk, int mb, const Tensor& a) override {
-    activations_[part(chunk)].put(mb, a.to(device(part(chunk) + 1)));
+  bool put_activation(int chunk, int mb, const Tensor& a) override {
+    const int to = part(chunk) + 1;
+    activations_[to - 1].put(mb, a.to(devices_[stage_of(to)]));
+    return stage_of(to) != s_;
   }
   Tensor take_gradient(int chunk, int mb, const Tensor&) override { return gradients_[part(chunk)].take(mb); }
-  void put_gradient(int chunk, int mb, const Tensor& g) override {
-    gradients_[part(chunk) - 1].put(mb, g.to(device(part(chunk) - 1)));
+  bool put_gradient(int chunk, int mb, const Tensor& g) override {
+    const int to = part(chunk) - 1;
+    gradients_[to].put(mb, g.to(devices_[stage_of(to)]));
+    return stage_of(to) != s_;
   }
 
  private:
-  int part(int chunk) const { return chunk * static_cast<int>(devices_.size()) + s_; }
-  const Device& device(int part) const { return devices_[part % devices_.size()]; }
+  int stages() const { return static_cast<int>(devices_.size()); }
+  int part(int chunk) const { return part_at({s_, chunk}, stages(), placement_); }
+  int stage_of(int part) const {
+    return place_part(part, stages(), static_cast<int>(activations_.size()) / stages(), placement_).stage;
+  }
 
   std::vector<Mailbox>& activations_;  // [i]: from part i to i + 1
   std::vector<Mailbox>& gradients_;    // [i]: from part i + 1 to i
   const std::vector<Device>& devices_;
   const int s_;
+  const Placement placement_;
 };
 
 }  // namespace
@@ -136,11 +149,12 @@ Tensor Pipeline::train_step(const Tensor& x, const Tensor& y, const LossFn& loss
       y_ready.wait_here();
       used_here(x);
       used_here(y);
-      StageTask task{.device = devices_[s], .lane = lanes_[s], .step_start = start};
-      for (const nn::ModulePtr& chunk : stage_chunks(parts_, s, stages)) task.chunks.push_back(*chunk);
-      if (s == 0) task.first.emplace(FirstStage{inputs});
-      if (s == stages - 1) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
-      MailboxLinks links(activations_, gradients_, devices_, s, lanes_[s]);
+      StageTask task{.chunks = {}, .device = devices_[s], .lane = lanes_[s], .step_start = start};
+      const Placement placement = placement_of(options_.schedule);
+      for (const nn::ModulePtr& chunk : stage_chunks(parts_, s, stages, placement)) task.chunks.push_back(*chunk);
+      if (s == stage_of_part(0)) task.first.emplace(FirstStage{inputs});
+      if (s == stage_of_part(parts_.size() - 1)) task.last.emplace(LastStage{targets, loss, x.size(0), losses});
+      MailboxLinks links(activations_, gradients_, devices_, s, placement, lanes_[s]);
       stats_.stages[s] = run_stage(schedule_[s], task, links);
       stage_done[s] = DeviceMark::here(devices_[s]);
     } catch (const std::exception& e) {

@@ -8,7 +8,8 @@
 // the whole batch.
 //
 // Interleaved, the model is split into p * v parts for p devices: part i
-// runs on devices[i % p] as that stage's chunk i / p.
+// runs on devices[i % p] as that stage's chunk i / p. ZB-V splits it into
+// 2p parts placed in a V: parts s and 2p - 1 - s on devices[s].
 //
 //   parallel::Pipeline pipe(parallel::split_sequential(model, {2, 5}), {dev0, dev1, dev2},
 //                           {.micro_batches = 8, .schedule = parallel::ScheduleKind::OneFOneB});
@@ -21,6 +22,9 @@
 //   parallel::Pipeline interleaved(parallel::split_sequential(model, {1, 3, 5}), {dev0, dev1},
 //                                  {.micro_batches = 8, .schedule = parallel::ScheduleKind::Interleaved1F1B,
 //                                   .chunks = 2});   // parts 0, 2 on dev0; 1, 3 on dev1
+//   parallel::Pipeline v(parallel::split_sequential(model, {1, 3, 5}), {dev0, dev1},
+//                        {.micro_batches = 8, .schedule = parallel::ScheduleKind::ZeroBubbleV,
+//                         .chunks = 2});   // parts 0, 3 on dev0; 1, 2 on dev1
 #pragma once
 
 #include <functional>
@@ -40,7 +44,7 @@ namespace loom::parallel {
 struct PipelineOptions {
   int micro_batches = 4;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int chunks = 1;  // model chunks per stage: more than 1 for Interleaved1F1B only
+  int chunks = 1;  // model chunks per stage: any for Interleaved1F1B, 2 for ZeroBubbleV, else 1
 };
 
 // What the last train_step measured.
@@ -60,9 +64,11 @@ std::string timeline(const PipelineStats& stats, int width = 100);
 std::vector<nn::ModulePtr> split_sequential(const nn::Sequential& model, const std::vector<int>& boundaries);
 
 // Stage `stage`'s chunks among `parts` (p * v of them, in the model's order,
-// p = `stages`): parts stage, p + stage, ..., as the interleaved schedule
-// places them (schedule.h). With one chunk a stage, {parts[stage]}.
-std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts, int stage, int stages);
+// p = `stages`), as `placement` puts them (schedule.h): in a loop, parts
+// stage, p + stage, ... (interleaved); in a V, parts stage and 2p - 1 - stage
+// (ZB-V). With one chunk a stage, {parts[stage]}.
+std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts, int stage, int stages,
+                                        Placement placement = Placement::Loop);
 
 // The parameters of `modules`, in order.
 TensorList parameters_of(const std::vector<nn::ModulePtr>& modules);
@@ -70,11 +76,12 @@ TensorList parameters_of(const std::vector<nn::ModulePtr>& modules);
 class Pipeline {
  public:
   // Part i of `parts` (p * chunks of them, in the model's order) is moved to
-  // devices[i % p], p = devices.size(); with one chunk, stage s is part s.
+  // its stage's device (devices[i % p], p = devices.size(), or in ZB-V's V);
+  // with one chunk, stage s is part s.
   Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices, PipelineOptions options = {});
 
   // Forward and backward of the batch (x, y) in micro-batches; returns the
-  // batch loss (a 0-d tensor on the last stage's device).
+  // batch loss (a 0-d tensor on the last part's device: stage 0's in ZB-V).
   Tensor train_step(const Tensor& x, const Tensor& y, const LossFn& loss);
   // Micro-batched forward without gradients; the output on the last device.
   Tensor forward(const Tensor& x);
@@ -85,7 +92,11 @@ class Pipeline {
   const PipelineStats& stats() const { return stats_; }
 
  private:
-  const Device& device_of_part(size_t i) const { return devices_[i % devices_.size()]; }
+  int stage_of_part(size_t i) const {
+    return place_part(static_cast<int>(i), static_cast<int>(devices_.size()), options_.chunks,
+                      placement_of(options_.schedule)).stage;
+  }
+  const Device& device_of_part(size_t i) const { return devices_[stage_of_part(i)]; }
 
   std::vector<nn::ModulePtr> parts_;
   std::vector<Device> devices_;

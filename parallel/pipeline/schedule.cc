@@ -105,14 +105,32 @@ PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches) {
   return schedule;
 }
 
+Placement placement_of(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleV ? Placement::V : Placement::Loop;
+}
+
+StageChunk place_part(int part, int stages, int chunks, Placement placement) {
+  LOOM_CHECK(part >= 0 && part < stages * chunks && (placement == Placement::Loop || chunks == 2), "place_part: part ",
+             part, " of ", stages, " stages x ", chunks, " chunks", placement == Placement::V ? " in a V" : "");
+  if (placement == Placement::Loop) return {part % stages, part / stages};
+  return part < stages ? StageChunk{part, 0} : StageChunk{2 * stages - 1 - part, 1};
+}
+
+int part_at(StageChunk where, int stages, Placement placement) {
+  if (placement == Placement::Loop) return where.chunk * stages + where.stage;
+  return where.chunk == 0 ? where.stage : 2 * stages - 1 - where.stage;
+}
+
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
-  LOOM_CHECK(chunks == 1 || kind == ScheduleKind::Interleaved1F1B, "make_schedule: the ", schedule_name(kind),
-             " schedule runs one chunk per stage, got ", chunks);
+  const int wanted = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
+  LOOM_CHECK(chunks == wanted || kind == ScheduleKind::Interleaved1F1B, "make_schedule: the ", schedule_name(kind),
+             " schedule runs ", wanted == 2 ? "two chunks" : "one chunk", " per stage, got ", chunks);
   switch (kind) {
     case ScheduleKind::GPipe: return gpipe_schedule(stages, micro_batches);
     case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, micro_batches);
     case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b_schedule(stages, chunks, micro_batches);
     case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1_schedule(stages, micro_batches);
+    case ScheduleKind::ZeroBubbleV: return zero_bubble_v_schedule(stages, micro_batches);
   }
   LOOM_FAIL("make_schedule: unknown schedule kind");
 }
@@ -123,15 +141,16 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved1F1B: return "interleaved";
     case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::ZeroBubbleV: return "zb-v";
   }
   return "?";
 }
 
 ScheduleKind schedule_kind(const std::string& name) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
-                            ScheduleKind::ZeroBubbleH1})
+                            ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV})
     if (name == schedule_name(kind)) return kind;
-  LOOM_FAIL("unknown pipeline schedule '", name, "': expected gpipe, 1f1b, interleaved or zb-h1");
+  LOOM_FAIL("unknown pipeline schedule '", name, "': expected gpipe, 1f1b, interleaved, zb-h1 or zb-v");
 }
 
 namespace {

@@ -17,7 +17,8 @@
 // In an interleaved schedule each stage (device) holds several model chunks:
 // with p stages and v chunks the model is cut into p * v parts, and part i
 // runs on stage i % p as its chunk i / p, so a micro-batch passes every
-// stage v times. An action names its chunk, printed after a colon (F3:1 is
+// stage v times. ZB-V places its two chunks in a V instead (Placement
+// below). An action names its chunk, printed after a colon (F3:1 is
 // micro-batch 3's forward through the stage's chunk 1).
 #pragma once
 
@@ -41,7 +42,29 @@ struct Action {
 
 using PipelineSchedule = std::vector<std::vector<Action>>;  // [stage] -> actions in order
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1, ZeroBubbleV };
+
+// Where part i of a model cut into p * v parts runs. Loop (interleaved, and
+// v = 1): stage i % p, as its chunk i / p. V (ZB-V, v = 2): down the stages
+// and back up: stage s holds part s as chunk 0 and part 2p - 1 - s as chunk
+// 1, so stage 0 has the first and the last part (the loss), and stage p - 1
+// turns a micro-batch around without sending it anywhere.
+enum class Placement { Loop, V };
+struct StageChunk {
+  int stage;
+  int chunk;
+};
+Placement placement_of(ScheduleKind kind);
+StageChunk place_part(int part, int stages, int chunks, Placement placement);
+int part_at(StageChunk where, int stages, Placement placement);  // the inverse
+
+// How long each pass of one chunk takes (in any unit); a whole backward (B)
+// takes both halves. The zero-bubble V schedule is built from them.
+struct PassTimes {
+  double forward = 1;
+  double backward_input = 1;   // I
+  double backward_weight = 1;  // W
+};
 
 // GPipe (Huang et al. 2019): every stage runs all forwards, then all
 // backwards (in micro-batch order, as PyTorch's ScheduleGPipe). Each stage
@@ -72,9 +95,21 @@ PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int mi
 // only what the weights' gradients need (each product's input).
 PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches);
 
-// `chunks` is for Interleaved1F1B only (the others take 1).
+// ZB-V (Qi et al., the V schedule of "Zero Bubble Pipeline Parallelism"):
+// two chunks a stage, placed in a V, with split backwards, built by list
+// scheduling on the ideal machine (simulator.h) with passes of `times`
+// (zero_bubble_v.cc): whenever a stage is free it runs the oldest ready I,
+// else the oldest ready F while it holds fewer than 2p chunk activations
+// (2p - 1 for a new micro-batch's first chunk, so the turn can always go
+// on), else the oldest W. A stage then holds what 1F1B's first stage holds
+// (p micro-batches through a whole stage) and idles little more than the
+// (p - 1) chunk forwards its first input takes to arrive: (p - 1) / (6m + p - 1)
+// of the step with equal passes, exactly that for p = 2 and p = 4 with m >= p.
+PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, PassTimes times = {});
+
+// `chunks`: Interleaved1F1B takes any, ZeroBubbleV 2, the others 1.
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
-const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1"
+const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"
 ScheduleKind schedule_kind(const std::string& name);  // the inverse; throws for another name
 
 // "stage 0: F0 F1 ... B0 ...", one line per stage; chunks after a colon

@@ -11,11 +11,14 @@
 
 namespace loom::parallel {
 
-SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, PassTimes times) {
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, PassTimes times, Placement placement) {
   const int p = static_cast<int>(schedule.size());
   LOOM_CHECK(p >= 1 && chunks >= 1, "simulate_schedule: need at least one stage and one chunk");
-  // When each pass of (virtual stage, micro-batch) ended; virtual stage =
-  // chunk * p + stage. `gradient_done`: its B or I, which sends the gradient on.
+  LOOM_CHECK(placement == Placement::Loop || chunks == 2, "simulate_schedule: a V placement has two chunks, got ",
+             chunks);
+  // When each pass of (part, micro-batch) ended; the part is the model's
+  // (virtual stage) that a stage's chunk runs (place_part).
+  // `gradient_done`: its B or I, which sends the gradient on.
   std::map<std::pair<int, int>, double> forward_done, gradient_done;
   const int last_virtual = chunks * p - 1;
   std::vector<size_t> next(p, 0);
@@ -37,7 +40,7 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, Pa
         const Action& a = schedule[s][next[s]];
         LOOM_CHECK(a.chunk >= 0 && a.chunk < chunks, "simulate_schedule: stage ", s, " runs chunk ", a.chunk,
                    " of ", chunks);
-        const int v = a.chunk * p + s, mb = a.micro_batch;
+        const int v = part_at({s, a.chunk}, p, placement), mb = a.micro_batch;
         // When its inputs are there; a pass whose input is not made yet waits.
         std::optional<double> ready = 0.0;
         double cost = 0;
@@ -123,6 +126,11 @@ double ideal_bubble_fraction(int stages, int micro_batches, int chunks) {
 double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes times) {
   const double idle = (stages - 1) * (times.forward + times.backward_input - times.backward_weight);
   return idle / (micro_batches * (times.forward + times.backward_input + times.backward_weight) + idle);
+}
+
+double zero_bubble_v_lower_bound(int stages, int micro_batches, PassTimes times) {
+  const double idle = (stages - 1) * times.forward;
+  return idle / (2 * micro_batches * (times.forward + times.backward_input + times.backward_weight) + idle);
 }
 
 }  // namespace loom::parallel

@@ -13,21 +13,13 @@
 
 namespace loom::parallel {
 
-// How long each pass of one chunk takes on the ideal machine below; a whole
-// backward (B) takes both halves.
-struct PassTimes {
-  double forward = 1;
-  double backward_input = 1;   // I
-  double backward_weight = 1;  // W
-};
-
 // When a pass ran, from the step's start (simulated units, or seconds).
 struct PassTime {
   Action action;
   double start = 0, end = 0;
 };
 
-// A schedule run on an ideal machine: passes take `times`, messages take no
+// A schedule run on an ideal machine: passes take `times` (schedule.h), messages take no
 // time, and a pass starts as soon as its stage is free and its input (the
 // previous chunk's activation, the next chunk's gradient, for W its own I)
 // is there. Throws, naming the passes left waiting, if the schedule cannot
@@ -40,7 +32,9 @@ struct SimulatedStep {
   std::vector<int> peak_in_flight;    // [stage]: most micro-batch chunks held between F and B (or W)
   std::vector<std::vector<PassTime>> passes;  // [stage]: when each of its passes ran
 };
-SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {});
+// Parts are placed as `placement` says (schedule.h; ZB-V's is V).
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {},
+                                Placement placement = Placement::Loop);
 
 // A step as a chart, one line per stage, time running right: each pass is
 // its name (F3, I3:1) padded to its length, idle time dots. `width` columns
@@ -60,5 +54,10 @@ double ideal_bubble_fraction(int stages, int micro_batches, int chunks = 1);
 // (p - 1)(F + I - W) / (m (F + I + W) + (p - 1)(F + I - W)); with equal
 // passes (p - 1) / (3m + p - 1), a third of 1F1B's idle time.
 double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes times = {});
+// The least idle fraction of any one-step schedule whose p stages each run 2m
+// chunks' passes of `times` (ZB-V's): the last stage cannot start before
+// p - 1 forwards, (p - 1) F / (2m (F + I + W) + (p - 1) F); with equal
+// passes (p - 1) / (6m + p - 1). ZB-V meets it for p = 2 and 4 (m >= p).
+double zero_bubble_v_lower_bound(int stages, int micro_batches, PassTimes times = {});
 
 }  // namespace loom::parallel

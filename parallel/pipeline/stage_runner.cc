@@ -32,8 +32,7 @@ Tensor StageLinks::receive_activation(int chunk, int micro_batch) {
 }
 
 void StageLinks::send_activation(int chunk, int micro_batch, const Tensor& activation) {
-  bytes_sent_ += static_cast<int64_t>(activation.nbytes());
-  put_activation(chunk, micro_batch, activation);
+  if (put_activation(chunk, micro_batch, activation)) bytes_sent_ += static_cast<int64_t>(activation.nbytes());
 }
 
 Tensor StageLinks::receive_gradient(int chunk, int micro_batch, const Tensor& output) {
@@ -42,8 +41,7 @@ Tensor StageLinks::receive_gradient(int chunk, int micro_batch, const Tensor& ou
 }
 
 void StageLinks::send_gradient(int chunk, int micro_batch, const Tensor& gradient) {
-  bytes_sent_ += static_cast<int64_t>(gradient.nbytes());
-  put_gradient(chunk, micro_batch, gradient);
+  if (put_gradient(chunk, micro_batch, gradient)) bytes_sent_ += static_cast<int64_t>(gradient.nbytes());
 }
 
 namespace {

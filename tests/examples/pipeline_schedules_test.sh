@@ -3,7 +3,8 @@
 # equal passes is the theory's: (p-1)/(m+p-1) for GPipe and 1F1B,
 # (p-1)/(vm+p-1) interleaved; 1F1B's stage s holds p - s micro-batches;
 # ZB-H1 idles (p-1)(F+I-W) a stage: with F = I = W (--backward-cost 2) a
-# third of 1F1B's time, 3/27.
+# third of 1F1B's time, 3/27. ZB-V (two half-stage chunks in a V) idles only
+# while the first micro-batch comes down, (p-1) chunk forwards: 3/51.
 set -euo pipefail
 source "$(dirname "$0")/expect.sh"
 tool=$(realpath "$1")
@@ -18,6 +19,9 @@ grep -q 'bubble 15.8% (these passes in theory: 15.8%); peak activations per stag
   || fail "ZB-H1 with I = W = F/2: 3/19, p micro-batches held until W"
 "$tool" --stages 4 --micro-batches 8 --backward-cost 2 > equal.txt
 grep -q 'bubble 11.1% (these passes in theory: 11.1%)' equal.txt || { cat equal.txt; fail "ZB-H1 with F = I = W: 3/27"; }
+grep -q "bubble 5.9% (these passes, at least: 5.9%); peak activations per stage (chunks, each half a stage's): 8 8 8 8$" \
+  equal.txt || { cat equal.txt; fail "ZB-V with F = I = W: 3/51, 2p half-stage chunks held"; }
+grep -q '^== zb-v, 2 chunks a stage in a V' equal.txt || { cat equal.txt; fail "ZB-V's heading"; }
 # The drawn steps: 1F1B's stage 0 waits 6 units (18 columns) for its first
 # gradient, ZB-H1's 3 (an I is as short as a forward, so 9 columns).
 grep -q '^stage 0: F0 F1 F2 F3 \.\{18\}B0    F4 B1' equal.txt || { cat equal.txt; fail "1F1B's drawn step"; }
@@ -30,6 +34,6 @@ expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" 
 "$tool" --schedules 1f1b,zb-h1 > some.txt
 [ "$(grep -c '^== ' some.txt)" = 2 ] && grep -q '^== 1f1b' some.txt && grep -q '^== zb-h1' some.txt \
   || { cat some.txt; fail "--schedules 1f1b,zb-h1 should print those two"; }
-expect_failure schedules 2 "--schedules" -- "$tool" --schedules 1f1b,zb-v
+expect_failure schedules 2 "--schedules" -- "$tool" --schedules 1f1b,zb-h2
 expect_failure weight 2 "--weight-share: expected a finite number from 0 to 1, got '2'" -- "$tool" --weight-share 2
 echo PASS

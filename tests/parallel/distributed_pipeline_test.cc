@@ -51,7 +51,16 @@ INSTANTIATE_TEST_SUITE_P(
                      .chunks = 3},
         // Zero bubble: the input's gradient goes upstream at I, the weights' come at W.
         PipelineCase{ScheduleKind::ZeroBubbleH1, {}, 3}, PipelineCase{ScheduleKind::ZeroBubbleH1, {4}, 2},
-        PipelineCase{ScheduleKind::ZeroBubbleH1, {2, 5}, 4, 10}, PipelineCase{ScheduleKind::ZeroBubbleH1, {1, 3, 6}, 6}));
+        PipelineCase{ScheduleKind::ZeroBubbleH1, {2, 5}, 4, 10}, PipelineCase{ScheduleKind::ZeroBubbleH1, {1, 3, 6}, 6},
+        // ZB-V: rank r runs parts r and 2p - 1 - r; the last rank turns each micro-batch around in memory,
+        // rank 0 has the loss.
+        PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 3, 6}, .micro_batches = 4, .chunks = 2},
+        PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 3, 6}, .micro_batches = 5, .batch = 10,
+                     .chunks = 2},
+        PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 2, 3, 5, 6}, .micro_batches = 6,
+                     .chunks = 2},
+        PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 2, 3, 5, 6}, .micro_batches = 2,
+                     .chunks = 2}));
 
 // p ranks of sleeping stages (`chunks` sleeping parts each): the pipeline
 // each rank runs, and its stats.
@@ -140,6 +149,26 @@ TEST(DistributedPipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   }
 }
 
+// ZB-V over ranks, F, I and W of 10 ms each (a chunk is half a stage): idle
+// only while the first micro-batch comes down, (p - 1) / (6m + p - 1); each
+// rank holds what the simulation says; the last rank's turn is not sent: of
+// its [1, 2] float32 tensors, the end ranks send an activation and a gradient
+// a micro-batch, the middle ones two of each.
+TEST(DistributedPipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
+  const int p = 4, m = 8;
+  double step = 0;
+  std::vector<StageStats> stats = run_sleep_pipeline(p, m, ScheduleKind::ZeroBubbleV, 10, &step, 2, 10);
+  double bubble = 0;
+  for (const StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+  EXPECT_NEAR(bubble, zero_bubble_v_lower_bound(p, m), 0.04);
+  EXPECT_LT(bubble, ideal_zero_bubble_h1_fraction(p, m) - 0.03);
+  const SimulatedStep simulated = simulate_schedule(zero_bubble_v_schedule(p, m), 2, {}, Placement::V);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+    EXPECT_EQ(stats[s].bytes_sent, (s == 0 || s == p - 1 ? 2 : 4) * m * 2 * 4) << "rank " << s;
+  }
+}
+
 // Every rank records its passes; rank 0 draws them all, one row per rank,
 // each in its schedule's order.
 TEST(DistributedPipeline, TimelineGathersEveryRanksPasses) {
@@ -181,7 +210,7 @@ TEST(DistributedPipeline, ChunksMustMatchTheOptions) {
   });
   testing::run_rank_threads(1, [&](int, const std::shared_ptr<ProcessGroup>& group) {
     EXPECT_THROW_MSG(DistributedPipeline(two_parts(), group, two_chunks),
-                     "DistributedPipeline: interleaving needs at least two ranks");
+                     "DistributedPipeline: 2 chunks a rank need at least two ranks");
   });
 }
 
@@ -245,7 +274,7 @@ TEST(DistributedPipeline, RejectsBadArguments) {
   EXPECT_THROW_MSG(pipe.train_step(Tensor(), zeros({4}), testing::sum_loss),
                    "DistributedPipeline (rank 0's inputs): a batch of 0 cannot make 3 micro-batches");
   EXPECT_THROW_MSG(pipe.train_step(ones({4, 2}), zeros({2}), testing::sum_loss),
-                   "the last rank's targets): a batch of 2 cannot make 3 micro-batches");
+                   "the loss rank's targets): a batch of 2 cannot make 3 micro-batches");
   EXPECT_THROW_MSG(pipe.train_step(ones({4, 2}), zeros({5}), testing::sum_loss),
                    "pipeline: micro-batch 1 has 1 samples but its targets have 2");
 }

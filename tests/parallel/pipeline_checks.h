@@ -24,7 +24,7 @@ struct PipelineCase {
   int micro_batches = 4;
   int64_t batch = 12;  // need not divide by micro_batches: then they differ by one
   Device device = Device::cpu();  // of every stage and of the reference
-  int chunks = 1;                 // model chunks per stage (Interleaved1F1B)
+  int chunks = 1;                 // model chunks per stage (Interleaved1F1B; ZeroBubbleV: 2)
 
   int stages() const { return (static_cast<int>(boundaries.size()) + 1) / chunks; }
 };
@@ -86,13 +86,17 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
                                                  nn::Sequential model, const PipelineCase& c) {
   const int rank = group->rank(), p = group->size();
   ASSERT_EQ(p, c.stages()) << "one stage per rank";
-  // This rank's parts: rank, p + rank, ... (one unless interleaved).
-  const std::vector<nn::ModulePtr> chunks = stage_chunks(split_sequential(model, c.boundaries), rank, p);
-  const std::vector<nn::ModulePtr> reference_chunks = stage_chunks(split_sequential(reference, c.boundaries), rank, p);
+  // This rank's parts: rank, p + rank, ... (one unless interleaved); in ZB-V's V, rank and 2p - 1 - rank.
+  const Placement placement = placement_of(c.kind);
+  const std::vector<nn::ModulePtr> chunks = stage_chunks(split_sequential(model, c.boundaries), rank, p, placement);
+  const std::vector<nn::ModulePtr> reference_chunks =
+      stage_chunks(split_sequential(reference, c.boundaries), rank, p, placement);
   DistributedPipeline pipe(chunks, group,
                            {.micro_batches = c.micro_batches, .schedule = c.kind, .chunks = c.chunks}, c.device);
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
-  const bool first = rank == 0, last = rank == group->size() - 1;
+  const int loss_rank = placement == Placement::V ? 0 : p - 1;  // the model's last part
+  EXPECT_EQ(pipe.loss_rank(), loss_rank);
+  const bool first = rank == 0, last = rank == loss_rank;
 
   train_side_by_side(
       reference, c.batch,
@@ -101,7 +105,7 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
         // Each rank passes only what it reads.
         Tensor loss = pipe.train_step(first ? x : Tensor(), last ? y : Tensor(), cross_entropy_loss);
         opt_pipe.step();
-        EXPECT_EQ(loss.defined(), last) << "only the last rank has the loss";
+        EXPECT_EQ(loss.defined(), last) << "only the loss rank has the loss";
         return loss;
       },
       [&](int step) {
@@ -112,10 +116,10 @@ inline void check_pipeline_matches_single_device(const std::shared_ptr<ProcessGr
   Generator gen(12);
 
   // Every rank gathers the trained stages: its whole model is the reference.
-  share_stage_weights(split_sequential(model, c.boundaries), *group);
+  share_stage_weights(split_sequential(model, c.boundaries), *group, placement);
   EXPECT_LT(max_param_difference(*reference, *model), 1e-10) << "rank " << rank << " after share_stage_weights";
 
-  // Inference: the micro-batched forward ends on the last rank with the
+  // Inference: the micro-batched forward ends on the loss rank with the
   // reference's output.
   Tensor x = randn({c.batch, 6}, {.dtype = kFloat64}, &gen).to(c.device);
   Tensor out = pipe.forward(first ? x : Tensor());

@@ -38,6 +38,17 @@ TEST(DistributedPipelineMpi, InterleavedMatchesSingleDevice) {
       {.kind = ScheduleKind::Interleaved1F1B, .boundaries = cuts, .micro_batches = 2 * p, .chunks = 2});
 }
 
+// ZB-V: two chunks per rank in a V; the last rank keeps its turn in memory
+// and rank 0 computes the loss.
+TEST(DistributedPipelineMpi, ZeroBubbleVMatchesSingleDevice) {
+  auto [reference, model] = testing::pipeline_models();
+  const int p = testing::mpi_world()->size();
+  const std::vector<int> cuts = p == 2 ? std::vector<int>{2, 4, 6} : std::vector<int>{1, 2, 3, 5, 6};
+  testing::check_pipeline_matches_single_device(
+      testing::mpi_world(), reference, model,
+      {.kind = ScheduleKind::ZeroBubbleV, .boundaries = cuts, .micro_batches = 2 * p + 1, .chunks = 2});
+}
+
 // Activations of 256 KB, past MPI's eager limit (pipeline_checks.h).
 TEST(DistributedPipelineMpi, InterleavedWithActivationsPastTheEagerLimit) {
   testing::check_interleaved_with_large_activations(testing::mpi_world());
