@@ -2,12 +2,15 @@
 // with pipeline parallelism: the model cut into stages, each batch into
 // micro-batches that flow through them in a GPipe, 1F1B, interleaved 1F1B
 // (the model cut into stages x chunks parts, each stage running --chunks of
-// them) or zero-bubble ZB-H1 schedule (each backward split in two, the
-// weights' gradients filling the stages' waits).
+// them), zero-bubble ZB-H1 (each backward split in two, the weights'
+// gradients filling the stages' waits) or ZB-V schedule (ZB-H1's split with
+// two chunks a stage placed in a V: stage s runs parts s and 2p - 1 - s, so
+// stage 0 also computes the loss).
 //
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2             # stages as threads, one process
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --schedule interleaved --chunks 2
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --micro-batches 8 --schedule zb-h1 --timeline
+//   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --micro-batches 8 --schedule zb-v --timeline
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --balance time   # cuts from measured layer times
 //   mpirun -np 2 bazel-bin/examples/pipeline_fashion_mnist --epochs 5     # one stage per rank
 //   (as root add --allow-run-as-root --oversubscribe; see docs/comm.md)
@@ -16,9 +19,9 @@
 // and a pipeline step equals a step on the whole batch, so it reaches the
 // same accuracy. The loop is fashion_mnist_cnn's with the forward and
 // backward of a batch done by the pipeline's train_step. Under mpirun every
-// rank reads the whole batch (rank 0 uses the images, the last rank the
-// labels); the last rank has the loss and reports, and before each evaluation
-// the ranks share their stages' weights.
+// rank reads the whole batch (rank 0 uses the images, the rank with the last
+// part the labels); that rank has the loss and reports, and before each
+// evaluation the ranks share their stages' weights.
 #include <algorithm>
 
 #include "examples/common/fashion_mnist.h"
@@ -85,8 +88,9 @@ int main(int argc, char** argv) {
             flags.add("--stages", stages, "pipeline stages (under mpirun: the ranks)", Scope::Job, integer_in(1, 8));
         flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
         flags.add("--schedule", schedule,
-                  "gpipe, 1f1b, interleaved (1F1B over --chunks model chunks per stage) or zb-h1 (zero bubble)",
-                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+                  "gpipe, 1f1b, interleaved (1F1B over --chunks model chunks per stage), zb-h1 (zero bubble) or "
+                  "zb-v (zero bubble, two chunks per stage in a V)",
+                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
         flags.add("--chunks", chunks, "interleaved: model chunks per stage (micro-batches: a multiple of the stages)",
                   Scope::Job, integer_in(1, 8));
         std::string balance = "layers";
@@ -107,15 +111,18 @@ int main(int argc, char** argv) {
           stages = me.group->size();
         }
         const parallel::ScheduleKind kind = parallel::schedule_kind(schedule);
-        if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = 1;
+        if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = kind == parallel::ScheduleKind::ZeroBubbleV ? 2 : 1;
         const parallel::PipelineOptions options{.micro_batches = micro_batches, .schedule = kind, .chunks = chunks};
+        const parallel::Placement placement = parallel::placement_of(kind);
+        const int loss_stage = parallel::place_part(stages * chunks - 1, stages, chunks, placement).stage;
 
         Ranks ranks{.min_batch = micro_batches};  // a batch needs an image per micro-batch
-        if (over_ranks) ranks = {.group = me.group, .shard_batches = false, .reporting_rank = stages - 1,
+        if (over_ranks) ranks = {.group = me.group, .shard_batches = false, .reporting_rank = loss_stage,
                                  .min_batch = micro_batches};
         FashionMnist run(config, flags, me.device, ranks);
         // The parts share the model's layers: training them trains run.model.
-        // Part i runs on stage i % stages (one part per stage unless interleaved).
+        // Part i runs on stage i % stages (one part per stage unless
+        // interleaved), or in ZB-V's V.
         const std::vector<int> cuts =
             balance == "time" ? timed_cuts(run.model, config, me, stages * chunks) : cuts_for(stages * chunks);
         if (me.group->rank() == 0 && stages * chunks > 1)
@@ -124,20 +131,20 @@ int main(int argc, char** argv) {
         std::unique_ptr<parallel::Pipeline> in_process;
         std::unique_ptr<parallel::DistributedPipeline> over;
         if (over_ranks)
-          over = std::make_unique<parallel::DistributedPipeline>(parallel::stage_chunks(parts, me.group->rank(), stages),
-                                                                 me.group, options, me.device);
+          over = std::make_unique<parallel::DistributedPipeline>(
+              parallel::stage_chunks(parts, me.group->rank(), stages, placement), me.group, options, me.device);
         else
           in_process = std::make_unique<parallel::Pipeline>(parts, std::vector<Device>(stages, me.device), options);
 
         for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
           for (auto& [x, y] : run.batches(epoch)) {
             run.optimizer.zero_grad();
-            // Forward and backward of every micro-batch, in the schedule's order; the loss: on the last stage.
+            // Forward and backward of every micro-batch, in the schedule's order; the loss: on loss_stage.
             Tensor loss = over_ranks ? over->train_step(x, y, cross_entropy) : in_process->train_step(x, y, cross_entropy);
             run.optimizer.step();
             run.step_done(loss);
           }
-          if (over_ranks) parallel::share_stage_weights(parts, *me.group);  // every rank evaluates the whole model
+          if (over_ranks) parallel::share_stage_weights(parts, *me.group, placement);  // every rank evaluates it all
           if (!run.end_epoch(epoch)) break;
         }
         run.finish();

@@ -121,7 +121,7 @@ parallel::PipelineOptions pipeline_options(const std::string& strategy, const Co
   const parallel::ScheduleKind kind = parallel::schedule_kind(strategy);
   return {.micro_batches = c.micro_batches,
           .schedule = kind,
-          .chunks = kind == parallel::ScheduleKind::Interleaved1F1B ? kInterleavedChunks : 1};
+          .chunks = chunks_of(strategy)};
 }
 
 std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }

@@ -269,7 +269,7 @@ Measurement run_pipeline(const std::string& name, const Workload& w, const std::
   return m;
 }
 
-// GPipe, 1F1B, interleaved or ZB-H1 with one stage per MPI rank (DistributedPipeline). Idle is
+// GPipe, 1F1B, interleaved, ZB-H1 or ZB-V with one stage per MPI rank (DistributedPipeline). Idle is
 // the time each rank's train_step spends outside its forward and backward
 // passes (the bubble and its messages), averaged over ranks; the step is the
 // slowest rank's.
@@ -277,10 +277,12 @@ Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const
                                const CompareConfig& c) {
   parallel::ProcessGroup& group = *c.group;
   const int r = group.rank();
-  const bool first = r == 0, last = r == group.size() - 1;
   auto model = nn::Sequential(as_sequential(w.model->clone()));
-  parallel::DistributedPipeline pipe(parallel::stage_chunks(parallel::split_sequential(model, boundaries), r, group.size()),
-                                     c.group, pipeline_options(name, c), c.device);
+  const parallel::PipelineOptions options = pipeline_options(name, c);
+  parallel::DistributedPipeline pipe(parallel::stage_chunks(parallel::split_sequential(model, boundaries), r,
+                                                            group.size(), parallel::placement_of(options.schedule)),
+                                     c.group, options, c.device);
+  const bool first = r == 0, last = r == pipe.loss_rank();
   // A stage of only activations (a ReLU between cuts) has nothing to optimise.
   std::optional<optim::AdamW> opt;
   if (!pipe.parameters().empty()) opt.emplace(pipe.parameters(), optim::AdamOptions{.lr = 1e-3});

@@ -72,9 +72,14 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
     // ZB-H1: 1F1B's slots, but weight passes fill the waits, so each of the
     // N - 1 bubble slots costs a forward only.
     if (strategy == "zb-h1") return slowest + (n - 1) * p.stage_forward_s[k] / m + (m + n - 1) * hop + optimizer_per_stage;
+    // ZB-V: two half-stage chunks in a V; a stage waits only while the first
+    // micro-batch comes down (a chunk forward a stage), and each chunk sends
+    // and receives its own activations and gradients: twice 1F1B's hops.
+    if (strategy == "zb-v")
+      return slowest + (n - 1) * p.stage_forward_s[k] / (2 * m) + (2 * m + n - 1) * hop + optimizer_per_stage;
     // Interleaved: v chunks a stage, so v m passes of 1/v the work, each
     // with its own hop (v times the messages).
-    const double v = strategy == "interleaved" ? kInterleavedChunks : 1;
+    const double v = chunks_of(strategy);
     return (v * m + n - 1) * (slowest / (v * m) + hop) + optimizer_per_stage;
   }
   LOOM_FAIL("project_step_seconds: unknown strategy '", strategy, "'");

@@ -19,6 +19,9 @@
 //                   + (m + N - 1) 2(alpha + A_max/(m bw)) + O/N  (taken as half a backward) fill the waits, so
 //                                                                each bubble slot is a forward (k: the stage
 //                                                                with the largest F + B)
+//   ZB-V          F_k + B_k + (N - 1) F_k/(2m)                   two half-stage chunks in a V: the waits are the
+//                   + (2m + N - 1) 2(alpha + A_max/(m bw))       first micro-batch's way down, a chunk forward
+//                   + O/N                                        a stage; each chunk has its own messages
 //   ZeRO-1        (F + B)/N + O/N + C1                           reduce-scatter + all-gather (C1 = C with k = 1)
 //                                                                in step(), nothing hidden; each rank steps 1/N
 //   ZeRO-2        (F + B)/N + O/N + max(0, C1/2 - B/N) + C1/2    the reduce-scatter hidden behind backward
@@ -79,12 +82,18 @@ inline bool is_ddp(const std::string& strategy) {
 
 // The pipeline strategies, each named as its schedule (parallel::schedule_kind).
 inline bool is_pipeline(const std::string& strategy) {
-  return strategy == "gpipe" || strategy == "1f1b" || strategy == "interleaved" || strategy == "zb-h1";
+  return strategy == "gpipe" || strategy == "1f1b" || strategy == "interleaved" || strategy == "zb-h1" ||
+         strategy == "zb-v";
+}
+
+// A pipeline strategy's model chunks per stage: interleaved kInterleavedChunks, zb-v 2 (its V), the others 1.
+inline int chunks_of(const std::string& strategy) {
+  return strategy == "interleaved" ? kInterleavedChunks : strategy == "zb-v" ? 2 : 1;
 }
 
 // Predicted seconds per step for "single", "dp", "ddp" (and "ddp_bf16",
 // "ddp_fp16": half the bytes), "zero1", "zero2",
-// "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1" (the stages in the profile are the N
+// "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v" (the stages in the profile are the N
 // devices) or "hybrid" (the profile's stages are the mesh's P); any of them
 // with "_ckpt" (activation checkpointing) adds one forward, shared like the
 // rest. -1 for "tp", which it does not model.

@@ -184,14 +184,16 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   }
   if (strategy == "layer_split") return run_layer_split(w, plan, config);
   LOOM_CHECK(is_pipeline(strategy), "compare_parallel: unknown strategy '", strategy, "'");
-  if (strategy == "interleaved") {  // kInterleavedChunks parts a stage, cut apart
-    if (config.micro_batches % config.devices != 0) {
+  const int chunks = chunks_of(strategy);
+  if (chunks > 1) {  // interleaved or zb-v: `chunks` parts a stage, cut apart
+    if (strategy == "interleaved" && config.micro_batches % config.devices != 0) {
       skipped.skipped = "needs --micro-batches a multiple of the " + std::to_string(config.devices) + " stages";
       return skipped;
     }
-    if (config.interleaved_boundaries.empty()) {
-      skipped.skipped = "the model is not a Sequential of at least " +
-                        std::to_string(kInterleavedChunks * config.devices) + " children";
+    auto cut = config.chunk_boundaries.find(chunks);
+    if (cut == config.chunk_boundaries.end() || cut->second.empty()) {
+      skipped.skipped =
+          "the model is not a Sequential of at least " + std::to_string(chunks * config.devices) + " children";
       return skipped;
     }
     if (over_ranks && config.group->backend().find("nccl") != std::string::npos) {
@@ -200,7 +202,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
       return skipped;
     }
   }
-  const std::vector<int>& cuts = strategy == "interleaved" ? config.interleaved_boundaries : boundaries;
+  const std::vector<int>& cuts = chunks > 1 ? config.chunk_boundaries.at(chunks) : boundaries;
   return over_ranks ? run_pipeline_ranks(strategy, w, cuts, config) : run_pipeline(strategy, w, cuts, config);
 }
 

@@ -2,6 +2,7 @@
 // model and batch, and what it measures of each.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,9 +31,10 @@ struct CompareConfig {
   // P stages are cut (plan_stages for P).
   int mesh_data = 0, mesh_pipeline = 0;
   std::vector<int> mesh_boundaries;
-  // interleaved: where the model is cut into kInterleavedChunks parts per
-  // stage (plan_stages for that many; empty when the model has too few children).
-  std::vector<int> interleaved_boundaries;
+  // Pipelines with several chunks a stage (interleaved, zb-v): [v] is where
+  // the model is cut into v parts per stage (plan_stages for that many;
+  // empty when the model has too few children).
+  std::map<int, std::vector<int>> chunk_boundaries;
 };
 
 // One strategy's step, averaged over the timed steps. On a GPU the split into
@@ -64,7 +66,7 @@ struct StagePlan {
 };
 StagePlan plan_stages(const Workload& w, int stages);
 
-// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1,
+// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1, zb-v,
 // hybrid, tp; any of them with "_ckpt" appended runs on checkpointed(w).
 // Under mpirun every rank calls it for the strategies that run over ranks
 // (all ranks take part) and rank 0 alone for single.

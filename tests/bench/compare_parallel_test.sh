@@ -9,18 +9,18 @@ cd "${TEST_TMPDIR:-$(mktemp -d)}"
 "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --devices 2 --micro-batches 4 --steps 2 --warmup 1 \
   --timelines --out cmp > out.log 2>&1 || { cat out.log; exit 1; }
 # --timelines draws each pipeline's last step: a header, then a line per stage.
-for s in gpipe 1f1b interleaved zb-h1; do
+for s in gpipe 1f1b interleaved zb-h1 zb-v; do
   [ "$(sed -n "/^$s, the last step as measured:$/,+2p" out.log | grep -c '^stage [01]: ')" = 2 ] \
     || { echo "no chart for $s"; cat out.log; exit 1; }
 done
-for s in single dp ddp zero1 zero2 fsdp layer_split gpipe 1f1b interleaved zb-h1; do
+for s in single dp ddp zero1 zero2 fsdp layer_split gpipe 1f1b interleaved zb-h1 zb-v; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\"" out.log \
     || { echo "no JSON line for $s"; cat out.log; exit 1; }
   python3 -c "import json,sys; d=json.load(open('cmp_traces/$s.json')); sys.exit(0 if d['traceEvents'] else 1)" \
     || { echo "bad trace for $s"; exit 1; }
 done
 grep -q "NOTE: the 2 devices are one CPU" out.log || { echo "no shared-device note"; cat out.log; exit 1; }
-[ "$(wc -l < cmp.csv)" = 12 ] || { echo "cmp.csv should have a header and 11 rows"; cat cmp.csv; exit 1; }
+[ "$(wc -l < cmp.csv)" = 13 ] || { echo "cmp.csv should have a header and 12 rows"; cat cmp.csv; exit 1; }
 # ZeRO moves what DDP moves; FSDP 1.5 times that (its root, which stays gathered, moves 1x).
 python3 - out.log <<'PY' || { cat out.log; exit 1; }
 import json, sys
@@ -75,13 +75,13 @@ mpirun -np 3 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 
   --steps 2 --warmup 1 --timelines --out mpi > mpi.log 2>&1 || { cat mpi.log; exit 1; }
 [ "$(sed -n '/^zb-h1, the last step as measured:$/,+3p' mpi.log | grep -c '^stage [012]: ')" = 3 ] \
   || { echo "mpirun: no chart for zb-h1"; cat mpi.log; exit 1; }
-for s in single ddp zero1 zero2 fsdp gpipe 1f1b zb-h1; do
+for s in single ddp zero1 zero2 fsdp gpipe 1f1b zb-h1 zb-v; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"mlp\", \"strategy\": \"$s\", \"devices\": [13]," mpi.log \
     || { echo "mpirun: no JSON line for $s"; cat mpi.log; exit 1; }
 done
 grep -q "interleaved *skipped: needs --micro-batches a multiple of the 3 stages" mpi.log \
   || { echo "mpirun: interleaved with 4 micro-batches on 3 ranks should say why it is skipped"; cat mpi.log; exit 1; }
-for s in ddp zero1 zero2 fsdp gpipe 1f1b zb-h1; do
+for s in ddp zero1 zero2 fsdp gpipe 1f1b zb-h1 zb-v; do
   for r in 0 1 2; do
     python3 -c "import json,sys; d=json.load(open('mpi_traces/${s}_rank$r.json')); sys.exit(0 if d['traceEvents'] else 1)" \
       || { echo "mpirun: bad trace for $s on rank $r"; exit 1; }

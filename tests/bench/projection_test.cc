@@ -57,6 +57,17 @@ TEST(Projection, LayerSplitAndPipelines) {
   // ZB-H1: the slowest stage's 2 + 4, one idle forward slot 2/4, and 1F1B's 5 hops of 0.7:
   // 6 + 0.5 + 3.5 + 0.25, a whole second under 1F1B's.
   EXPECT_NEAR(project_step_seconds("zb-h1", two_stages(), settings()), 10.25, 1e-12);
+  // ZB-V: 6, one idle chunk forward 2/8, and twice 1F1B's hops, (8 + 1) * 0.7 = 6.3; 6 + 0.25 + 6.3 + 0.25:
+  // on this slow link its messages cost more than the bubble it saves.
+  EXPECT_NEAR(project_step_seconds("zb-v", two_stages(), settings()), 12.8, 1e-12);
+  // Three stages (the third like the second): (8 + 2) * 0.7 hops; 6 + 2 * 2/8 + 7 + 0.5/3.
+  Profile three = two_stages();
+  three.stage_forward_s.push_back(2);
+  three.stage_backward_s.push_back(4);
+  three.boundary_bytes.push_back(10);
+  ProjectionSettings three_devices = settings();
+  three_devices.devices = 3;
+  EXPECT_NEAR(project_step_seconds("zb-v", three, three_devices), 6 + 0.5 + 7 + 0.5 / 3, 1e-12);
 }
 
 TEST(Projection, ShardedDataParallel) {

