@@ -28,25 +28,25 @@ TEST(DistributedPipelineMpi, UnevenMicroBatchesMatchSingleDevice) {
   expect_matches_single_device(ScheduleKind::OneFOneB, 4, 10);
 }
 
-// Two chunks per rank: the last rank's activations travel to rank 0 and back.
-TEST(DistributedPipelineMpi, InterleavedMatchesSingleDevice) {
+// Two chunks per rank (the model cut into 2p parts), `micro_batches` of them.
+void expect_two_chunks_match_single_device(ScheduleKind kind, int micro_batches) {
   auto [reference, model] = testing::pipeline_models();
   const int p = testing::mpi_world()->size();
   const std::vector<int> cuts = p == 2 ? std::vector<int>{2, 4, 6} : std::vector<int>{1, 2, 3, 5, 6};
   testing::check_pipeline_matches_single_device(
       testing::mpi_world(), reference, model,
-      {.kind = ScheduleKind::Interleaved1F1B, .boundaries = cuts, .micro_batches = 2 * p, .chunks = 2});
+      {.kind = kind, .boundaries = cuts, .micro_batches = micro_batches, .chunks = 2});
 }
 
-// ZB-V: two chunks per rank in a V; the last rank keeps its turn in memory
-// and rank 0 computes the loss.
+// Interleaved: the last rank's activations travel to rank 0 and back.
+TEST(DistributedPipelineMpi, InterleavedMatchesSingleDevice) {
+  expect_two_chunks_match_single_device(ScheduleKind::Interleaved1F1B, 2 * testing::mpi_world()->size());
+}
+
+// ZB-V: the two chunks in a V; the last rank keeps its turn in memory and
+// rank 0 computes the loss.
 TEST(DistributedPipelineMpi, ZeroBubbleVMatchesSingleDevice) {
-  auto [reference, model] = testing::pipeline_models();
-  const int p = testing::mpi_world()->size();
-  const std::vector<int> cuts = p == 2 ? std::vector<int>{2, 4, 6} : std::vector<int>{1, 2, 3, 5, 6};
-  testing::check_pipeline_matches_single_device(
-      testing::mpi_world(), reference, model,
-      {.kind = ScheduleKind::ZeroBubbleV, .boundaries = cuts, .micro_batches = 2 * p + 1, .chunks = 2});
+  expect_two_chunks_match_single_device(ScheduleKind::ZeroBubbleV, 2 * testing::mpi_world()->size() + 1);
 }
 
 // Activations of 256 KB, past MPI's eager limit (pipeline_checks.h).
