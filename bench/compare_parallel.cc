@@ -261,8 +261,12 @@ int main(int argc, char** argv) {
           if (!wants(chunked) || config.chunk_boundaries.count(chunks)) continue;
           StagePlan parts;
           if (writer) parts = plan_stages(w, chunks * config.devices);
-          if (config.group) parallel::share_boundaries(parts.boundaries, *config.group, config.device);
+          if (config.group) {
+            parallel::share_boundaries(parts.boundaries, *config.group, config.device);
+            parallel::share_part_times(parts.part_times, *config.group, config.device);
+          }
           config.chunk_boundaries[chunks] = parts.boundaries;
+          if (wants("zb-v")) config.zb_v_part_times = parts.part_times;
         }
         const Profile& profile = plan.profile;
         const int64_t batch = w.samples_per_step;

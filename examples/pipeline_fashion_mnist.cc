@@ -12,6 +12,7 @@
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --micro-batches 8 --schedule zb-h1 --timeline
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 2 --micro-batches 8 --schedule zb-v --timeline
 //   bazel run //examples:pipeline_fashion_mnist -- --stages 4 --balance time   # cuts from measured layer times
+//   bazel run //examples:pipeline_fashion_mnist -- --schedule zb-v --balance time  # and the V scheduled for them
 //   mpirun -np 2 bazel-bin/examples/pipeline_fashion_mnist --epochs 5     # one stage per rank
 //   (as root add --allow-run-as-root --oversubscribe; see docs/comm.md)
 //
@@ -48,17 +49,30 @@ std::vector<int> cuts_for(int parts) {
   return cuts;
 }
 
-// Cuts for `parts` stages of about equal time, measured on a batch of zeros
-// on rank 0; the other ranks take rank 0's cuts (their own timings would differ).
-std::vector<int> timed_cuts(const nn::Sequential& model, const examples::FashionMnistConfig& config,
-                            const examples::Rank& me, int parts) {
+// Cuts for `parts` stages of about equal time, and each part's forward,
+// input-gradient and weight-gradient times (zb-v builds its schedule for
+// them), measured on a batch of zeros on rank 0; the other ranks take rank
+// 0's (their own timings would differ, and every rank must cut and schedule alike).
+struct TimedPlan {
+  std::vector<int> cuts;
+  std::vector<parallel::PassTimes> part_times;
+};
+TimedPlan timed_plan(const nn::Sequential& model, const examples::FashionMnistConfig& config,
+                     const examples::Rank& me, int parts) {
   LOOM_CHECK(parts <= static_cast<int>(model->size()), "the CNN has ", model->size(), " layers: it cannot make ", parts,
              " parts (stages x chunks)");
-  std::vector<int> cuts;
-  if (me.group->rank() == 0)
-    cuts = parallel::balance_by_time(model, zeros({config.batch_size, 1, 28, 28}, {.device = me.device}), parts);
-  if (me.group->size() > 1) parallel::share_boundaries(cuts, *me.group, me.device);
-  return cuts;
+  TimedPlan plan;
+  if (me.group->rank() == 0) {
+    const parallel::ChildCosts costs =
+        parallel::time_children(model, zeros({config.batch_size, 1, 28, 28}, {.device = me.device}));
+    plan.cuts = parallel::balanced_boundaries(costs.seconds(), parts);
+    plan.part_times = parallel::part_pass_times(costs, plan.cuts);
+  }
+  if (me.group->size() > 1) {
+    parallel::share_boundaries(plan.cuts, *me.group, me.device);
+    parallel::share_part_times(plan.part_times, *me.group, me.device);
+  }
+  return plan;
 }
 
 std::string text(const std::vector<int>& cuts) {
@@ -96,7 +110,7 @@ int main(int argc, char** argv) {
         std::string balance = "layers";
         flags.add("--balance", balance,
                   "where to cut the CNN: layers (fixed cuts by layer count) or time (stages of about equal "
-                  "forward + backward time, measured on a batch first)",
+                  "forward + backward time, measured on a batch first; zb-v is then scheduled for the measured times)",
                   Scope::Job, CLI::IsMember({"time", "layers"}));
         bool draw_timeline = false;
         flags.add_switch("--timeline", draw_timeline,
@@ -112,7 +126,7 @@ int main(int argc, char** argv) {
         }
         const parallel::ScheduleKind kind = parallel::schedule_kind(schedule);
         if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = kind == parallel::ScheduleKind::ZeroBubbleV ? 2 : 1;
-        const parallel::PipelineOptions options{.micro_batches = micro_batches, .schedule = kind, .chunks = chunks};
+        parallel::PipelineOptions options{.micro_batches = micro_batches, .schedule = kind, .chunks = chunks};
         const parallel::Placement placement = parallel::placement_of(kind);
         const int loss_stage = parallel::place_part(stages * chunks - 1, stages, chunks, placement).stage;
 
@@ -123,10 +137,18 @@ int main(int argc, char** argv) {
         // The parts share the model's layers: training them trains run.model.
         // Part i runs on stage i % stages (one part per stage unless
         // interleaved), or in ZB-V's V.
-        const std::vector<int> cuts =
-            balance == "time" ? timed_cuts(run.model, config, me, stages * chunks) : cuts_for(stages * chunks);
+        TimedPlan plan;
+        if (balance == "time")
+          plan = timed_plan(run.model, config, me, stages * chunks);
+        else
+          plan.cuts = cuts_for(stages * chunks);
+        const std::vector<int>& cuts = plan.cuts;
         if (me.group->rank() == 0 && stages * chunks > 1)
           std::printf("cut before layers %s (by %s)\n", text(cuts).c_str(), balance.c_str());
+        if (kind == parallel::ScheduleKind::ZeroBubbleV && !plan.part_times.empty()) {
+          options.part_times = plan.part_times;  // the V scheduled for the parts' measured F, I and W
+          if (me.group->rank() == 0) std::printf("zb-v scheduled for the parts' measured pass times\n");
+        }
         const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts);
         std::unique_ptr<parallel::Pipeline> in_process;
         std::unique_ptr<parallel::DistributedPipeline> over;

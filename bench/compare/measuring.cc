@@ -121,7 +121,8 @@ parallel::PipelineOptions pipeline_options(const std::string& strategy, const Co
   const parallel::ScheduleKind kind = parallel::schedule_kind(strategy);
   return {.micro_batches = c.micro_batches,
           .schedule = kind,
-          .chunks = chunks_of(strategy)};
+          .chunks = chunks_of(strategy),
+          .part_times = kind == parallel::ScheduleKind::ZeroBubbleV ? c.zb_v_part_times : std::vector<parallel::PassTimes>{}};
 }
 
 std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }

@@ -44,17 +44,12 @@ StagePlan plan_stages(const Workload& w, int stages) {
   if (seq && static_cast<int>(seq->size()) >= stages) {
     const parallel::ChildCosts t = parallel::time_children(nn::Sequential(seq), w.input);
     plan.boundaries = parallel::balanced_boundaries(t.seconds(), stages);
-    std::vector<int> ends = plan.boundaries;
-    ends.push_back(static_cast<int>(t.forward_seconds.size()));
-    int begin = 0;
-    for (int end : ends) {
-      double f = 0, b = 0;
-      for (int i = begin; i < end; ++i) f += t.forward_seconds[i], b += t.backward_seconds[i];
-      p.stage_forward_s.push_back(f);
-      p.stage_backward_s.push_back(b);
-      if (end < ends.back()) p.boundary_bytes.push_back(static_cast<double>(t.output_bytes[end - 1]));
-      begin = end;
+    plan.part_times = parallel::part_pass_times(t, plan.boundaries);
+    for (const parallel::PassTimes& part : plan.part_times) {
+      p.stage_forward_s.push_back(part.forward);
+      p.stage_backward_s.push_back(part.backward_input + part.backward_weight);
     }
+    for (int end : plan.boundaries) p.boundary_bytes.push_back(static_cast<double>(t.output_bytes[end - 1]));
   }
   // The whole model's forward and backward (the only "stage" of a model that
   // is not cut), the optimizer step, and the output size.

@@ -11,6 +11,7 @@
 #include "bench/compare/projection.h"
 #include "bench/workloads.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace loom::bench {
 
@@ -35,6 +36,8 @@ struct CompareConfig {
   // the model is cut into v parts per stage (plan_stages for that many;
   // empty when the model has too few children).
   std::map<int, std::vector<int>> chunk_boundaries;
+  // zb-v: each of those 2N parts' measured pass times, which its schedule is built for.
+  std::vector<parallel::PassTimes> zb_v_part_times;
 };
 
 // One strategy's step, averaged over the timed steps. On a GPU the split into
@@ -62,6 +65,7 @@ struct Measurement {
 // gets no boundaries (then only single, dp and ddp run) and one stage.
 struct StagePlan {
   std::vector<int> boundaries;
+  std::vector<parallel::PassTimes> part_times;  // each stage's F, I and W (balance.h's part_pass_times)
   Profile profile;
 };
 StagePlan plan_stages(const Workload& w, int stages);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "autograd/engine.h"
+#include "autograd/split_backward.h"
 #include "tensor/generator.h"
 #include "tensor/backend.h"
 #include "tensor/stopwatch.h"
@@ -64,7 +65,7 @@ ChildCosts time_children(const nn::Sequential& model, const Tensor& sample, int 
   Tensor x = sample;
   for (size_t i = 0; i < copy->size(); ++i) {
     const Tensor in = is_floating(x.dtype()) ? x.detach().requires_grad_() : x;
-    std::vector<double> forward, backward;
+    std::vector<double> forward, backward, backward_input, backward_weight;
     Tensor out;
     for (int r = 0; r < repeats; ++r) {
       Stopwatch watch;
@@ -72,18 +73,52 @@ ChildCosts time_children(const nn::Sequential& model, const Tensor& sample, int 
       synchronize(out.device());
       forward.push_back(watch.seconds());
       const Tensor grad = ones_like(out);
-      watch.restart();
-      if (out.requires_grad()) autograd::backward({out}, {grad});
-      synchronize(out.device());
-      backward.push_back(watch.seconds());
+      double input_seconds = 0, weight_seconds = 0;
+      if (out.requires_grad()) {
+        watch.restart();
+        autograd::WeightGradients weights = autograd::backward_inputs_first(
+            {out}, {grad}, in.requires_grad() ? TensorList{in} : TensorList{});
+        synchronize(out.device());
+        input_seconds = watch.seconds();
+        watch.restart();
+        weights.compute();
+        synchronize(out.device());
+        weight_seconds = watch.seconds();
+      }
+      backward.push_back(input_seconds + weight_seconds);
+      backward_input.push_back(input_seconds);
+      backward_weight.push_back(weight_seconds);
     }
     costs.forward_seconds.push_back(median(forward));
     costs.backward_seconds.push_back(median(backward));
+    costs.backward_input_seconds.push_back(median(backward_input));
+    costs.backward_weight_seconds.push_back(median(backward_weight));
     costs.output_bytes.push_back(static_cast<int64_t>(out.nbytes()));
     x = out.detach();
   }
   default_generator().set_state(random_numbers);
   return costs;
+}
+
+std::vector<PassTimes> part_pass_times(const ChildCosts& costs, const std::vector<int>& boundaries) {
+  const int n = static_cast<int>(costs.forward_seconds.size());
+  constexpr double kShortest = 1e-6;
+  std::vector<PassTimes> parts;
+  int start = 0;
+  for (size_t b = 0; b <= boundaries.size(); ++b) {
+    const int end = b < boundaries.size() ? boundaries[b] : n;
+    LOOM_CHECK(end > start && end <= n, "part_pass_times: boundaries must increase strictly within (0, ", n, ")");
+    PassTimes part{0, 0, 0};
+    for (int c = start; c < end; ++c) {
+      part.forward += costs.forward_seconds[c];
+      part.backward_input += costs.backward_input_seconds[c];
+      part.backward_weight += costs.backward_weight_seconds[c];
+    }
+    parts.push_back({std::max(part.forward, kShortest), std::max(part.backward_input, kShortest),
+                     std::max(part.backward_weight, kShortest)});
+    start = end;
+  }
+  return parts;
 }
 
 std::vector<int> balance_by_time(const nn::Sequential& model, const Tensor& sample, int parts, int repeats) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/layers/container.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace loom::parallel {
 
@@ -21,16 +22,26 @@ std::vector<int> balanced_boundaries(const std::vector<double>& costs, int parts
 
 // What each child of a Sequential costs on a sample batch, in order.
 struct ChildCosts {
-  std::vector<double> forward_seconds, backward_seconds;  // medians of the repeats
+  // Medians of the repeats. The backward is split as a zero-bubble stage
+  // splits it (autograd/split_backward.h): the input's gradient (I), then
+  // the weights' (W); backward_seconds is the two together.
+  std::vector<double> forward_seconds, backward_seconds, backward_input_seconds, backward_weight_seconds;
   std::vector<int64_t> output_bytes;
   std::vector<double> seconds() const;  // forward + backward
 };
 
 // Each child timed on `sample` (its forward, then its backward from a
-// gradient of ones), `repeats` times; on a copy of the model, so its
-// parameters, gradients, buffers and the random numbers later drawn are
-// left as they were.
+// gradient of ones, in two halves), `repeats` times; on a copy of the
+// model, so its parameters, gradients, buffers and the random numbers later
+// drawn are left as they were.
 ChildCosts time_children(const nn::Sequential& model, const Tensor& sample, int repeats = 3);
+
+// Each part's pass times when the children are cut at `boundaries`
+// (split_sequential's): its children's F, I and W added up, on the sample
+// batch (a schedule depends only on their ratios). A pass under a
+// microsecond counts as one: schedules are built for passes that take time.
+// Feeds zero_bubble_v_schedule through PipelineOptions::part_times.
+std::vector<PassTimes> part_pass_times(const ChildCosts& costs, const std::vector<int>& boundaries);
 
 // balanced_boundaries of time_children: `parts` stages of about equal time.
 std::vector<int> balance_by_time(const nn::Sequential& model, const Tensor& sample, int parts, int repeats = 3);

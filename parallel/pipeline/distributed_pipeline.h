@@ -127,5 +127,8 @@ void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& 
 // alike. `device` is the one the group's tensors live on (an NCCL group's
 // GPU); every rank calls it.
 void share_boundaries(std::vector<int>& boundaries, ProcessGroup& group, Device device = Device::cpu());
+// The same for measured pass times (PipelineOptions::part_times): every rank
+// must build the same schedule.
+void share_part_times(std::vector<PassTimes>& part_times, ProcessGroup& group, Device device = Device::cpu());
 
 }  // namespace loom::parallel

@@ -37,6 +37,14 @@ std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts,
   return chunks;
 }
 
+PipelineSchedule schedule_for(const PipelineOptions& options, int stages) {
+  if (options.part_times.empty()) return make_schedule(options.schedule, stages, options.micro_batches, options.chunks);
+  LOOM_CHECK(options.schedule == ScheduleKind::ZeroBubbleV, "pipeline: part_times are for the zb-v schedule, not ",
+             schedule_name(options.schedule));
+  LOOM_CHECK(options.chunks == 2, "pipeline: the zb-v schedule runs two chunks per stage, got ", options.chunks);
+  return zero_bubble_v_schedule(stages, options.micro_batches, options.part_times);
+}
+
 TensorList parameters_of(const std::vector<nn::ModulePtr>& modules) {
   TensorList out;
   for (const auto& module : modules)
@@ -53,7 +61,7 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices
              options.chunks > 1 ? std::to_string(options.chunks) + " chunks each" : "");
   LOOM_CHECK(options.micro_batches >= 1, "Pipeline: micro_batches must be positive, got ", options.micro_batches);
   const int stages = static_cast<int>(devices_.size());
-  schedule_ = make_schedule(options.schedule, stages, options.micro_batches, options.chunks);  // checks the chunks
+  schedule_ = schedule_for(options, stages);  // checks the chunks
   // A parameter in two parts would be moved to the later part's device,
   // listed (and stepped) twice, and get its gradient added by two stage
   // threads at once, on a GPU from two streams in no order.

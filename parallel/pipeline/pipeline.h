@@ -45,7 +45,14 @@ struct PipelineOptions {
   int micro_batches = 4;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int chunks = 1;  // model chunks per stage: any for Interleaved1F1B, 2 for ZeroBubbleV, else 1
+  // ZeroBubbleV only: each part's pass times (p * chunks, in the model's
+  // order; measured: balance.h's part_pass_times), which the schedule is
+  // built for; empty: equal passes. Every rank must be given the same.
+  std::vector<PassTimes> part_times{};
 };
+
+// The schedule `options` ask for with `stages` stages.
+PipelineSchedule schedule_for(const PipelineOptions& options, int stages);
 
 // What the last train_step measured.
 struct PipelineStats {

@@ -106,6 +106,9 @@ PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches);
 // (p - 1) chunk forwards its first input takes to arrive: (p - 1) / (6m + p - 1)
 // of the step with equal passes, exactly that for p = 2 and p = 4 with m >= p.
 PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, PassTimes times = {});
+// The same for parts whose passes take different times (2p of them, in the
+// model's order; measured ones: balance.h's part_pass_times).
+PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, const std::vector<PassTimes>& part_times);
 
 // `chunks`: Interleaved1F1B takes any, ZeroBubbleV 2, the others 1.
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);

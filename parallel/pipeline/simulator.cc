@@ -12,8 +12,16 @@
 namespace loom::parallel {
 
 SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, PassTimes times, Placement placement) {
+  LOOM_CHECK(!schedule.empty() && chunks >= 1, "simulate_schedule: need at least one stage and one chunk");
+  return simulate_schedule(schedule, chunks, std::vector<PassTimes>(schedule.size() * chunks, times), placement);
+}
+
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, const std::vector<PassTimes>& part_times,
+                                Placement placement) {
   const int p = static_cast<int>(schedule.size());
   LOOM_CHECK(p >= 1 && chunks >= 1, "simulate_schedule: need at least one stage and one chunk");
+  LOOM_CHECK(part_times.size() == static_cast<size_t>(p * chunks), "simulate_schedule: ", part_times.size(),
+             " parts' pass times for ", p, " stages x ", chunks, " chunks");
   LOOM_CHECK(placement == Placement::Loop || chunks == 2, "simulate_schedule: a V placement has two chunks, got ",
              chunks);
   // When each pass of (part, micro-batch) ended; the part is the model's
@@ -41,6 +49,7 @@ SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, Pa
         LOOM_CHECK(a.chunk >= 0 && a.chunk < chunks, "simulate_schedule: stage ", s, " runs chunk ", a.chunk,
                    " of ", chunks);
         const int v = part_at({s, a.chunk}, p, placement), mb = a.micro_batch;
+        const PassTimes& times = part_times[v];
         // When its inputs are there; a pass whose input is not made yet waits.
         std::optional<double> ready = 0.0;
         double cost = 0;

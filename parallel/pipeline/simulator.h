@@ -35,6 +35,10 @@ struct SimulatedStep {
 // Parts are placed as `placement` says (schedule.h; ZB-V's is V).
 SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks = 1, PassTimes times = {},
                                 Placement placement = Placement::Loop);
+// The same with each part's own pass times (p * chunks of them, in the
+// model's order): stages that are not balanced.
+SimulatedStep simulate_schedule(const PipelineSchedule& schedule, int chunks, const std::vector<PassTimes>& part_times,
+                                Placement placement = Placement::Loop);
 
 // A step as a chart, one line per stage, time running right: each pass is
 // its name (F3, I3:1) padded to its length, idle time dots. `width` columns

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "parallel/pipeline/schedule.h"
@@ -19,8 +20,9 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 // forward and input gradient end, and what each stage has left to do.
 class VScheduleBuilder {
  public:
-  VScheduleBuilder(int stages, int micro_batches, PassTimes times)
-      : p_(stages), m_(micro_batches), times_(times), forward_end_(2 * p_, std::vector<double>(m_, kNever)),
+  VScheduleBuilder(int stages, int micro_batches, std::vector<PassTimes> part_times)
+      : p_(stages), m_(micro_batches), times_(std::move(part_times)),
+        forward_end_(2 * p_, std::vector<double>(m_, kNever)),
         gradient_end_(forward_end_), stages_(p_), schedule_(p_) {}
 
   PipelineSchedule build() {
@@ -41,7 +43,8 @@ class VScheduleBuilder {
         stage.deferred = 0;
         continue;
       }
-      // Nothing is ready: wait for the next pass (of any stage) to end.
+      // Nothing is ready: wait for the next pass (of any stage) to end. Every
+      // other stage is busy until one of these ends or free at this time.
       const auto next_end = ends_.upper_bound(stage.free_at);
       if (next_end != ends_.end()) {
         stage.free_at = *next_end;
@@ -102,50 +105,59 @@ class VScheduleBuilder {
     if (best.chunk < 0) return false;
 
     const int c = best.chunk, mb = best.mb, q = part(s, c);
+    const PassTimes& times = times_[q];
     double cost = 0;
     switch (best.pass) {
       case Pass::Forward:
-        cost = times_.forward;
+        cost = times.forward;
         forward_end_[q][mb] = t + cost;
         ++stage.next_forward[c];
         stage.awaiting_input[c].push_back(mb);
         ++stage.held;
         break;
       case Pass::BackwardInput:
-        cost = times_.backward_input;
+        cost = times.backward_input;
         gradient_end_[q][mb] = t + cost;
         forget(stage.awaiting_input[c], mb);
         stage.awaiting_weight[c].push_back(mb);
         break;
       default:
-        cost = times_.backward_weight;
+        cost = times.backward_weight;
         forget(stage.awaiting_weight[c], mb);
         --stage.held;
         break;
     }
     stage.free_at = t + cost;
-    if (best.pass != Pass::BackwardWeight) ends_.insert(stage.free_at);  // a W readies nothing elsewhere
+    ends_.insert(stage.free_at);  // a W readies nothing elsewhere, but others may wait until it ends
     schedule_[s].push_back({best.pass, mb, c});
     return true;
   }
 
   const int p_, m_;
-  const PassTimes times_;
+  const std::vector<PassTimes> times_;  // [part]
   std::vector<std::vector<double>> forward_end_, gradient_end_;  // [part][micro-batch]
   std::vector<Stage> stages_;
-  std::set<double> ends_;  // when the Fs and Is placed so far end
+  std::set<double> ends_;  // when the passes placed so far end
   PipelineSchedule schedule_;
 };
 
 }  // namespace
 
 PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, PassTimes times) {
+  LOOM_CHECK(stages >= 1, "zero_bubble_v_schedule: need at least one stage, got ", stages);
+  return zero_bubble_v_schedule(stages, micro_batches, std::vector<PassTimes>(2 * stages, times));
+}
+
+PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, const std::vector<PassTimes>& part_times) {
   LOOM_CHECK(stages >= 1 && micro_batches >= 1, "zero_bubble_v_schedule: need at least one stage and one micro-batch, got ",
              stages, " and ", micro_batches);
-  LOOM_CHECK(times.forward > 0 && times.backward_input > 0 && times.backward_weight > 0,
-             "zero_bubble_v_schedule: pass times must be positive, got F ", times.forward, " I ", times.backward_input,
-             " W ", times.backward_weight);
-  return VScheduleBuilder(stages, micro_batches, times).build();
+  LOOM_CHECK(part_times.size() == static_cast<size_t>(2 * stages), "zero_bubble_v_schedule: ", part_times.size(),
+             " parts' pass times for ", stages, " stages (", 2 * stages, " parts)");
+  for (const PassTimes& times : part_times)
+    LOOM_CHECK(times.forward > 0 && times.backward_input > 0 && times.backward_weight > 0,
+               "zero_bubble_v_schedule: pass times must be positive, got F ", times.forward, " I ",
+               times.backward_input, " W ", times.backward_weight);
+  return VScheduleBuilder(stages, micro_batches, part_times).build();
 }
 
 }  // namespace loom::parallel

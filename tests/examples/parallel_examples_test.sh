@@ -39,11 +39,13 @@ for trace in threads.json ranks.rank0.json ranks.rank1.json; do
   python3 -c "import json,sys; d=json.load(open('$trace')); sys.exit(0 if d['traceEvents'] else 1)" \
     || { echo "pipeline: bad trace $trace"; exit 1; }
 done
-# ZB-V: two chunks a stage in a V, the loss on stage 0 (rank 0 reports).
+# ZB-V: two chunks a stage in a V, the loss on stage 0 (rank 0 reports);
+# with --balance time over ranks, rank 0's measured pass times schedule it.
 "$pipe" "${tiny[@]}" --batch-size 64 --stages 2 --micro-batches 4 --schedule zb-v > zbv.log 2>&1 || { cat zbv.log; exit 1; }
 mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --batch-size 64 --micro-batches 4 --schedule zb-v \
-  > mzbv.log 2>&1 || { cat mzbv.log; exit 1; }
+  --balance time > mzbv.log 2>&1 || { cat mzbv.log; exit 1; }
 [ "$(grep -c '^RESULT' mzbv.log)" = 1 ] || { echo "zb-v: only rank 0 should print RESULT"; cat mzbv.log; exit 1; }
+grep -q "^zb-v scheduled for the parts' measured pass times$" mzbv.log || { echo "zb-v: not scheduled for the times"; cat mzbv.log; exit 1; }
 # Same batches, same weights: the same test loss as one device, up to rounding.
 python3 - single.log pipe.log zb.log mpipe.log zbv.log mzbv.log <<'PY' || exit 1
 import json, sys

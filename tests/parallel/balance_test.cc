@@ -71,19 +71,44 @@ TEST(BalancedBoundaries, ImpossibleCutsAreAClearError) {
   EXPECT_THROW_MSG(balanced_boundaries({1, -2}, 1), "a cost is negative");
 }
 
-// Children that sleep 2, 2, 12, 2, 2, 2 ms a forward and as long a backward:
-// the 12 ms one gets a stage of its own.
+// Children that sleep 2, 2, 12, 2, 2, 2 ms a forward and as long for each
+// half of the backward (the input's gradient, then the weights'): the 12 ms
+// one gets a stage of its own.
 TEST(BalanceByTime, TheSlowChildGetsAStageOfItsOwn) {
   nn::Sequential model;
   for (int ms : {2, 2, 12, 2, 2, 2}) model->push_back(std::make_shared<testing::SleepStageImpl>(ms, ms));
   const ChildCosts costs = time_children(model, ones({4, 2}));
   ASSERT_EQ(costs.forward_seconds.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {  // a sleep lasts at least as long as asked
-    EXPECT_GE(costs.forward_seconds[i], i == 2 ? 0.012 : 0.002) << "child " << i;
-    EXPECT_GE(costs.backward_seconds[i], i == 2 ? 0.024 : 0.004) << "child " << i;
+    const double ms = i == 2 ? 0.012 : 0.002;
+    EXPECT_GE(costs.forward_seconds[i], ms) << "child " << i;
+    EXPECT_GE(costs.backward_input_seconds[i], ms) << "child " << i;
+    EXPECT_GE(costs.backward_weight_seconds[i], ms) << "child " << i;
+    EXPECT_GE(costs.backward_seconds[i], 2 * ms) << "child " << i;
     EXPECT_EQ(costs.output_bytes[i], 4 * 2 * 4) << "child " << i;
   }
   EXPECT_EQ(balance_by_time(model, ones({4, 2}), 3), (std::vector<int>{2, 3}));
+}
+
+// Each part's pass times are its children's added up; a pass with nothing
+// to do (no weights, so no W) counts as a microsecond.
+TEST(PartPassTimes, AddUpEachPartsChildren) {
+  ChildCosts costs;
+  costs.forward_seconds = {1, 2, 3, 4};
+  costs.backward_input_seconds = {2, 4, 6, 8};
+  costs.backward_weight_seconds = {0.5, 0, 0, 1};
+  costs.backward_seconds = {2.5, 4, 6, 9};
+  const std::vector<PassTimes> parts = part_pass_times(costs, {1, 3});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].forward, 1);
+  EXPECT_EQ(parts[0].backward_weight, 0.5);
+  EXPECT_EQ(parts[1].forward, 5);
+  EXPECT_EQ(parts[1].backward_input, 10);
+  EXPECT_EQ(parts[1].backward_weight, 1e-6);
+  EXPECT_EQ(parts[2].backward_input, 8);
+  EXPECT_EQ(parts[2].backward_weight, 1);
+  EXPECT_THROW_MSG(part_pass_times(costs, {3, 2}), "boundaries must increase strictly within (0, 4)");
+  EXPECT_THROW_MSG(part_pass_times(costs, {5}), "boundaries must increase strictly within (0, 4)");
 }
 
 // Timing runs on a copy and gives the random numbers back: the model's

@@ -164,7 +164,7 @@ TEST(DistributedPipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComes
   std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", bubble, zero_bubble_v_lower_bound(p, m));
   EXPECT_NEAR(bubble, zero_bubble_v_lower_bound(p, m), 0.04);
   EXPECT_LT(bubble, ideal_zero_bubble_h1_fraction(p, m));
-  const SimulatedStep simulated = simulate_schedule(zero_bubble_v_schedule(p, m), 2, {}, Placement::V);
+  const SimulatedStep simulated = simulate_schedule(zero_bubble_v_schedule(p, m), 2, PassTimes{}, Placement::V);
   for (int s = 0; s < p; ++s) {
     EXPECT_EQ(stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
     EXPECT_EQ(stats[s].bytes_sent, (s == 0 || s == p - 1 ? 2 : 4) * m * 2 * 4) << "rank " << s;
@@ -194,6 +194,25 @@ TEST(DistributedPipeline, TimelineGathersEveryRanksPasses) {
     EXPECT_EQ(line.rfind("stage " + std::to_string(s) + ": ", 0), 0u) << line;
   }
   EXPECT_FALSE(std::getline(lines, line)) << "one line per rank";
+}
+
+// Rank 0's cuts and pass times reach every rank (each rank timed its own).
+TEST(DistributedPipeline, RankZerosCutsAndPassTimesAreShared) {
+  std::vector<std::vector<int>> cuts(3);
+  std::vector<std::vector<PassTimes>> times(3);
+  testing::run_rank_threads(3, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    cuts[rank] = rank == 0 ? std::vector<int>{2, 7} : std::vector<int>{rank};
+    times[rank] = std::vector<PassTimes>(rank + 1, PassTimes{1.0 + rank, 0.25, 1e-6 * rank});
+    share_boundaries(cuts[rank], *group);
+    share_part_times(times[rank], *group);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(cuts[r], (std::vector<int>{2, 7})) << "rank " << r;
+    ASSERT_EQ(times[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(times[r][0].forward, 1.0);
+    EXPECT_EQ(times[r][0].backward_input, 0.25);
+    EXPECT_EQ(times[r][0].backward_weight, 0.0);
+  }
 }
 
 TEST(DistributedPipeline, ChunksMustMatchTheOptions) {

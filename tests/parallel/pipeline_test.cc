@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <sstream>
 #include <tuple>
 
@@ -225,7 +226,7 @@ TEST(Schedule, ZeroBubbleVFinishesNearItsLowerBound) {
         ASSERT_EQ(passes.size(), static_cast<size_t>(2 * m)) << what << " stage " << s;
         for (const auto& [key, order] : passes) EXPECT_EQ(order, "FIW") << what << " stage " << s;
       }
-      const parallel::SimulatedStep step = parallel::simulate_schedule(zbv, 2, {}, parallel::Placement::V);
+      const parallel::SimulatedStep step = parallel::simulate_schedule(zbv, 2, parallel::PassTimes{}, parallel::Placement::V);
       for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], 2 * p) << what;
       const double lower_bound = (p - 1.0) / (6.0 * m + p - 1);  // idle (p - 1) F of a step 6m F + idle
       EXPECT_DOUBLE_EQ(parallel::zero_bubble_v_lower_bound(p, m), lower_bound) << what;
@@ -255,6 +256,49 @@ TEST(Schedule, ZeroBubbleVIsBuiltForThePassTimesGiven) {
     for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], 2 * p);
   }
   EXPECT_THROW_MSG(parallel::zero_bubble_v_schedule(2, 2, {1, 0, 1}), "pass times must be positive");
+}
+
+// Parts of unequal cost: the V scheduled for their times finishes sooner on
+// the ideal machine with those times than the V scheduled for equal passes,
+// and still holds at most 2p chunk activations a stage.
+TEST(Schedule, ZeroBubbleVIsBuiltForEachPartsTimes) {
+  const int p = 3, m = 6;
+  std::vector<parallel::PassTimes> parts(2 * p, parallel::PassTimes{1, 1, 1});
+  parts[1] = {3, 3, 0.5};  // a slow part on stage 1 whose weight gradients are cheap
+  parts[4] = {0.5, 0.5, 2};
+  const parallel::PipelineSchedule for_them = parallel::zero_bubble_v_schedule(p, m, parts);
+  const parallel::SimulatedStep built_for_them = parallel::simulate_schedule(for_them, 2, parts, parallel::Placement::V);
+  const parallel::SimulatedStep built_for_equal =
+      parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2, parts, parallel::Placement::V);
+  std::printf("unequal parts: step %.2f scheduled for their times, %.2f for equal passes\n", built_for_them.step_time,
+              built_for_equal.step_time);
+  EXPECT_LT(built_for_them.step_time, built_for_equal.step_time);
+  for (int s = 0; s < p; ++s) EXPECT_LE(built_for_them.peak_in_flight[s], 2 * p);
+  // Equal part times give the equal-pass schedule.
+  EXPECT_EQ(parallel::zero_bubble_v_schedule(p, m, std::vector<parallel::PassTimes>(2 * p, {2, 2, 2})),
+            parallel::zero_bubble_v_schedule(p, m));
+  EXPECT_THROW_MSG(parallel::zero_bubble_v_schedule(p, m, std::vector<parallel::PassTimes>(4)),
+                   "4 parts' pass times for 3 stages (6 parts)");
+  EXPECT_THROW_MSG(parallel::simulate_schedule(for_them, 2, std::vector<parallel::PassTimes>(5), parallel::Placement::V),
+                   "5 parts' pass times for 3 stages x 2 chunks");
+}
+
+// Any part times (200 random draws): the V is built, finishes on the ideal
+// machine with those times, and holds at most 2p chunk activations a stage.
+TEST(Schedule, ZeroBubbleVFinishesForAnyPartTimes) {
+  std::mt19937 random(7);
+  std::uniform_real_distribution<double> time(0.1, 3);
+  for (int draw = 0; draw < 200; ++draw) {
+    const int p = 1 + draw % 5, m = 1 + draw % 11;
+    std::vector<parallel::PassTimes> parts;
+    for (int i = 0; i < 2 * p; ++i) parts.push_back({time(random), time(random), time(random)});
+    const std::string what = "draw " + std::to_string(draw) + ", p=" + std::to_string(p) + " m=" + std::to_string(m);
+    parallel::PipelineSchedule zbv;
+    ASSERT_NO_THROW(zbv = parallel::zero_bubble_v_schedule(p, m, parts)) << what;
+    parallel::SimulatedStep step;
+    ASSERT_NO_THROW(step = parallel::simulate_schedule(zbv, 2, parts, parallel::Placement::V)) << what;
+    for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], 2 * p) << what;
+  }
 }
 
 TEST(Schedule, SimulationRefusesAWeightPassBeforeItsInputPass) {
@@ -397,6 +441,37 @@ TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   expect_peaks_as_simulated(zb.stats(), parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m)));
 }
 
+// ZB-V scheduled for each part's pass times (as measured, see balance.h)
+// trains as one device does; part times are for zb-v only, one per part.
+TEST(Pipeline, ZeroBubbleVScheduledForPartTimesEqualsSingleDevice) {
+  auto [single, copy] = parallel::testing::pipeline_models();
+  const std::vector<parallel::PassTimes> times{{1, 1, 1}, {3, 3, 0.5}, {1, 2, 1}, {0.5, 0.5, 2}};
+  parallel::Pipeline pipe(parallel::split_sequential(copy, {1, 3, 6}), std::vector<Device>(2, Device::cpu()),
+                          {.micro_batches = 4, .schedule = ScheduleKind::ZeroBubbleV, .chunks = 2, .part_times = times});
+  EXPECT_EQ(pipe.schedule(), parallel::zero_bubble_v_schedule(2, 4, times));
+  EXPECT_NE(pipe.schedule(), parallel::zero_bubble_v_schedule(2, 4)) << "the times should change the order";
+  optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  parallel::testing::train_side_by_side(
+      single, 12,
+      [&](const Tensor& x, const Tensor& y) {
+        opt_pipe.zero_grad();
+        Tensor loss = pipe.train_step(x, y, parallel::testing::cross_entropy_loss);
+        opt_pipe.step();
+        return loss;
+      },
+      [&](int step) {
+        EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
+      });
+  auto parts = [] { return parallel::split_sequential(parallel::testing::pipeline_models().second, {1, 3, 6}); };
+  EXPECT_THROW_MSG(parallel::Pipeline(parts(), std::vector<Device>(4, Device::cpu()),
+                                      {.schedule = ScheduleKind::OneFOneB, .part_times = times}),
+                   "part_times are for the zb-v schedule, not 1f1b");
+  EXPECT_THROW_MSG(parallel::Pipeline(parts(), std::vector<Device>(2, Device::cpu()),
+                                      {.schedule = ScheduleKind::ZeroBubbleV, .chunks = 2,
+                                       .part_times = {times[0], times[1]}}),
+                   "2 parts' pass times for 2 stages (4 parts)");
+}
+
 // ZB-V with F, I and W of 20 ms each (a chunk pass): the stages
 // idle only while the first micro-batch comes down, (p - 1) / (6m + p - 1)
 // of the step, half of ZB-H1's (p - 1) / (3m + p - 1) with equal passes,
@@ -409,7 +484,7 @@ TEST(PipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
   EXPECT_NEAR(zbv.stats().bubble_fraction, theory, 0.04);
   EXPECT_LT(zbv.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m));
   std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", zbv.stats().bubble_fraction, theory);
-  expect_peaks_as_simulated(zbv.stats(), parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2, {},
+  expect_peaks_as_simulated(zbv.stats(), parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2, parallel::PassTimes{},
                                                                      parallel::Placement::V));
 }
 
