@@ -214,7 +214,8 @@ class Backend {
   // bfloat16 or float16.
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
-  // dx always; dweight and dbias (overwritten) when defined.
+  // dx, dweight and dbias (overwritten) when defined (a zero-bubble pipeline
+  // asks for dx first and the other two later).
   virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                    const Tensor& dweight, const Tensor& dbias) = 0;

@@ -40,25 +40,27 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   if (is_16bit_floating(x.dtype())) stats_options.dtype = kFloat32;
   Tensor mean = empty({rows}, stats_options), rstd = empty({rows}, stats_options);
   if (x.numel() > 0) backend_for(x.device()).layer_norm(xc, w, b, eps, as_rows(y), mean, rstd);
+  // Selective (autograd/node.h): a zero-bubble pipeline asks for dx first
+  // and for the scale's and shift's gradients (two column sums) later.
   if (autograd::needs_grad({x, weight, bias}))
-    autograd::record("LayerNormBackward", {x, weight, bias}, y,
-                     [sx = autograd::SavedTensor(xc), w, mean, rstd, need_w = weight.defined() && weight.requires_grad(),
-                      need_b = bias.defined() && bias.requires_grad(), wshape = Shape(normalized_shape)](const TensorList& g) {
-                       const Tensor& x = sx.get();  // (rows, cols)
-                       Tensor dy = g[0].is_contiguous() ? g[0] : contiguous_copy(g[0]);
-                       Tensor dx = empty(g[0].shape(), x.options());
-                       auto as_x = [&](const Tensor& t) {
-                         return as_strided(t, x.shape(), x.strides(), t.storage_offset());
-                       };
-                       Tensor dw = need_w ? empty(wshape, x.options()) : Tensor();
-                       Tensor db = need_b ? empty(wshape, x.options()) : Tensor();
-                       auto flat = [](const Tensor& t) {
-                         return t.defined() ? as_strided(t, {t.numel()}, {1}, 0) : Tensor();
-                       };
-                       backend_for(x.device()).layer_norm_backward(as_x(dy), x, w, mean, rstd, as_x(dx), flat(dw),
-                                                                   flat(db));
-                       return TensorList{dx, dw, db};
-                     });
+    autograd::record_selective(
+        "LayerNormBackward", {x, weight, bias}, {y},
+        [sx = autograd::SavedTensor(xc), w, mean, rstd, need_x = x.requires_grad(),
+         need_w = weight.defined() && weight.requires_grad(), need_b = bias.defined() && bias.requires_grad(),
+         wshape = Shape(normalized_shape)](const TensorList& g, const autograd::InputMask& wanted) {
+          const Tensor& x = sx.get();  // (rows, cols)
+          Tensor dy = g[0].is_contiguous() ? g[0] : contiguous_copy(g[0]);
+          auto as_x = [&](const Tensor& t) {
+            return t.defined() ? as_strided(t, x.shape(), x.strides(), t.storage_offset()) : Tensor();
+          };
+          Tensor dx = need_x && autograd::wants(wanted, 0) ? empty(g[0].shape(), x.options()) : Tensor();
+          Tensor dw = need_w && autograd::wants(wanted, 1) ? empty(wshape, x.options()) : Tensor();
+          Tensor db = need_b && autograd::wants(wanted, 2) ? empty(wshape, x.options()) : Tensor();
+          auto flat = [](const Tensor& t) { return t.defined() ? as_strided(t, {t.numel()}, {1}, 0) : Tensor(); };
+          if (dx.defined() || dw.defined() || db.defined())
+            backend_for(x.device()).layer_norm_backward(as_x(dy), x, w, mean, rstd, as_x(dx), flat(dw), flat(db));
+          return TensorList{dx, dw, db};
+        });
   return y;
 }
 

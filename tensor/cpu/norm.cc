@@ -55,7 +55,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     return;
   // With xhat = (x - mean) rstd and g = dy * weight:
   //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  dweight = sum_rows dy xhat,  dbias = sum_rows dy.
-  LOOM_INTERNAL_ASSERT(x_t.dim() == 2 && dy_t.shape() == x_t.shape() && dx_t.shape() == x_t.shape());
+  LOOM_INTERNAL_ASSERT(x_t.dim() == 2 && dy_t.shape() == x_t.shape() && (!dx_t.defined() || dx_t.shape() == x_t.shape()));
   dispatch_floating(x_t.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const int64_t cols = x_t.size(-1), rows = x_t.numel() / std::max<int64_t>(cols, 1);
@@ -64,7 +64,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     const T* w = w_t.defined() ? w_t.data_ptr<T>() : nullptr;
     const T* mean = mean_t.data_ptr<T>();
     const T* rstd = rstd_t.data_ptr<T>();
-    T* dx = dx_t.data_ptr<T>();
+    T* dx = dx_t.defined() ? dx_t.data_ptr<T>() : nullptr;
     T* dw = dw_t.defined() ? dw_t.data_ptr<T>() : nullptr;
     T* db = db_t.defined() ? db_t.data_ptr<T>() : nullptr;
     // Per-chunk column sums for dweight and dbias, added in chunk order (deterministic).
@@ -87,6 +87,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
           if (dw_part) dw_part[c] += dyr[c] * xhat;
           if (db_part) db_part[c] += dyr[c];
         }
+        if (!dx) continue;
         const T g_mean = T(g_sum / cols), gx_mean = T(gx_sum / cols);
         T* dxr = dx + r * cols;
         for (int64_t c = 0; c < cols; ++c) {

@@ -191,14 +191,16 @@ void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const T
     LaunchContext ctx(x);
     check_statistics<T>(mean, rstd);
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
-    with_row_group(cols, [&](auto group) {
-      constexpr int G = decltype(group)::value;
-      const int64_t blocks = ceil_div(rows, row_block<G>() / G);
-      layer_norm_dx_kernel<S, T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
-          data_of<const S>(dy), data_of<const S>(x), data_of<const S>(weight), data_of<const T>(mean),
-          data_of<const T>(rstd), data_of<S>(dx), rows, cols);
-    });
-    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    if (dx.defined()) {
+      with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        const int64_t blocks = ceil_div(rows, row_block<G>() / G);
+        layer_norm_dx_kernel<S, T, G><<<static_cast<unsigned>(blocks), row_block<G>(), 0, ctx.stream>>>(
+            data_of<const S>(dy), data_of<const S>(x), data_of<const S>(weight), data_of<const T>(mean),
+            data_of<const T>(rstd), data_of<S>(dx), rows, cols);
+      });
+      LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+    }
     if (!dweight.defined() && !dbias.defined()) return;
 
     const int64_t column_blocks = ceil_div(cols, 32);

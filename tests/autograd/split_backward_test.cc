@@ -167,6 +167,45 @@ TEST(SplitBackward, AWeightGradientComputedInTheFirstPassIsAccumulatedInTheSecon
   EXPECT_LT(max_rel_error(w.grad(), expected[1]), 1e-14);
 }
 
+// A layer norm is selective: its input's gradient in the first pass, its
+// scale's and shift's (two column sums) in the second; together equal to
+// one backward, as is a layer norm without them (no affine) or with a
+// frozen scale.
+TEST(SplitBackward, LayerNormGivesItsScaleAndShiftGradientsInTheSecondPass) {
+  Tensor x = leaf64({6, 4}, 21), gain = leaf64({4}, 22), shift = leaf64({4}, 23), w = leaf64({3, 4}, 24);
+  auto loss = [&] { return mm(nn::functional::layer_norm(x, {4}, gain, shift), w.t()).square().sum(); };
+  ASSERT_TRUE(nn::functional::layer_norm(x, {4}, gain, shift).grad_fn()->selective());
+  Tensor expected_dx;
+  const TensorList expected = reference_gradients({gain, shift, w}, loss, x, &expected_dx);
+  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
+  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0) << "the same ops in the same order";
+  EXPECT_FALSE(gain.grad().defined());
+  EXPECT_FALSE(shift.grad().defined());
+  rest.compute();
+  EXPECT_LT(max_rel_error(gain.grad(), expected[0]), 1e-14);
+  EXPECT_LT(max_rel_error(shift.grad(), expected[1]), 1e-14);
+  EXPECT_LT(max_rel_error(w.grad(), expected[2]), 1e-14);
+
+  // No affine; then a scale that takes no gradient and a shift that does.
+  for (bool affine : {false, true}) {
+    x.set_grad(Tensor());
+    shift.set_grad(Tensor());
+    Tensor frozen = gain.detach();
+    auto plain = [&] {
+      return affine ? nn::functional::layer_norm(x, {4}, frozen, shift).square().sum()
+                    : nn::functional::layer_norm(x, {4}, Tensor(), Tensor()).square().sum();
+    };
+    plain().backward();
+    const Tensor dx = x.grad().clone(), dshift = affine ? shift.grad().clone() : Tensor();
+    x.set_grad(Tensor());
+    shift.set_grad(Tensor());
+    autograd::WeightGradients later = autograd::backward_inputs_first({plain()}, {}, {x});
+    EXPECT_EQ(max_rel_error(x.grad(), dx), 0.0) << "affine " << affine;
+    later.compute();
+    if (affine) EXPECT_LT(max_rel_error(shift.grad(), dshift), 1e-14);
+  }
+}
+
 TEST(SplitBackward, HooksAndCallbacksOfTheWeightsRunInTheSecondPass) {
   Mlp mlp;
   Tensor x = leaf64({3, 4}, 13);
