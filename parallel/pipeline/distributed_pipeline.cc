@@ -172,24 +172,33 @@ DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std:
 DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
                                          std::shared_ptr<ProcessGroup> data_group, PipelineOptions options,
                                          Device device)
-    : DistributedPipeline(std::move(stage), std::move(group), options, device) {
-  // One stage, one chunk: the data group's reducer averages a bucket once
-  // every gradient in it is ready in the stage's last backward, and
-  // interleaved, that backward would reach one chunk only.
+    : DistributedPipeline(std::vector<nn::ModulePtr>{std::move(stage)}, std::move(group), std::move(data_group),
+                          options, device) {}
+
+DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std::shared_ptr<ProcessGroup> group,
+                                         std::shared_ptr<ProcessGroup> data_group, PipelineOptions options,
+                                         Device device)
+    : DistributedPipeline(std::move(chunks), std::move(group), options, device) {
+  // A reducer per chunk: each averages a bucket once every gradient in it is
+  // ready in its chunk's last backward (B or W), and each (chunk,
+  // micro-batch) runs a backward of its own.
   LOOM_CHECK(data_group, "DistributedPipeline: no data group");
   NoGradGuard no_grad;
   WorkPtr last;
-  TensorList params;
-  std::vector<std::string> names;
-  for (const auto& [name, p] : chunks_[0]->named_parameters()) {
-    last = data_group->broadcast(p, 0);
-    if (!p.requires_grad()) continue;
-    params.push_back(p);
-    names.push_back(name);
+  for (const auto& chunk : chunks_) {
+    TensorList params;
+    std::vector<std::string> names;
+    for (const auto& [name, p] : chunk->named_parameters()) {
+      last = data_group->broadcast(p, 0);
+      if (!p.requires_grad()) continue;
+      params.push_back(p);
+      names.push_back(name);
+    }
+    for (const Tensor& b : chunk->buffers()) last = data_group->broadcast(b, 0);
+    // A chunk with nothing to train (a ReLU between cuts) has nothing to average.
+    data_reducers_.push_back(params.empty() ? nullptr : Reducer::create(params, names, data_group, {}));
   }
-  for (const Tensor& b : chunks_[0]->buffers()) last = data_group->broadcast(b, 0);
   if (last) last->wait();
-  data_reducer_ = Reducer::create(params, names, std::move(data_group), {});
 }
 
 TensorList DistributedPipeline::parameters() const { return parameters_of(chunks_); }
@@ -204,8 +213,10 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
 
   StageTask task{.chunks = {}, .device = device_, .lane = lane_};
   for (const auto& chunk : chunks_) task.chunks.push_back(*chunk);
-  if (data_reducer_)  // the last backward averages the gradients accumulated over the micro-batches
-    task.before_backward = [this](bool last_backward) { data_reducer_->prepare_for_backward(last_backward); };
+  if (!data_reducers_.empty())  // a chunk's last backward averages what its micro-batches accumulated
+    task.before_backward = [this](int chunk, bool last_backward) {
+      if (data_reducers_[chunk]) data_reducers_[chunk]->prepare_for_backward(last_backward);
+    };
   if (first) task.first.emplace(FirstStage{inputs});
   if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
   GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_, sends_lane_);

@@ -68,9 +68,13 @@ class DistributedPipeline {
                       PipelineOptions options, Device device = Device::cpu());
   // Hybrid: `group` is this rank's pipeline, `data_group` the ranks that run
   // the same stage; they start from the data group's rank 0's parameters.
-  // One chunk per stage (not interleaved).
   DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
                       std::shared_ptr<ProcessGroup> data_group, PipelineOptions options = {},
+                      Device device = Device::cpu());
+  // Hybrid with several chunks a stage (interleaved, ZB-V): each chunk's
+  // gradients are averaged as its last B or W accumulates them.
+  DistributedPipeline(std::vector<nn::ModulePtr> chunks, std::shared_ptr<ProcessGroup> group,
+                      std::shared_ptr<ProcessGroup> data_group, PipelineOptions options,
                       Device device = Device::cpu());
 
   // Forward and backward of the batch (x, y) in micro-batches. Rank 0 reads
@@ -102,7 +106,8 @@ class DistributedPipeline {
  private:
   std::vector<nn::ModulePtr> chunks_;
   std::shared_ptr<ProcessGroup> group_;
-  std::shared_ptr<Reducer> data_reducer_;  // hybrid: averages the stage's gradients over the data group
+  // Hybrid: per chunk, what averages its gradients over the data group (none for a chunk without parameters).
+  std::vector<std::shared_ptr<Reducer>> data_reducers_;
   PipelineOptions options_;
   Device device_;
   int rank_ = 0, stages_ = 1;

@@ -84,8 +84,11 @@ Tensor weighted_loss(const LastStage& last, const Tensor& output, int mb, Device
 class StageRun {
  public:
   StageRun(const std::vector<Action>& actions, const StageTask& task, StageLinks& links)
-      : task_(task), links_(links), last_chunk_(static_cast<int>(task.chunks.size()) - 1) {
-    for (const Action& a : actions) weight_passes_left_ += a.pass == Pass::Backward || a.pass == Pass::BackwardWeight;
+      : task_(task), links_(links), last_chunk_(static_cast<int>(task.chunks.size()) - 1),
+        weight_passes_left_(task.chunks.size(), 0) {
+    for (const Action& a : actions)
+      if ((a.pass == Pass::Backward || a.pass == Pass::BackwardWeight) && a.chunk >= 0 && a.chunk <= last_chunk_)
+        ++weight_passes_left_[a.chunk];
     stats_.passes.reserve(actions.size());
   }
 
@@ -114,7 +117,7 @@ class StageRun {
     const TensorList grads = ends_model(chunk) ? TensorList{} : TensorList{links_.receive_gradient(chunk, mb, roots[0])};
     const Tensor input = inputs_.at({chunk, mb});
     if (whole) {
-      before_weight_pass();
+      before_weight_pass(chunk);
       TimedPass pass("backward", {Pass::Backward, mb, chunk}, task_, stats_);
       autograd::backward(roots, grads);
       --held_;
@@ -134,7 +137,7 @@ class StageRun {
     auto pending = weights_.find({chunk, mb});
     LOOM_CHECK(pending != weights_.end(), "pipeline: the schedule runs the weights' backward (W) of micro-batch ", mb,
                " before its input's (I)");
-    before_weight_pass();
+    before_weight_pass(chunk);
     {
       TimedPass pass("backward weight", {Pass::BackwardWeight, mb, chunk}, task_, stats_);
       pending->second.compute();
@@ -160,9 +163,10 @@ class StageRun {
   bool reads_batch(int chunk) const { return task_.first && chunk == 0; }
   bool ends_model(int chunk) const { return task_.last && chunk == last_chunk_; }
   // B and W accumulate the weights' gradients; the task hears before each
-  // whether it is the step's last (a hybrid averages over its data group then).
-  void before_weight_pass() {
-    if (task_.before_backward) task_.before_backward(--weight_passes_left_ == 0);
+  // whether it is its chunk's last of the step (a hybrid averages over its
+  // data group then).
+  void before_weight_pass(int chunk) {
+    if (task_.before_backward) task_.before_backward(chunk, --weight_passes_left_[chunk] == 0);
   }
 
   const StageTask& task_;
@@ -172,7 +176,7 @@ class StageRun {
   std::map<std::pair<int, int>, Tensor> inputs_, outputs_;  // from F to B or I
   std::map<std::pair<int, int>, autograd::WeightGradients> weights_;  // from I to W
   int held_ = 0;                   // micro-batch chunks between F and B (or W)
-  size_t weight_passes_left_ = 0;
+  std::vector<size_t> weight_passes_left_;  // [chunk]
 };
 
 }  // namespace

@@ -91,9 +91,9 @@ struct StageTask {
   int lane = 0;                     // trace::lane() of its spans, looked up once by the owner
   std::chrono::steady_clock::time_point step_start = std::chrono::steady_clock::now();  // for stats.passes
   // Called before each pass that accumulates the weights' gradients (a B, or
-  // a W), told whether it is the stage's last of the step (a hybrid pipeline
-  // averages gradients over its data group then).
-  std::function<void(bool last_backward)> before_backward{};
+  // a W) of a chunk, told whether it is that chunk's last of the step (a
+  // hybrid pipeline averages the chunk's gradients over its data group then).
+  std::function<void(int chunk, bool last_backward)> before_backward{};
 };
 
 // Splits a batch into m micro-batches along dim 0 whose sizes differ by at

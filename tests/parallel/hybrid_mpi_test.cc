@@ -21,6 +21,11 @@ TEST(HybridMpi, TwoByTwoGPipeMatchesSingleDevice) {
   testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {4}, ScheduleKind::GPipe, 2,
                                               testing::pipeline_models());
 }
+// Two chunks a stage in a V: each chunk's all-reduce fires as its own last W accumulates.
+TEST(HybridMpi, TwoByTwoZeroBubbleVMatchesSingleDevice) {
+  testing::check_hybrid_matches_single_device(testing::mpi_world(), 2, {2, 4, 6}, ScheduleKind::ZeroBubbleV, 4,
+                                              testing::pipeline_models());
+}
 
 }  // namespace
 }  // namespace loom::parallel

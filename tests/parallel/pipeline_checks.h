@@ -167,22 +167,31 @@ inline void check_interleaved_with_large_activations(const std::shared_ptr<Proce
 // group, are the batch's. Ranks other than data rank 0 start scrambled.
 // `models`: this rank's pipeline_models(), made before any rank thread starts
 // (they seed the global generator).
+// The hybrid checks run interleaved and ZB-V with two chunks a stage (2P
+// parts for P stages), the others with one.
+inline int hybrid_chunks(ScheduleKind kind) {
+  return kind == ScheduleKind::Interleaved1F1B || kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
+}
+
 inline void check_hybrid_matches_single_device(const std::shared_ptr<ProcessGroup>& world, int data,
                                                std::vector<int> boundaries, ScheduleKind kind, int micro_batches,
                                                std::pair<nn::Sequential, nn::Sequential> models) {
-  DeviceMesh mesh(world, {{"data", data}, {"pipeline", static_cast<int>(boundaries.size()) + 1}});
+  const int chunks = hybrid_chunks(kind), stages = (static_cast<int>(boundaries.size()) + 1) / chunks;
+  DeviceMesh mesh(world, {{"data", data}, {"pipeline", stages}});
   const int d = mesh.coordinate("data"), p = mesh.coordinate("pipeline");
   auto [reference, model] = std::move(models);
-  nn::ModulePtr stage = split_sequential(model, boundaries)[p];
-  nn::ModulePtr reference_stage = split_sequential(reference, boundaries)[p];
+  const Placement placement = placement_of(kind);
+  const std::vector<nn::ModulePtr> stage = stage_chunks(split_sequential(model, boundaries), p, stages, placement);
+  const std::vector<nn::ModulePtr> reference_stage =
+      stage_chunks(split_sequential(reference, boundaries), p, stages, placement);
   if (d > 0) {
     NoGradGuard no_grad;
-    for (const Tensor& t : stage->parameters()) t.fill_(0.1 * d);
+    for (const Tensor& t : parameters_of(stage)) t.fill_(0.1 * d);
   }
   DistributedPipeline pipe(stage, mesh.group("pipeline"), mesh.group("data"),
-                           {.micro_batches = micro_batches, .schedule = kind});
+                           {.micro_batches = micro_batches, .schedule = kind, .chunks = chunks});
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
-  const bool first = p == 0, last = p == mesh.size("pipeline") - 1;
+  const bool first = p == 0, last = p == pipe.loss_rank();
   const int64_t batch = 12, share = batch / data;
 
   train_side_by_side(
@@ -198,12 +207,12 @@ inline void check_hybrid_matches_single_device(const std::shared_ptr<ProcessGrou
         return mean;
       },
       [&](int step) {
-        EXPECT_LT(max_param_difference(*reference_stage, *stage), 1e-10)
+        EXPECT_LT(max_param_difference(parameters_of(reference_stage), parameters_of(stage)), 1e-10)
             << "data " << d << ", stage " << p << ", step " << step;
       });
   // Data parallelism moved each stage's gradients once per step, not once per micro-batch.
   int64_t stage_bytes = 0;
-  for (const Tensor& t : stage->parameters()) stage_bytes += t.nbytes();
+  for (const Tensor& t : parameters_of(stage)) stage_bytes += t.nbytes();
   EXPECT_EQ(mesh.group("data")->stats().bytes, 3 * stage_bytes + (last ? 3 * 8 : 0) + stage_bytes)
       << "three steps' all-reduces, the losses' averages, and the start's broadcast";
 }
