@@ -308,17 +308,12 @@ TEST(Schedule, SimulationRefusesAWeightPassBeforeItsInputPass) {
                    "waiting: stage 0 at W0;");
 }
 
-// Three SGD steps through the pipeline (every stage on c.device) equal three
-// steps on one device with the whole batch (see train_side_by_side for the
-// tolerances).
-void expect_equals_single_device(const PipelineCase& c) {
-  auto [single, copy] = parallel::testing::pipeline_models(c.device);
-  parallel::Pipeline pipe(parallel::split_sequential(copy, c.boundaries),
-                          std::vector<Device>(c.stages(), c.device),
-                          {.micro_batches = c.micro_batches, .schedule = c.kind, .chunks = c.chunks});
+// Three SGD steps of `pipe` on batches of `batch` equal three of `single`
+// on the same whole batches (see train_side_by_side for the tolerances).
+void expect_trains_as(parallel::Pipeline& pipe, nn::Sequential single, int64_t batch) {
   optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   parallel::testing::train_side_by_side(
-      single, c.batch,
+      single, batch,
       [&](const Tensor& x, const Tensor& y) {
         opt_pipe.zero_grad();
         Tensor loss = pipe.train_step(x, y, parallel::testing::cross_entropy_loss);
@@ -328,6 +323,15 @@ void expect_equals_single_device(const PipelineCase& c) {
       [&](int step) {
         EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
       });
+}
+
+// A pipeline of case `c` (every stage on c.device) trains as one device.
+void expect_equals_single_device(const PipelineCase& c) {
+  auto [single, copy] = parallel::testing::pipeline_models(c.device);
+  parallel::Pipeline pipe(parallel::split_sequential(copy, c.boundaries),
+                          std::vector<Device>(c.stages(), c.device),
+                          {.micro_batches = c.micro_batches, .schedule = c.kind, .chunks = c.chunks});
+  expect_trains_as(pipe, single, c.batch);
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
@@ -450,18 +454,7 @@ TEST(Pipeline, ZeroBubbleVScheduledForPartTimesEqualsSingleDevice) {
                           {.micro_batches = 4, .schedule = ScheduleKind::ZeroBubbleV, .chunks = 2, .part_times = times});
   EXPECT_EQ(pipe.schedule(), parallel::zero_bubble_v_schedule(2, 4, times));
   EXPECT_NE(pipe.schedule(), parallel::zero_bubble_v_schedule(2, 4)) << "the times should change the order";
-  optim::SGD opt_pipe(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
-  parallel::testing::train_side_by_side(
-      single, 12,
-      [&](const Tensor& x, const Tensor& y) {
-        opt_pipe.zero_grad();
-        Tensor loss = pipe.train_step(x, y, parallel::testing::cross_entropy_loss);
-        opt_pipe.step();
-        return loss;
-      },
-      [&](int step) {
-        EXPECT_LT(max_param_difference(single->parameters(), pipe.parameters()), 1e-10) << "step " << step;
-      });
+  expect_trains_as(pipe, single, 12);
   auto parts = [] { return parallel::split_sequential(parallel::testing::pipeline_models().second, {1, 3, 6}); };
   EXPECT_THROW_MSG(parallel::Pipeline(parts(), std::vector<Device>(4, Device::cpu()),
                                       {.schedule = ScheduleKind::OneFOneB, .part_times = times}),
