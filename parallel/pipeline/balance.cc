@@ -102,7 +102,6 @@ ChildCosts time_children(const nn::Sequential& model, const Tensor& sample, int 
 
 std::vector<PassTimes> part_pass_times(const ChildCosts& costs, const std::vector<int>& boundaries) {
   const int n = static_cast<int>(costs.forward_seconds.size());
-  constexpr double kShortest = 1e-6;
   std::vector<PassTimes> parts;
   int start = 0;
   for (size_t b = 0; b <= boundaries.size(); ++b) {
@@ -114,8 +113,7 @@ std::vector<PassTimes> part_pass_times(const ChildCosts& costs, const std::vecto
       part.backward_input += costs.backward_input_seconds[c];
       part.backward_weight += costs.backward_weight_seconds[c];
     }
-    parts.push_back({std::max(part.forward, kShortest), std::max(part.backward_input, kShortest),
-                     std::max(part.backward_weight, kShortest)});
+    parts.push_back(part);
     start = end;
   }
   return parts;

@@ -3,6 +3,7 @@
 // the rule in schedule.h. The order each stage ran its passes in is the
 // schedule; simulate_schedule of it replays the same step.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <utility>
@@ -153,9 +154,10 @@ PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, const std
              stages, " and ", micro_batches);
   LOOM_CHECK(part_times.size() == static_cast<size_t>(2 * stages), "zero_bubble_v_schedule: ", part_times.size(),
              " parts' pass times for ", stages, " stages (", 2 * stages, " parts)");
-  for (const PassTimes& times : part_times)
-    LOOM_CHECK(times.forward > 0 && times.backward_input > 0 && times.backward_weight > 0,
-               "zero_bubble_v_schedule: pass times must be positive, got F ", times.forward, " I ",
+  for (const PassTimes& times : part_times)  // a pass may take no time (a part without weights has no W)
+    LOOM_CHECK(times.forward >= 0 && times.backward_input >= 0 && times.backward_weight >= 0 &&
+                   std::isfinite(times.forward + times.backward_input + times.backward_weight),
+               "zero_bubble_v_schedule: pass times must be finite and not negative, got F ", times.forward, " I ",
                times.backward_input, " W ", times.backward_weight);
   return VScheduleBuilder(stages, micro_batches, part_times).build();
 }

@@ -22,6 +22,9 @@ grep -q 'bubble 11.1% (these passes in theory: 11.1%)' equal.txt || { cat equal.
 grep -q "bubble 5.9% (these passes, at least: 5.9%); peak activations per stage (chunks, each half a stage's): 8 8 8 8$" \
   equal.txt || { cat equal.txt; fail "ZB-V with F = I = W: 3/51, 2p half-stage chunks held"; }
 grep -q '^== zb-v, 2 chunks a stage in a V' equal.txt || { cat equal.txt; fail "ZB-V's heading"; }
+# No weight gradients at all (W takes no time): ZB-V is still built and simulated.
+"$tool" --weight-share 0 --schedules zb-v > no_w.txt
+grep -q '^bubble [0-9.]*% (these passes, at least: 8.6%)' no_w.txt || { cat no_w.txt; fail "ZB-V with W = 0"; }
 # The drawn steps: 1F1B's stage 0 waits 6 units (18 columns) for its first
 # gradient, ZB-H1's 3 (an I is as short as a forward, so 9 columns).
 grep -q '^stage 0: F0 F1 F2 F3 \.\{18\}B0    F4 B1' equal.txt || { cat equal.txt; fail "1F1B's drawn step"; }

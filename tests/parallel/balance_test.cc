@@ -90,8 +90,7 @@ TEST(BalanceByTime, TheSlowChildGetsAStageOfItsOwn) {
   EXPECT_EQ(balance_by_time(model, ones({4, 2}), 3), (std::vector<int>{2, 3}));
 }
 
-// Each part's pass times are its children's added up; a pass with nothing
-// to do (no weights, so no W) counts as a microsecond.
+// Each part's pass times are its children's added up.
 TEST(PartPassTimes, AddUpEachPartsChildren) {
   ChildCosts costs;
   costs.forward_seconds = {1, 2, 3, 4};
@@ -104,7 +103,7 @@ TEST(PartPassTimes, AddUpEachPartsChildren) {
   EXPECT_EQ(parts[0].backward_weight, 0.5);
   EXPECT_EQ(parts[1].forward, 5);
   EXPECT_EQ(parts[1].backward_input, 10);
-  EXPECT_EQ(parts[1].backward_weight, 1e-6);
+  EXPECT_EQ(parts[1].backward_weight, 0);
   EXPECT_EQ(parts[2].backward_input, 8);
   EXPECT_EQ(parts[2].backward_weight, 1);
   EXPECT_THROW_MSG(part_pass_times(costs, {3, 2}), "boundaries must increase strictly within (0, 4)");

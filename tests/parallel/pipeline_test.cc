@@ -255,7 +255,7 @@ TEST(Schedule, ZeroBubbleVIsBuiltForThePassTimesGiven) {
     EXPECT_GE(step.bubble_fraction, parallel::zero_bubble_v_lower_bound(p, m, times) - 1e-12);
     for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], 2 * p);
   }
-  EXPECT_THROW_MSG(parallel::zero_bubble_v_schedule(2, 2, {1, 0, 1}), "pass times must be positive");
+  EXPECT_THROW_MSG(parallel::zero_bubble_v_schedule(2, 2, {1, -1, 1}), "pass times must be finite and not negative");
 }
 
 // Parts of unequal cost: the V scheduled for their times finishes sooner on
@@ -283,15 +283,18 @@ TEST(Schedule, ZeroBubbleVIsBuiltForEachPartsTimes) {
                    "5 parts' pass times for 3 stages x 2 chunks");
 }
 
-// Any part times (200 random draws): the V is built, finishes on the ideal
+// Any part times (200 random draws, a quarter of the passes taking no time,
+// as a part without weights has no W): the V is built, finishes on the ideal
 // machine with those times, and holds at most 2p chunk activations a stage.
 TEST(Schedule, ZeroBubbleVFinishesForAnyPartTimes) {
   std::mt19937 random(7);
-  std::uniform_real_distribution<double> time(0.1, 3);
+  std::uniform_real_distribution<double> uniform(0.1, 3);
+  std::bernoulli_distribution no_time(0.25);
+  auto time = [&] { return no_time(random) ? 0.0 : uniform(random); };
   for (int draw = 0; draw < 200; ++draw) {
     const int p = 1 + draw % 5, m = 1 + draw % 11;
     std::vector<parallel::PassTimes> parts;
-    for (int i = 0; i < 2 * p; ++i) parts.push_back({time(random), time(random), time(random)});
+    for (int i = 0; i < 2 * p; ++i) parts.push_back({time(), time(), time()});
     const std::string what = "draw " + std::to_string(draw) + ", p=" + std::to_string(p) + " m=" + std::to_string(m);
     parallel::PipelineSchedule zbv;
     ASSERT_NO_THROW(zbv = parallel::zero_bubble_v_schedule(p, m, parts)) << what;
