@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "nn/functional.h"
@@ -38,24 +40,30 @@ TensorList reference_gradients(const TensorList& parameters, const std::function
   return grads;
 }
 
+// Splits loss()'s backward at x and holds it to one ordinary backward: x's
+// gradient bitwise (the same ops in the same order), no parameter's gradient
+// before compute(), each within 1e-14 after it.
+void expect_split_equals_one_backward(const TensorList& parameters, const std::function<Tensor()>& loss,
+                                      const Tensor& x) {
+  Tensor expected_dx;
+  const TensorList expected = reference_gradients(parameters, loss, x, &expected_dx);
+  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0) << "the same ops in the same order";
+  for (size_t i = 0; i < parameters.size(); ++i)
+    EXPECT_FALSE(parameters[i].grad().defined()) << "parameter " << i << "'s gradient came early";
+  EXPECT_TRUE(rest.pending());
+  rest.compute();
+  EXPECT_FALSE(rest.pending());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_LT(max_rel_error(parameters[i].grad(), expected[i]), 1e-14) << "parameter " << i;
+}
+
 TEST(SplitBackward, InputGradientFirstThenWeightsEqualOneBackward) {
   Mlp mlp;
   Tensor x = leaf64({6, 4}, 5);
   Tensor dy = leaf64({6, 3}, 6).detach();
-  auto loss = [&] { return (mlp(x) * dy).sum(); };
-  Tensor expected_dx;
-  const TensorList expected = reference_gradients(mlp.parameters(), loss, x, &expected_dx);
-
-  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
-  ASSERT_TRUE(x.grad().defined());
-  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0) << "the same ops in the same order";
-  for (const Tensor& p : mlp.parameters()) EXPECT_FALSE(p.grad().defined()) << "a weight's gradient came early";
-  EXPECT_TRUE(rest.pending());
-
-  rest.compute();
-  EXPECT_FALSE(rest.pending());
-  for (size_t i = 0; i < expected.size(); ++i)
-    EXPECT_LT(max_rel_error(mlp.parameters()[i].grad(), expected[i]), 1e-14) << "parameter " << i;
+  expect_split_equals_one_backward(mlp.parameters(), [&] { return (mlp(x) * dy).sum(); }, x);
 }
 
 TEST(SplitBackward, ConvolutionsSplitTheirInputAndWeightGradients) {
@@ -65,16 +73,7 @@ TEST(SplitBackward, ConvolutionsSplitTheirInputAndWeightGradients) {
     Tensor h = nn::functional::conv2d_relu(x, w1, b1, {.pad_h = 1, .pad_w = 1});
     return nn::functional::conv2d(h, w2).square().sum();
   };
-  Tensor expected_dx;
-  const TensorList expected = reference_gradients({w1, b1, w2}, loss, x, &expected_dx);
-  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
-  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0);
-  EXPECT_FALSE(w1.grad().defined());
-  EXPECT_FALSE(b1.grad().defined());
-  rest.compute();
-  EXPECT_LT(max_rel_error(w1.grad(), expected[0]), 1e-14);
-  EXPECT_LT(max_rel_error(b1.grad(), expected[1]), 1e-14);
-  EXPECT_LT(max_rel_error(w2.grad(), expected[2]), 1e-14);
+  expect_split_equals_one_backward({w1, b1, w2}, loss, x);
 }
 
 TEST(SplitBackward, TheLstmLayerRunsItsRecurrenceFirstAndItsRecurrentWeightLater) {
@@ -86,15 +85,7 @@ TEST(SplitBackward, TheLstmLayerRunsItsRecurrenceFirstAndItsRecurrentWeightLater
     Tensor gates = nn::functional::linear(x, w_ih, b);
     return nn::functional::lstm_layer(gates, w_hh, h0, c0).output.square().sum();
   };
-  Tensor expected_dx;
-  const TensorList expected = reference_gradients({w_ih, b, w_hh}, loss, x, &expected_dx);
-  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
-  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0);
-  EXPECT_FALSE(w_hh.grad().defined());
-  rest.compute();
-  EXPECT_LT(max_rel_error(w_ih.grad(), expected[0]), 1e-14);
-  EXPECT_LT(max_rel_error(b.grad(), expected[1]), 1e-14);
-  EXPECT_LT(max_rel_error(w_hh.grad(), expected[2]), 1e-14);
+  expect_split_equals_one_backward({w_ih, b, w_hh}, loss, x);
 }
 
 // An op y = a * b recorded as selective, noting which inputs each call asks for.
@@ -156,15 +147,7 @@ TEST(SplitBackward, AWeightGradientComputedInTheFirstPassIsAccumulatedInTheSecon
   // x * gain is not selective: its backward computes both gradients at once,
   // but the gain's is held for the second pass, as DDP's hooks expect.
   Tensor x = leaf64({2, 3}, 18), gain = leaf64({3}, 19), w = leaf64({4, 3}, 20);
-  auto loss = [&] { return mm(x * gain, w.t()).square().sum(); };
-  Tensor expected_dx;
-  const TensorList expected = reference_gradients({gain, w}, loss, x, &expected_dx);
-  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
-  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0);
-  EXPECT_FALSE(gain.grad().defined());
-  rest.compute();
-  EXPECT_LT(max_rel_error(gain.grad(), expected[0]), 1e-14);
-  EXPECT_LT(max_rel_error(w.grad(), expected[1]), 1e-14);
+  expect_split_equals_one_backward({gain, w}, [&] { return mm(x * gain, w.t()).square().sum(); }, x);
 }
 
 // A layer norm is selective: its input's gradient in the first pass, its
@@ -173,18 +156,9 @@ TEST(SplitBackward, AWeightGradientComputedInTheFirstPassIsAccumulatedInTheSecon
 // frozen scale.
 TEST(SplitBackward, LayerNormGivesItsScaleAndShiftGradientsInTheSecondPass) {
   Tensor x = leaf64({6, 4}, 21), gain = leaf64({4}, 22), shift = leaf64({4}, 23), w = leaf64({3, 4}, 24);
-  auto loss = [&] { return mm(nn::functional::layer_norm(x, {4}, gain, shift), w.t()).square().sum(); };
   ASSERT_TRUE(nn::functional::layer_norm(x, {4}, gain, shift).grad_fn()->selective());
-  Tensor expected_dx;
-  const TensorList expected = reference_gradients({gain, shift, w}, loss, x, &expected_dx);
-  autograd::WeightGradients rest = autograd::backward_inputs_first({loss()}, {}, {x});
-  EXPECT_EQ(max_rel_error(x.grad(), expected_dx), 0.0) << "the same ops in the same order";
-  EXPECT_FALSE(gain.grad().defined());
-  EXPECT_FALSE(shift.grad().defined());
-  rest.compute();
-  EXPECT_LT(max_rel_error(gain.grad(), expected[0]), 1e-14);
-  EXPECT_LT(max_rel_error(shift.grad(), expected[1]), 1e-14);
-  EXPECT_LT(max_rel_error(w.grad(), expected[2]), 1e-14);
+  expect_split_equals_one_backward(
+      {gain, shift, w}, [&] { return mm(nn::functional::layer_norm(x, {4}, gain, shift), w.t()).square().sum(); }, x);
 
   // No affine; then a scale that takes no gradient and a shift that does.
   for (bool affine : {false, true}) {
