@@ -258,15 +258,14 @@ int main(int argc, char** argv) {
         }
         for (const char* chunked : {"interleaved", "zb-v"}) {  // several parts a stage
           const int chunks = chunks_of(chunked);
-          if (!wants(chunked) || config.chunk_boundaries.count(chunks)) continue;
+          if (!wants(chunked) || config.chunk_plans.count(chunks)) continue;
           StagePlan parts;
           if (writer) parts = plan_stages(w, chunks * config.devices);
           if (config.group) {
             parallel::share_boundaries(parts.boundaries, *config.group, config.device);
             parallel::share_part_times(parts.part_times, *config.group, config.device);
           }
-          config.chunk_boundaries[chunks] = parts.boundaries;
-          if (wants("zb-v")) config.zb_v_part_times = parts.part_times;
+          config.chunk_plans[chunks] = parts;
         }
         const Profile& profile = plan.profile;
         const int64_t batch = w.samples_per_step;

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
           stages = me.group->size();
         }
         const parallel::ScheduleKind kind = parallel::schedule_kind(schedule);
-        if (kind != parallel::ScheduleKind::Interleaved1F1B) chunks = kind == parallel::ScheduleKind::ZeroBubbleV ? 2 : 1;
+        chunks = parallel::chunks_for(kind, chunks);  // --chunks is the interleaved schedule's
         parallel::PipelineOptions options{.micro_batches = micro_batches, .schedule = kind, .chunks = chunks};
         const parallel::Placement placement = parallel::placement_of(kind);
         const int loss_stage = parallel::place_part(stages * chunks - 1, stages, chunks, placement).stage;

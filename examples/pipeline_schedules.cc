@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
       if (("," + schedules + ",").find("," + std::string(parallel::schedule_name(kind)) + ",") == std::string::npos)
         continue;
       const bool zb_v = kind == parallel::ScheduleKind::ZeroBubbleV;
-      const int v = kind == parallel::ScheduleKind::Interleaved1F1B ? chunks : zb_v ? 2 : 1;
+      const int v = parallel::chunks_for(kind, chunks);
       std::printf("== %s", parallel::schedule_name(kind));
       if (v > 1) std::printf(", %d chunks a stage%s", v, zb_v ? " in a V" : "");
       std::printf("\n");

@@ -119,10 +119,12 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
 
 parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c) {
   const parallel::ScheduleKind kind = parallel::schedule_kind(strategy);
-  return {.micro_batches = c.micro_batches,
-          .schedule = kind,
-          .chunks = chunks_of(strategy),
-          .part_times = kind == parallel::ScheduleKind::ZeroBubbleV ? c.zb_v_part_times : std::vector<parallel::PassTimes>{}};
+  parallel::PipelineOptions options{.micro_batches = c.micro_batches, .schedule = kind, .chunks = chunks_of(strategy)};
+  // zb-v: the V scheduled for its parts' measured pass times.
+  const auto plan = c.chunk_plans.find(options.chunks);
+  if (kind == parallel::ScheduleKind::ZeroBubbleV && plan != c.chunk_plans.end())
+    options.part_times = plan->second.part_times;
+  return options;
 }
 
 std::vector<Device> repeated(const CompareConfig& c) { return devices_of(c); }

@@ -185,8 +185,8 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
       skipped.skipped = "needs --micro-batches a multiple of the " + std::to_string(config.devices) + " stages";
       return skipped;
     }
-    auto cut = config.chunk_boundaries.find(chunks);
-    if (cut == config.chunk_boundaries.end() || cut->second.empty()) {
+    auto plan = config.chunk_plans.find(chunks);
+    if (plan == config.chunk_plans.end() || plan->second.boundaries.empty()) {
       skipped.skipped =
           "the model is not a Sequential of at least " + std::to_string(chunks * config.devices) + " children";
       return skipped;
@@ -197,7 +197,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
       return skipped;
     }
   }
-  const std::vector<int>& cuts = chunks > 1 ? config.chunk_boundaries.at(chunks) : boundaries;
+  const std::vector<int>& cuts = chunks > 1 ? config.chunk_plans.at(chunks).boundaries : boundaries;
   return over_ranks ? run_pipeline_ranks(strategy, w, cuts, config) : run_pipeline(strategy, w, cuts, config);
 }
 

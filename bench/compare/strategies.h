@@ -15,6 +15,16 @@
 
 namespace loom::bench {
 
+// Where the model is cut into pipeline stages, and the single-device profile
+// the projection starts from. Each child of a Sequential is timed once
+// (forward and backward on the whole batch); the cuts give the stages about
+// equal time. A model that is not a Sequential of at least `stages` children
+// gets no boundaries (then only single, dp and ddp run) and one stage.
+struct StagePlan {
+  std::vector<int> boundaries;
+  std::vector<parallel::PassTimes> part_times;  // each stage's F, I and W (balance.h's part_pass_times)
+  Profile profile;
+};
 struct CompareConfig {
   Device device = Device::cpu();
   int devices = 2;        // replicas, ranks or pipeline stages
@@ -32,12 +42,11 @@ struct CompareConfig {
   // P stages are cut (plan_stages for P).
   int mesh_data = 0, mesh_pipeline = 0;
   std::vector<int> mesh_boundaries;
-  // Pipelines with several chunks a stage (interleaved, zb-v): [v] is where
-  // the model is cut into v parts per stage (plan_stages for that many;
-  // empty when the model has too few children).
-  std::map<int, std::vector<int>> chunk_boundaries;
-  // zb-v: each of those 2N parts' measured pass times, which its schedule is built for.
-  std::vector<parallel::PassTimes> zb_v_part_times;
+  // Pipelines with several chunks a stage (interleaved, zb-v): [v] is the
+  // model cut into v parts per stage (plan_stages for that many; no
+  // boundaries when the model has too few children), with each part's pass
+  // times, which zb-v's schedule is built for.
+  std::map<int, StagePlan> chunk_plans;
 };
 
 // One strategy's step, averaged over the timed steps. On a GPU the split into
@@ -58,16 +67,6 @@ struct Measurement {
   std::string timeline;  // pipelines: the last step drawn, one line per stage (simulator.h); else empty
 };
 
-// Where the model is cut into pipeline stages, and the single-device profile
-// the projection starts from. Each child of a Sequential is timed once
-// (forward and backward on the whole batch); the cuts give the stages about
-// equal time. A model that is not a Sequential of at least `stages` children
-// gets no boundaries (then only single, dp and ddp run) and one stage.
-struct StagePlan {
-  std::vector<int> boundaries;
-  std::vector<parallel::PassTimes> part_times;  // each stage's F, I and W (balance.h's part_pass_times)
-  Profile profile;
-};
 StagePlan plan_stages(const Workload& w, int stages);
 
 // strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1, zb-v,

@@ -166,7 +166,7 @@ DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std:
   for (const auto& chunk : chunks_) chunk->to(device_);
   lane_ = trace::lane("stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")");
   sends_lane_ = trace::lane("stage " + std::to_string(rank_) + " sends");
-  schedule_ = schedule_for(options, stages_);
+  schedule_ = make_schedule(options.schedule, stages_, options.micro_batches, options.chunks, options.part_times);
 }
 
 DistributedPipeline::DistributedPipeline(nn::ModulePtr stage, std::shared_ptr<ProcessGroup> group,
@@ -293,7 +293,7 @@ void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& 
 namespace {
 
 // Rank 0's `values` (any length), on every rank.
-std::vector<double> rank_zeros(const std::vector<double>& values, ProcessGroup& group, Device device) {
+std::vector<double> from_rank_zero(const std::vector<double>& values, ProcessGroup& group, Device device) {
   NoGradGuard no_grad;
   Tensor count = from_vector(std::vector<int64_t>{static_cast<int64_t>(values.size())}).to(device);
   group.broadcast(count, 0)->wait();
@@ -307,14 +307,14 @@ std::vector<double> rank_zeros(const std::vector<double>& values, ProcessGroup& 
 
 void share_boundaries(std::vector<int>& boundaries, ProcessGroup& group, Device device) {
   const std::vector<double> cuts =
-      rank_zeros(std::vector<double>(boundaries.begin(), boundaries.end()), group, device);  // exact: small integers
+      from_rank_zero(std::vector<double>(boundaries.begin(), boundaries.end()), group, device);  // exact: small integers
   boundaries.assign(cuts.begin(), cuts.end());
 }
 
 void share_part_times(std::vector<PassTimes>& part_times, ProcessGroup& group, Device device) {
   std::vector<double> flat;
   for (const PassTimes& t : part_times) flat.insert(flat.end(), {t.forward, t.backward_input, t.backward_weight});
-  flat = rank_zeros(flat, group, device);
+  flat = from_rank_zero(flat, group, device);
   part_times.clear();
   for (size_t i = 0; i + 3 <= flat.size(); i += 3) part_times.push_back({flat[i], flat[i + 1], flat[i + 2]});
 }

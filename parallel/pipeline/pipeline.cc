@@ -37,14 +37,6 @@ std::vector<nn::ModulePtr> stage_chunks(const std::vector<nn::ModulePtr>& parts,
   return chunks;
 }
 
-PipelineSchedule schedule_for(const PipelineOptions& options, int stages) {
-  if (options.part_times.empty()) return make_schedule(options.schedule, stages, options.micro_batches, options.chunks);
-  LOOM_CHECK(options.schedule == ScheduleKind::ZeroBubbleV, "pipeline: part_times are for the zb-v schedule, not ",
-             schedule_name(options.schedule));
-  LOOM_CHECK(options.chunks == 2, "pipeline: the zb-v schedule runs two chunks per stage, got ", options.chunks);
-  return zero_bubble_v_schedule(stages, options.micro_batches, options.part_times);
-}
-
 TensorList parameters_of(const std::vector<nn::ModulePtr>& modules) {
   TensorList out;
   for (const auto& module : modules)
@@ -61,7 +53,8 @@ Pipeline::Pipeline(std::vector<nn::ModulePtr> parts, std::vector<Device> devices
              options.chunks > 1 ? std::to_string(options.chunks) + " chunks each" : "");
   LOOM_CHECK(options.micro_batches >= 1, "Pipeline: micro_batches must be positive, got ", options.micro_batches);
   const int stages = static_cast<int>(devices_.size());
-  schedule_ = schedule_for(options, stages);  // checks the chunks
+  schedule_ = make_schedule(options.schedule, stages, options.micro_batches, options.chunks,  // checks the chunks
+                            options.part_times);
   // A parameter in two parts would be moved to the later part's device,
   // listed (and stepped) twice, and get its gradient added by two stage
   // threads at once, on a GPU from two streams in no order.
@@ -96,15 +89,15 @@ class MailboxLinks : public StageLinks {
  protected:
   Tensor take_activation(int chunk, int mb) override { return activations_[part(chunk) - 1].take(mb); }
   bool put_activation(int chunk, int mb, const Tensor& a) override {
-    const int to = part(chunk) + 1;
-    activations_[to - 1].put(mb, a.to(devices_[stage_of(to)]));
-    return stage_of(to) != s_;
+    const int to = part(chunk) + 1, stage = stage_of(to);
+    activations_[to - 1].put(mb, a.to(devices_[stage]));
+    return stage != s_;
   }
   Tensor take_gradient(int chunk, int mb, const Tensor&) override { return gradients_[part(chunk)].take(mb); }
   bool put_gradient(int chunk, int mb, const Tensor& g) override {
-    const int to = part(chunk) - 1;
-    gradients_[to].put(mb, g.to(devices_[stage_of(to)]));
-    return stage_of(to) != s_;
+    const int to = part(chunk) - 1, stage = stage_of(to);
+    gradients_[to].put(mb, g.to(devices_[stage]));
+    return stage != s_;
   }
 
  private:

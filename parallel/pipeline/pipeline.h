@@ -51,9 +51,6 @@ struct PipelineOptions {
   std::vector<PassTimes> part_times{};
 };
 
-// The schedule `options` ask for with `stages` stages.
-PipelineSchedule schedule_for(const PipelineOptions& options, int stages);
-
 // What the last train_step measured.
 struct PipelineStats {
   double step_seconds = 0;

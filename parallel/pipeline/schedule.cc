@@ -121,16 +121,26 @@ int part_at(StageChunk where, int stages, Placement placement) {
   return where.chunk == 0 ? where.stage : 2 * stages - 1 - where.stage;
 }
 
-PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
-  const int wanted = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
+int chunks_for(ScheduleKind kind, int interleaved) {
+  if (kind == ScheduleKind::Interleaved1F1B) return interleaved;
+  return kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
+}
+
+PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks,
+                               const std::vector<PassTimes>& part_times) {
+  const int wanted = chunks_for(kind);
   LOOM_CHECK(chunks == wanted || kind == ScheduleKind::Interleaved1F1B, "make_schedule: the ", schedule_name(kind),
              " schedule runs ", wanted == 2 ? "two chunks" : "one chunk", " per stage, got ", chunks);
+  LOOM_CHECK(part_times.empty() || kind == ScheduleKind::ZeroBubbleV, "make_schedule: part_times are for the zb-v "
+             "schedule, not ", schedule_name(kind));
   switch (kind) {
     case ScheduleKind::GPipe: return gpipe_schedule(stages, micro_batches);
     case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, micro_batches);
     case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b_schedule(stages, chunks, micro_batches);
     case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1_schedule(stages, micro_batches);
-    case ScheduleKind::ZeroBubbleV: return zero_bubble_v_schedule(stages, micro_batches);
+    case ScheduleKind::ZeroBubbleV:
+      return part_times.empty() ? zero_bubble_v_schedule(stages, micro_batches)
+                                : zero_bubble_v_schedule(stages, micro_batches, part_times);
   }
   LOOM_FAIL("make_schedule: unknown schedule kind");
 }

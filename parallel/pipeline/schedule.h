@@ -110,8 +110,15 @@ PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, PassTimes
 // model's order; measured ones: balance.h's part_pass_times).
 PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, const std::vector<PassTimes>& part_times);
 
-// `chunks`: Interleaved1F1B takes any, ZeroBubbleV 2, the others 1.
-PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+// The model chunks a stage runs under `kind`: ZeroBubbleV 2 (its V), the
+// interleaved schedule as many as asked (`interleaved`), the others 1.
+int chunks_for(ScheduleKind kind, int interleaved = 2);
+
+// `chunks`: Interleaved1F1B takes any, the others chunks_for(kind).
+// `part_times`, for ZeroBubbleV only: each part's pass times to build it
+// for (empty: equal passes).
+PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1,
+                               const std::vector<PassTimes>& part_times = {});
 const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"
 ScheduleKind schedule_kind(const std::string& name);  // the inverse; throws for another name
 

@@ -12,7 +12,7 @@ namespace {
 using Models = std::pair<nn::Sequential, nn::Sequential>;
 
 void expect_hybrid(int data, std::vector<int> boundaries, ScheduleKind kind, int micro_batches) {
-  const int world = data * (static_cast<int>(boundaries.size()) + 1) / testing::hybrid_chunks(kind);
+  const int world = data * (static_cast<int>(boundaries.size()) + 1) / chunks_for(kind);
   testing::run_prepared_ranks<Models>(
       world, [](int) { return testing::pipeline_models(); },
       [&](const std::shared_ptr<ProcessGroup>& group, Models& models) {

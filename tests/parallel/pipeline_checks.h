@@ -167,16 +167,11 @@ inline void check_interleaved_with_large_activations(const std::shared_ptr<Proce
 // group, are the batch's. Ranks other than data rank 0 start scrambled.
 // `models`: this rank's pipeline_models(), made before any rank thread starts
 // (they seed the global generator).
-// The hybrid checks run interleaved and ZB-V with two chunks a stage (2P
-// parts for P stages), the others with one.
-inline int hybrid_chunks(ScheduleKind kind) {
-  return kind == ScheduleKind::Interleaved1F1B || kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
-}
-
 inline void check_hybrid_matches_single_device(const std::shared_ptr<ProcessGroup>& world, int data,
                                                std::vector<int> boundaries, ScheduleKind kind, int micro_batches,
                                                std::pair<nn::Sequential, nn::Sequential> models) {
-  const int chunks = hybrid_chunks(kind), stages = (static_cast<int>(boundaries.size()) + 1) / chunks;
+  // Interleaved and ZB-V run two chunks a stage: 2P parts for P stages.
+  const int chunks = chunks_for(kind), stages = (static_cast<int>(boundaries.size()) + 1) / chunks;
   DeviceMesh mesh(world, {{"data", data}, {"pipeline", stages}});
   const int d = mesh.coordinate("data"), p = mesh.coordinate("pipeline");
   auto [reference, model] = std::move(models);

@@ -205,6 +205,9 @@ TEST(Placement, LoopAndVPlaceEveryPartOnce) {
   EXPECT_EQ(parallel::schedule_kind("zb-v"), ScheduleKind::ZeroBubbleV);
   EXPECT_EQ(parallel::placement_of(ScheduleKind::ZeroBubbleV), Placement::V);
   EXPECT_EQ(parallel::placement_of(ScheduleKind::Interleaved1F1B), Placement::Loop);
+  EXPECT_EQ(parallel::chunks_for(ScheduleKind::ZeroBubbleV, 3), 2);
+  EXPECT_EQ(parallel::chunks_for(ScheduleKind::Interleaved1F1B, 3), 3);
+  EXPECT_EQ(parallel::chunks_for(ScheduleKind::ZeroBubbleH1, 3), 1);
   EXPECT_THROW_MSG(parallel::make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2), "the zb-h1 schedule runs one chunk");
 }
 
