@@ -21,6 +21,7 @@
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/pipeline/pipeline.h"
+#include "parallel/tensor_parallel/layers.h"
 #include "parallel/trace.h"
 
 namespace loom::bench {
@@ -123,7 +124,7 @@ std::vector<Result> on_ranks(const CompareConfig& c, int n,
 Measurement run_single(const Workload& w, const CompareConfig& c);
 Measurement run_dp(const Workload& w, const CompareConfig& c);
 Measurement run_data_parallel(const std::string& strategy, const Workload& w, const CompareConfig& c);
-Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c);
+Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, parallel::TokenLayout tokens);
 Measurement run_hybrid(const Workload& w, const CompareConfig& c);
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c);
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,

@@ -42,10 +42,11 @@ constexpr int kTimelineWidth = 100;
 // Tensor parallel (Megatron) GPT over N ranks, every rank on the whole
 // batch: the workload's GPT shape with the vocabulary padded to a multiple
 // of N, its own weights (a benchmark: equality with one device is what
-// tests/parallel/tensor_parallel_test.cc checks). The step is the slowest
-// rank's; bytes are each rank's all-reduces.
-Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c) {
-  Measurement m{"tp"};
+// tests/parallel/tensor_parallel_test.cc checks). `tokens` sharded is the
+// tp-sp row (sequence parallel). The step is the slowest rank's; bytes are
+// each rank's collectives.
+Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, parallel::TokenLayout tokens) {
+  Measurement m{tokens == parallel::TokenLayout::kSequenceSharded ? "tp-sp" : "tp"};
   auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
   if (!gpt) {
     m.skipped = "tensor parallelism here splits a GPT (--model gpt)";
@@ -56,6 +57,12 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c) {
     m.skipped = std::to_string(config.n_head) + " heads do not split over " + std::to_string(c.devices) + " ranks";
     return m;
   }
+  if (tokens == parallel::TokenLayout::kSequenceSharded &&
+      (config.block_size % c.devices != 0 || w.input.size(1) % c.devices != 0)) {
+    m.skipped = "the sequence (" + std::to_string(w.input.size(1)) + ") does not split over " +
+                std::to_string(c.devices) + " ranks";
+    return m;
+  }
   config.vocab_size = (config.vocab_size + c.devices - 1) / c.devices * c.devices;
   struct TpRank {
     double step_s = 0, bus_bytes = 0, peak_bytes = 0;
@@ -63,7 +70,7 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c) {
   const std::vector<TpRank> ranks = on_ranks<TpRank>(
       c, c.devices,
       [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
-        models::TensorParallelGPT model(config, group);
+        models::TensorParallelGPT model(config, group, tokens);
         model->to(device);
         optim::AdamW opt(model->parameters(), {.lr = 1e-3});
         Tensor x = w.input.to(device), y = w.target.to(device);
@@ -102,7 +109,7 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c) {
         if (owns) {
           trace::enable(false);
           result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
-          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("tp", c) + ".json");
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name(m.strategy, c) + ".json");
         }
         return result;
       },

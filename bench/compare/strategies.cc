@@ -172,7 +172,8 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (is_ddp(strategy) || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
     return run_data_parallel(strategy, w, config);
   if (strategy == "hybrid") return run_hybrid(w, config);
-  if (strategy == "tp") return run_tensor_parallel(w, config);
+  if (strategy == "tp") return run_tensor_parallel(w, config, parallel::TokenLayout::kReplicated);
+  if (strategy == "tp-sp") return run_tensor_parallel(w, config, parallel::TokenLayout::kSequenceSharded);
   if (boundaries.empty()) {
     skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
     return skipped;

@@ -22,20 +22,22 @@ Tensor squared_norm(const TensorList& params, Device device) {
 
 }  // namespace
 
-TensorParallelBlockImpl::TensorParallelBlockImpl(const GPTConfig& c, std::shared_ptr<parallel::ProcessGroup> group)
-    : Module("TensorParallelBlock") {
+TensorParallelBlockImpl::TensorParallelBlockImpl(const GPTConfig& c, std::shared_ptr<parallel::ProcessGroup> group,
+                                                 parallel::TokenLayout tokens)
+    : Module("TensorParallelBlock"), group_(std::move(group)), tokens_(tokens) {
   const int64_t d = c.n_embd;
   ln1 = register_module("ln1", nn::LayerNorm(d));
-  attn = register_module("attn", parallel::ParallelSelfAttention(d, c.n_head, group, c.dropout));
+  attn = register_module("attn", parallel::ParallelSelfAttention(d, c.n_head, group_, c.dropout, tokens));
   ln2 = register_module("ln2", nn::LayerNorm(d));
-  fc = register_module("fc", parallel::ColumnParallelLinear(d, 4 * d, group));
-  proj = register_module("proj", parallel::RowParallelLinear(4 * d, d, group));
+  fc = register_module("fc", parallel::ColumnParallelLinear(d, 4 * d, group_, true, false, tokens));
+  proj = register_module("proj", parallel::RowParallelLinear(4 * d, d, group_, true, tokens));
   dropout = register_module("dropout", nn::Dropout(c.dropout));
 }
 
 Tensor TensorParallelBlockImpl::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln1->forward(x));
-  return h + dropout->forward(proj->forward(gelu(fc->forward(ln2->forward(h)), GeluApproximation::Tanh)));
+  Tensor h = x + attn->forward(parallel::layer_norm_on(*ln1, x, tokens_, group_));
+  Tensor mlp_in = parallel::layer_norm_on(*ln2, h, tokens_, group_);
+  return h + dropout->forward(proj->forward(gelu(fc->forward(mlp_in), GeluApproximation::Tanh)));
 }
 
 void TensorParallelBlockImpl::load_from(const BlockImpl& full) {
@@ -46,27 +48,42 @@ void TensorParallelBlockImpl::load_from(const BlockImpl& full) {
   proj->load_from(*full.proj);
 }
 
-TensorParallelGPTImpl::TensorParallelGPTImpl(const GPTConfig& c, std::shared_ptr<parallel::ProcessGroup> group)
-    : Module("TensorParallelGPT"), config(c), group_(std::move(group)) {
+TensorParallelGPTImpl::TensorParallelGPTImpl(const GPTConfig& c, std::shared_ptr<parallel::ProcessGroup> group,
+                                             parallel::TokenLayout tokens)
+    : Module("TensorParallelGPT"), config(c), group_(std::move(group)), tokens_(tokens) {
   LOOM_CHECK(group_ != nullptr, "TensorParallelGPT: no process group");
   LOOM_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_embd % c.n_head == 0,
              "TensorParallelGPT: invalid config (vocab ", c.vocab_size, ", heads ", c.n_head, ", embd ", c.n_embd, ")");
-  wte = register_module("wte", parallel::VocabParallelEmbedding(c.vocab_size, c.n_embd, group_));
+  LOOM_CHECK(tokens != parallel::TokenLayout::kSequenceSharded || c.block_size % group_->size() == 0,
+             "TensorParallelGPT: sequence parallel over ", group_->size(), " ranks needs a block_size that divides by ",
+             "them, got ", c.block_size);
+  wte = register_module("wte", parallel::VocabParallelEmbedding(c.vocab_size, c.n_embd, group_, tokens));
   wpe = register_module("wpe", nn::Embedding(c.block_size, c.n_embd));
   dropout = register_module("dropout", nn::Dropout(c.dropout));
   blocks = register_module("blocks", nn::ModuleList());
-  for (int64_t l = 0; l < c.n_layer; ++l) blocks->push_back(TensorParallelBlock(c, group_));
+  for (int64_t l = 0; l < c.n_layer; ++l) blocks->push_back(TensorParallelBlock(c, group_, tokens));
   ln_f = register_module("ln_f", nn::LayerNorm(c.n_embd));
-  head = register_module("head", parallel::ColumnParallelLinear(c.n_embd, c.vocab_size, group_, /*bias=*/false));
+  head = register_module("head",
+                         parallel::ColumnParallelLinear(c.n_embd, c.vocab_size, group_, /*bias=*/false, false, tokens));
 }
 
 Tensor TensorParallelGPTImpl::forward(const Tensor& idx) {
   LOOM_CHECK(idx.dim() == 2 && idx.size(1) <= config.block_size,
              "TensorParallelGPT: expected token ids (B, T) with T <= ", config.block_size, ", got shape ", idx.shape());
-  Tensor positions = arange(idx.size(1), {.dtype = kInt64, .device = idx.device()});
-  Tensor x = dropout->forward(wte->forward(idx) + wpe->forward(positions));
+  Tensor x;
+  if (tokens_ == parallel::TokenLayout::kReplicated) {
+    x = wte->forward(idx) + wpe->forward(arange(idx.size(1), {.dtype = kInt64, .device = idx.device()}));
+  } else {  // this rank's tokens, and their positions' rows
+    const int64_t t = idx.size(1), n = group_->size(), piece = t / n;
+    LOOM_CHECK(t % n == 0, "TensorParallelGPT: sequence parallel over ", n, " ranks needs a sequence length that ",
+               "divides by them, got ", t);
+    Tensor positions = arange(static_cast<double>(group_->rank() * piece), static_cast<double>((group_->rank() + 1) * piece),
+                              1, {.dtype = kInt64, .device = idx.device()});
+    x = wte->forward(idx) + nn::functional::embedding(positions, parallel::copy_to_tensor_parallel(wpe->weight, group_));
+  }
+  x = dropout->forward(x);
   for (size_t l = 0; l < blocks->size(); ++l) x = (*blocks)[l]->forward(x);
-  return head->forward(ln_f->forward(x));
+  return head->forward(parallel::layer_norm_on(*ln_f, x, tokens_, group_));
 }
 
 Tensor TensorParallelGPTImpl::full_logits(const Tensor& idx) {
@@ -81,9 +98,14 @@ Tensor TensorParallelGPTImpl::generate(Tensor idx, int64_t count, double tempera
                                        int64_t drawn) {
   NoGradGuard no_grad;
   Generator& gen = generator ? *generator : default_generator();
+  const int64_t n = tokens_ == parallel::TokenLayout::kSequenceSharded ? group_->size() : 1;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - config.block_size);
-    Tensor logits = full_logits(idx.narrow(1, start, t - start)).select(0, 0).select(0, -1);
+    const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - config.block_size), length = t - start;
+    // Sequence parallel: padded at the end to a multiple of the ranks (fits, as block_size divides by
+    // them); causal attention keeps the padding out of the last real token's logits.
+    Tensor window = idx.narrow(1, start, length);
+    if (length % n != 0) window = cat({window, zeros({1, n - length % n}, {.dtype = kInt64, .device = idx.device()})}, 1);
+    Tensor logits = full_logits(window).select(0, 0).select(0, length - 1);
     if (drawn > 0) logits = logits.narrow(0, 0, drawn);
     const int64_t next = sample_token(logits, temperature, gen);  // every rank draws the same
     idx = cat({idx, full({1, 1}, static_cast<double>(next), {.dtype = kInt64, .device = idx.device()})}, 1);

@@ -9,6 +9,12 @@
 //   tp->load_from(*full);                              // each rank takes its slices
 //   Tensor loss = tp->loss(idx, targets);              // logits never gathered
 //   loss.backward();
+//
+// With TokenLayout::kSequenceSharded (sequence parallelism) each all-reduce
+// becomes a reduce-scatter and an all-gather around the layer norms,
+// residual adds and dropouts, which then run on 1/N of the tokens: the same
+// bytes, 1/N of those activations. The sequence (and block_size) must divide
+// by N; every rank still takes the whole batch, and gets the same loss.
 #pragma once
 
 #include <memory>
@@ -21,7 +27,8 @@ namespace loom::models {
 
 class TensorParallelBlockImpl : public nn::Module {
  public:
-  TensorParallelBlockImpl(const GPTConfig& config, std::shared_ptr<parallel::ProcessGroup> group);
+  TensorParallelBlockImpl(const GPTConfig& config, std::shared_ptr<parallel::ProcessGroup> group,
+                          parallel::TokenLayout tokens = parallel::TokenLayout::kReplicated);
   Tensor forward(const Tensor& x) override;
   void load_from(const BlockImpl& full);
 
@@ -30,13 +37,18 @@ class TensorParallelBlockImpl : public nn::Module {
   parallel::ColumnParallelLinear fc{nullptr};
   parallel::RowParallelLinear proj{nullptr};
   nn::Dropout dropout{nullptr};
+
+ private:
+  std::shared_ptr<parallel::ProcessGroup> group_;
+  parallel::TokenLayout tokens_;
 };
 LOOM_MODULE(TensorParallelBlock);
 
 class TensorParallelGPTImpl : public nn::Module {
  public:
-  TensorParallelGPTImpl(const GPTConfig& config, std::shared_ptr<parallel::ProcessGroup> group);
-  // idx (B, T) -> this rank's logits (B, T, vocab/N).
+  TensorParallelGPTImpl(const GPTConfig& config, std::shared_ptr<parallel::ProcessGroup> group,
+                        parallel::TokenLayout tokens = parallel::TokenLayout::kReplicated);
+  // idx (B, T) -> this rank's logits (B, T, vocab/N), every token's.
   Tensor forward(const Tensor& idx) override;
   // All the logits (B, T, vocab), gathered (for evaluation and sampling).
   Tensor full_logits(const Tensor& idx);
@@ -48,6 +60,7 @@ class TensorParallelGPTImpl : public nn::Module {
   Tensor generate(Tensor idx, int64_t count, double temperature = 1.0, Generator* generator = nullptr,
                   int64_t drawn = 0);
   void load_from(const GPTImpl& full);
+  parallel::TokenLayout tokens() const { return tokens_; }
   // The parameters each rank holds a slice of, and those every rank holds whole.
   TensorList sharded_parameters() const;
   TensorList replicated_parameters() const;
@@ -65,6 +78,7 @@ class TensorParallelGPTImpl : public nn::Module {
 
  private:
   std::shared_ptr<parallel::ProcessGroup> group_;
+  parallel::TokenLayout tokens_;
 };
 LOOM_MODULE(TensorParallelGPT);
 

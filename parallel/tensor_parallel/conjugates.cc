@@ -3,6 +3,7 @@
 #include "autograd/grad_mode.h"
 #include "parallel/trace.h"
 #include "autograd/node.h"
+#include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -25,6 +26,60 @@ Tensor all_reduced(const Tensor& x, ProcessGroup& group, const char* name) {
   work->wait();
   trace_span(name, group, issued, *work);
   return sum;
+}
+
+// The order of dims that moves dim `from` to place `to` (the others keep theirs).
+std::vector<int64_t> moved(int64_t rank, int64_t from, int64_t to) {
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != from) order.push_back(d);
+  order.insert(order.begin() + to, from);
+  return order;
+}
+
+// Every rank's `x` side by side along `dim`, in rank order. The collective
+// lays the pieces one after another, (N, ...x's shape); one copy moves N
+// next to `dim` and merges the two.
+Tensor all_gathered(const Tensor& x, int64_t dim, ProcessGroup& group, const char* name) {
+  NoGradGuard no_grad;
+  const Tensor piece = x.contiguous();
+  Shape stacked = piece.shape();
+  stacked.insert(0, group.size());
+  Tensor pieces = empty(stacked, piece.options());
+  const int64_t issued = trace::now_us();
+  WorkPtr work = group.all_gather(pieces, piece);
+  work->wait();
+  trace_span(name, group, issued, *work);
+  Shape whole = piece.shape();
+  whole[dim] *= group.size();
+  return pieces.permute(moved(pieces.dim(), 0, dim)).reshape(whole.vec());
+}
+
+// The sum over the ranks of `x`, cut along `dim` into one piece per rank:
+// this rank's. One copy puts the pieces one after another, as the collective
+// cuts them.
+Tensor reduce_scattered(const Tensor& x, int64_t dim, ProcessGroup& group, const char* name) {
+  NoGradGuard no_grad;
+  const int64_t n = group.size();
+  LOOM_CHECK(x.size(dim) % n == 0, "sequence parallel: the sequence (dim ", dim, " of ", x.shape(),
+             ") does not divide by the ", n, " ranks");
+  Shape split = x.shape();
+  split[dim] /= n;
+  Shape piece_shape = split;
+  split.insert(static_cast<int>(dim), n);  // (..., N, T/N, ...)
+  const Tensor pieces = x.reshape(split.vec()).permute(moved(static_cast<int64_t>(split.size()), dim, 0)).contiguous();
+  Tensor piece = empty(piece_shape, x.options());
+  const int64_t issued = trace::now_us();
+  WorkPtr work = group.reduce_scatter(piece, pieces, ReduceOp::Sum);
+  work->wait();
+  trace_span(name, group, issued, *work);
+  return piece;
+}
+
+int64_t checked_dim(const Tensor& x, int64_t dim, const char* op) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  LOOM_CHECK(d >= 0 && d < x.dim(), op, ": no dim ", dim, " in a tensor of shape ", x.shape());
+  return d;
 }
 
 }  // namespace
@@ -62,6 +117,27 @@ Tensor gather_from_tensor_parallel(const Tensor& x, const std::shared_ptr<Proces
   if (autograd::needs_grad(x))
     autograd::record("GatherFromTensorParallel", {x}, y, [rank, width](const TensorList& grads) {
       return TensorList{grads[0].narrow(grads[0].dim() - 1, rank * width, width).contiguous()};
+    });
+  return y;
+}
+
+Tensor gather_from_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int64_t dim) {
+  dim = checked_dim(x, dim, "gather_from_sequence_parallel");
+  Tensor y = all_gathered(x, dim, *group, "all_gather (sequence, forward)");
+  if (autograd::needs_grad(x))
+    autograd::record("GatherFromSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
+      return TensorList{reduce_scattered(grads[0], dim, *group, "reduce_scatter (sequence, backward)")};
+    });
+  return y;
+}
+
+Tensor reduce_scatter_to_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group,
+                                           int64_t dim) {
+  dim = checked_dim(x, dim, "reduce_scatter_to_sequence_parallel");
+  Tensor y = reduce_scattered(x, dim, *group, "reduce_scatter (sequence, forward)");
+  if (autograd::needs_grad(x))
+    autograd::record("ReduceScatterToSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
+      return TensorList{all_gathered(grads[0], dim, *group, "all_gather (sequence, backward)")};
     });
   return y;
 }

@@ -36,8 +36,8 @@ void copy_into(const Tensor& dst, const Tensor& src, const char* what) {
 }  // namespace
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, std::shared_ptr<ProcessGroup> group,
-                                                   bool bias, bool gather_output)
-    : Module("ColumnParallelLinear"), group_(std::move(group)), gather_output_(gather_output) {
+                                                   bool bias, bool gather_output, TokenLayout input)
+    : Module("ColumnParallelLinear"), group_(std::move(group)), gather_output_(gather_output), input_(input) {
   const int64_t local = per_rank(out, *group_, "a column-parallel layer's output features");
   weight = register_parameter("weight", empty({local, in}));
   if (bias) this->bias = register_parameter("bias", empty({local}));
@@ -45,7 +45,9 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, std:
 }
 
 Tensor ColumnParallelLinearImpl::forward(const Tensor& x) {
-  Tensor y = F::linear(copy_to_tensor_parallel(x, group_), weight, bias);
+  const Tensor all_tokens = input_ == TokenLayout::kSequenceSharded ? gather_from_sequence_parallel(x, group_)
+                                                                    : copy_to_tensor_parallel(x, group_);
+  Tensor y = F::linear(all_tokens, weight, bias);
   return gather_output_ ? gather_from_tensor_parallel(y, group_) : y;
 }
 
@@ -62,8 +64,9 @@ void ColumnParallelLinearImpl::load_from(const nn::LinearImpl& full, int parts) 
   if (bias.defined()) copy_into(bias, cat(biases, 0), "the bias");
 }
 
-RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, std::shared_ptr<ProcessGroup> group, bool bias)
-    : Module("RowParallelLinear"), group_(std::move(group)) {
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, std::shared_ptr<ProcessGroup> group, bool bias,
+                                             TokenLayout output)
+    : Module("RowParallelLinear"), group_(std::move(group)), output_(output) {
   const int64_t local = per_rank(in, *group_, "a row-parallel layer's input features");
   weight = register_parameter("weight", empty({out, local}));
   if (bias) this->bias = register_parameter("bias", empty({out}));
@@ -71,8 +74,12 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, std::share
 }
 
 Tensor RowParallelLinearImpl::forward(const Tensor& x) {
-  Tensor y = reduce_from_tensor_parallel(F::linear(x, weight), group_);
-  return bias.defined() ? y + bias : y;
+  if (output_ == TokenLayout::kReplicated) {
+    Tensor y = reduce_from_tensor_parallel(F::linear(x, weight), group_);
+    return bias.defined() ? y + bias : y;
+  }
+  Tensor y = reduce_scatter_to_sequence_parallel(F::linear(x, weight), group_);
+  return bias.defined() ? y + copy_to_tensor_parallel(bias, group_) : y;
 }
 
 void RowParallelLinearImpl::load_from(const nn::LinearImpl& full) {
@@ -82,22 +89,24 @@ void RowParallelLinearImpl::load_from(const nn::LinearImpl& full) {
 }
 
 ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(int64_t embed_dim, int64_t num_heads,
-                                                     std::shared_ptr<ProcessGroup> group, double dropout_p)
+                                                     std::shared_ptr<ProcessGroup> group, double dropout_p,
+                                                     TokenLayout tokens)
     : Module("ParallelSelfAttention"), embed_dim_(embed_dim) {
   LOOM_CHECK(num_heads > 0 && embed_dim % num_heads == 0, "ParallelSelfAttention: embed_dim ", embed_dim,
              " does not divide into ", num_heads, " heads");
   local_heads_ = per_rank(num_heads, *group, "the number of attention heads");
-  qkv = register_module("qkv", ColumnParallelLinear(embed_dim, 3 * embed_dim, group));
-  proj = register_module("proj", RowParallelLinear(embed_dim, embed_dim, group));
+  qkv = register_module("qkv", ColumnParallelLinear(embed_dim, 3 * embed_dim, group, true, false, tokens));
+  proj = register_module("proj", RowParallelLinear(embed_dim, embed_dim, group, true, tokens));
   dropout = register_module("dropout", nn::Dropout(dropout_p));
 }
 
 Tensor ParallelSelfAttentionImpl::forward(const Tensor& x) {
   LOOM_CHECK(x.dim() == 3 && x.size(2) == embed_dim_, "ParallelSelfAttention: expected input (B, T, ", embed_dim_,
              "), got ", x.shape());
-  const int64_t b = x.size(0), t = x.size(1);
+  const Tensor q_k_v = qkv->forward(x);  // (B, T, 3C/N): all T tokens, also when x holds this rank's T/N
+  const int64_t b = q_k_v.size(0), t = q_k_v.size(1);
   const int64_t local = qkv->weight.size(0) / 3, d = local / local_heads_;  // this rank's heads' width C/N, one head's
-  TensorList parts = split(qkv->forward(x), local, 2);
+  TensorList parts = split(q_k_v, local, 2);
   auto by_head = [&](const Tensor& z) { return z.reshape({b, t, local_heads_, d}).transpose(1, 2); };
   Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), /*causal=*/true);
   y = y.transpose(1, 2).reshape({b, t, local});
@@ -109,8 +118,9 @@ void ParallelSelfAttentionImpl::load_from(const nn::CausalSelfAttentionImpl& ful
   proj->load_from(*full.proj);
 }
 
-VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num, int64_t dim, std::shared_ptr<ProcessGroup> group)
-    : Module("VocabParallelEmbedding"), group_(std::move(group)) {
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num, int64_t dim, std::shared_ptr<ProcessGroup> group,
+                                                       TokenLayout output)
+    : Module("VocabParallelEmbedding"), group_(std::move(group)), output_(output) {
   const int64_t local = per_rank(num, *group_, "the vocabulary");
   first = group_->rank() * local;
   weight = register_parameter("weight", empty({local, dim}));
@@ -123,11 +133,19 @@ Tensor VocabParallelEmbeddingImpl::forward(const Tensor& indices) {
   // Ids of other ranks look up row 0 and are zeroed; the all-reduce adds each id's one real row.
   Tensor local_ids = where(mine, indices - static_cast<double>(first), zeros_like(indices));
   Tensor rows = F::embedding(local_ids, weight) * mine.unsqueeze(mine.dim()).to(weight.dtype());
-  return reduce_from_tensor_parallel(rows, group_);
+  return output_ == TokenLayout::kSequenceSharded ? reduce_scatter_to_sequence_parallel(rows, group_)
+                                                  : reduce_from_tensor_parallel(rows, group_);
 }
 
 void VocabParallelEmbeddingImpl::load_from(const nn::EmbeddingImpl& full) {
   copy_into(weight, full.weight.narrow(0, first, weight.size(0)), "the embedding's rows");
+}
+
+Tensor layer_norm_on(nn::LayerNormImpl& norm, const Tensor& x, TokenLayout tokens,
+                     const std::shared_ptr<ProcessGroup>& group) {
+  if (tokens == TokenLayout::kReplicated || !norm.weight.defined()) return norm.forward(x);
+  return F::layer_norm(x, norm.options.normalized_shape, copy_to_tensor_parallel(norm.weight, group),
+                       copy_to_tensor_parallel(norm.bias, group), norm.options.eps);
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,

@@ -15,6 +15,15 @@
 // Every layer can take its slice of an unsharded layer (load_from), which is
 // how the tests compare with one device and how a model starts from the
 // same weights at any N. Sizes that do not divide by N are an error.
+//
+// With TokenLayout::kSequenceSharded (sequence parallelism) the activations
+// between the layers hold 1/N of the tokens on each rank, and the layers'
+// edges change: a column-parallel layer all-gathers its input's tokens, a
+// row-parallel layer reduce-scatters its output along the sequence, the
+// embedding reduce-scatters its rows (conjugates.h). A replicated parameter
+// used on a rank's tokens only (a row-parallel bias, a norm's scale and
+// shift, a position embedding) enters through f: each rank computes its
+// tokens' part of the gradient, and f's backward sums them.
 #pragma once
 
 #include <memory>
@@ -24,10 +33,16 @@
 
 namespace loom::parallel {
 
+// How the tokens of the activations between tensor-parallel layers lie:
+// every rank holds all of them (Megatron-LM), or its 1/N of the sequence,
+// dim 1 of (B, T, C) (Megatron's sequence parallelism).
+enum class TokenLayout { kReplicated, kSequenceSharded };
+
 class ColumnParallelLinearImpl : public nn::Module {
  public:
+  // `input`: how the tokens of x lie (sharded: all-gathered before the product).
   ColumnParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
-                           bool bias = true, bool gather_output = false);
+                           bool bias = true, bool gather_output = false, TokenLayout input = TokenLayout::kReplicated);
   Tensor forward(const Tensor& x) override;
   // Rows [r out/N, (r+1) out/N) of a full Linear(in, out).
   void load_from(const nn::LinearImpl& full);
@@ -41,13 +56,15 @@ class ColumnParallelLinearImpl : public nn::Module {
  private:
   std::shared_ptr<ProcessGroup> group_;
   bool gather_output_;
+  TokenLayout input_;
 };
 LOOM_MODULE(ColumnParallelLinear);
 
 class RowParallelLinearImpl : public nn::Module {
  public:
+  // `output`: how the tokens of the result lie (sharded: reduce-scattered along the sequence).
   RowParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
-                        bool bias = true);
+                        bool bias = true, TokenLayout output = TokenLayout::kReplicated);
   // x: this rank's in/N input features (a column-parallel layer's output).
   Tensor forward(const Tensor& x) override;
   void load_from(const nn::LinearImpl& full);  // columns [r in/N, (r+1) in/N), the whole bias
@@ -56,14 +73,16 @@ class RowParallelLinearImpl : public nn::Module {
 
  private:
   std::shared_ptr<ProcessGroup> group_;
+  TokenLayout output_;
 };
 LOOM_MODULE(RowParallelLinear);
 
-// Causal self-attention with num_heads/N heads per rank: (B, T, C) -> (B, T, C).
+// Causal self-attention with num_heads/N heads per rank: (B, T, C) -> (B, T, C),
+// or with `tokens` sharded (B, T/N, C) -> (B, T/N, C), attending over all T.
 class ParallelSelfAttentionImpl : public nn::Module {
  public:
   ParallelSelfAttentionImpl(int64_t embed_dim, int64_t num_heads, std::shared_ptr<ProcessGroup> group,
-                            double dropout = 0);
+                            double dropout = 0, TokenLayout tokens = TokenLayout::kReplicated);
   Tensor forward(const Tensor& x) override;
   void load_from(const nn::CausalSelfAttentionImpl& full);
 
@@ -78,7 +97,9 @@ LOOM_MODULE(ParallelSelfAttention);
 
 class VocabParallelEmbeddingImpl : public nn::Module {
  public:
-  VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, std::shared_ptr<ProcessGroup> group);
+  // `output`: sharded gives this rank's 1/N of the sequence, (B, T) ids -> (B, T/N, dim).
+  VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, std::shared_ptr<ProcessGroup> group,
+                             TokenLayout output = TokenLayout::kReplicated);
   Tensor forward(const Tensor& indices) override;
   void load_from(const nn::EmbeddingImpl& full);
 
@@ -87,6 +108,7 @@ class VocabParallelEmbeddingImpl : public nn::Module {
 
  private:
   std::shared_ptr<ProcessGroup> group_;
+  TokenLayout output_;
 };
 LOOM_MODULE(VocabParallelEmbedding);
 
@@ -97,6 +119,11 @@ LOOM_MODULE(VocabParallelEmbedding);
 // autocast it runs in float32, as cross_entropy does.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     const std::shared_ptr<ProcessGroup>& group);
+
+// `norm` on activations laid out as `tokens`: sharded, its scale and shift
+// enter through f (each rank normalises its own tokens).
+Tensor layer_norm_on(nn::LayerNormImpl& norm, const Tensor& x, TokenLayout tokens,
+                     const std::shared_ptr<ProcessGroup>& group);
 
 // Of `total` things split over the group: this rank's count, or an error
 // naming `what` when the split is uneven.

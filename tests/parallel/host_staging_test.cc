@@ -89,14 +89,17 @@ TEST(HostStaged, ShardedStrategiesOnCudaMatchOneDevice) {
   }
 }
 
-// The tensor-parallel GPT over two ranks (threads) sharing cuda:0.
+// The tensor-parallel GPT over two ranks (threads) sharing cuda:0, with the
+// tokens replicated and sharded along the sequence (all-gathers and
+// reduce-scatters of CUDA tensors).
 TEST(HostStaged, TensorParallelGptOnCudaMatchesOneDevice) {
   LOOM_REQUIRE_CUDA();
-  run_prepared_ranks<models::GPT>(
-      2, [](int) { return full_gpt(Device::cuda(0)); },
-      [](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
-        check_tp_gpt_matches_single_device(HostStagedGroup::wrap(group), full);
-      });
+  for (TokenLayout tokens : {TokenLayout::kReplicated, TokenLayout::kSequenceSharded})
+    run_prepared_ranks<models::GPT>(
+        2, [](int) { return full_gpt(Device::cuda(0)); },
+        [&](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
+          check_tp_gpt_matches_single_device(HostStagedGroup::wrap(group), full, tokens);
+        });
 }
 
 // A pipeline over two ranks (threads) whose stages share the GPU.

@@ -29,8 +29,9 @@ inline models::GPT full_gpt(Device device = Device::cpu()) {
 }
 
 // This rank's slices of `full`, on full's device.
-inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shared_ptr<ProcessGroup>& group) {
-  models::TensorParallelGPT tp(tp_config(), group);
+inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shared_ptr<ProcessGroup>& group,
+                                        TokenLayout tokens = TokenLayout::kReplicated) {
+  models::TensorParallelGPT tp(tp_config(), group, tokens);
   tp->to(kFloat64);
   tp->to(full->head->weight.device());
   tp->load_from(*full);
@@ -42,7 +43,7 @@ inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shar
 // is checked on its own by the forward comparison).
 inline double max_slice_difference(const models::GPT& full, const models::TensorParallelGPT& tp,
                                    const std::shared_ptr<ProcessGroup>& group) {
-  models::TensorParallelGPT expected = tp_gpt(full, group);
+  models::TensorParallelGPT expected = tp_gpt(full, group, tp->tokens());
   double worst = 0;
   const TensorList a = tp->parameters(), b = expected->parameters();
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
@@ -50,9 +51,12 @@ inline double max_slice_difference(const models::GPT& full, const models::Tensor
 }
 
 // Forward (gathered logits and the loss from split logits), then three AdamW
-// steps with gradient clipping, each compared with the unsharded GPT.
-inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, models::GPT full) {
-  models::TensorParallelGPT tp = tp_gpt(full, group);
+// steps with gradient clipping, each compared with the unsharded GPT. With
+// the tokens sharded (sequence parallel) every replicated parameter's
+// gradient must still be the whole one: the norm and the steps check it.
+inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, models::GPT full,
+                                               TokenLayout tokens = TokenLayout::kReplicated) {
+  models::TensorParallelGPT tp = tp_gpt(full, group, tokens);
   const Device device = full->head->weight.device();
   Generator gen(5);  // the same batch on every rank: tensor parallelism splits the model, not the data
   Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen).to(device),
@@ -79,7 +83,8 @@ inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
     EXPECT_NEAR(norm_tp.item(), norm_full.item(), 1e-10 * norm_full.item()) << "step " << step;
     EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
   }
-  // Generation gathers the logits: every rank samples the same tokens as the full model.
+  // Generation gathers the logits: every rank samples the same tokens as the full model
+  // (sequence parallel: from windows of 1 to 6 tokens, padded to the ranks).
   Generator g1(3), g2(3);
   Tensor start = zeros({1, 1}, {.dtype = kInt64, .device = device});
   EXPECT_EQ(tp->generate(start, 5, 1.0, &g1).to_vector<int64_t>(), full->generate(start, 5, 1.0, &g2).to_vector<int64_t>());

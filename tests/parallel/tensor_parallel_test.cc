@@ -75,17 +75,66 @@ TEST(VocabParallelCrossEntropy, RunsInFloat32UnderAutocast) {
   }
 }
 
-class TensorParallelGpt : public ::testing::TestWithParam<int> {};
+// Sequence parallel: the all-gather's gradient is reduce-scattered, the
+// reduce-scatter's all-gathered, each along the sequence (dim 1).
+TEST(SequenceConjugates, ForwardAndBackwardAlongTheSequence) {
+  testing::run_rank_threads(3, [](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    const Tensor positions = arange(12, {.dtype = kFloat64}).reshape({2, 3, 2});  // (B 2, T 3, C 2)
+    Tensor mine = full({2, 1, 2}, rank + 1.0, {.dtype = kFloat64}).requires_grad_();
+    Tensor all = gather_from_sequence_parallel(mine, group);
+    loom::testing::expect_values(all, {1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3});
+    (all * positions * (rank + 1.0)).sum().backward();  // rank r's use of token j: (r + 1) * positions
+    // Token `rank`'s gradient summed over the ranks' uses: 6 * positions[:, rank, :].
+    EXPECT_LT(max_rel_error(mine.grad(), positions.narrow(1, rank, 1) * 6), 1e-15);
+
+    Tensor partial = (positions * (rank + 1.0)).requires_grad_();
+    Tensor piece = reduce_scatter_to_sequence_parallel(partial, group);
+    EXPECT_LT(max_rel_error(piece, positions.narrow(1, rank, 1) * 6), 1e-15);
+    (piece * (rank + 1.0)).sum().backward();
+    // Token j's gradient comes from rank j: j + 1, on every rank.
+    loom::testing::expect_values(partial.grad(), {1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3});
+  });
+}
+
+TEST(SequenceConjugates, ASequenceThatDoesNotDivideIsAnError) {
+  testing::run_rank_threads(3, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    EXPECT_THROW_MSG(reduce_scatter_to_sequence_parallel(zeros({2, 4, 2}), group),
+                     "sequence parallel: the sequence (dim 1 of [2, 4, 2]) does not divide by the 3 ranks");
+    EXPECT_THROW_MSG(gather_from_sequence_parallel(zeros({2, 4}), group, 2), "no dim 2 in a tensor of shape [2, 4]");
+    models::GPTConfig config = testing::tp_config();
+    config.n_head = 3;
+    config.n_embd = 12;
+    EXPECT_THROW_MSG(models::TensorParallelGPT(config, group, TokenLayout::kSequenceSharded),
+                     "needs a block_size that divides by them, got 8");
+  });
+}
+
+struct GptCase {
+  int ranks;
+  TokenLayout tokens;
+};
+
+class TensorParallelGpt : public ::testing::TestWithParam<GptCase> {};
 
 TEST_P(TensorParallelGpt, MatchesSingleDevice) {
+  const GptCase c = GetParam();
   testing::run_prepared_ranks<models::GPT>(
-      GetParam(), [](int) { return testing::full_gpt(); },
-      [](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
-        testing::check_tp_gpt_matches_single_device(group, full);
+      c.ranks, [](int) { return testing::full_gpt(); },
+      [&](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
+        testing::check_tp_gpt_matches_single_device(group, full, c.tokens);
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGpt, ::testing::Values(1, 2, 4));
+INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGpt,
+                         ::testing::Values(GptCase{1, TokenLayout::kReplicated}, GptCase{2, TokenLayout::kReplicated},
+                                           GptCase{4, TokenLayout::kReplicated},
+                                           GptCase{1, TokenLayout::kSequenceSharded},
+                                           GptCase{2, TokenLayout::kSequenceSharded},
+                                           GptCase{4, TokenLayout::kSequenceSharded}),
+                         [](const ::testing::TestParamInfo<GptCase>& info) {
+                           return std::to_string(info.param.ranks) +
+                                  (info.param.tokens == TokenLayout::kReplicated ? "Ranks" : "RanksSequenceParallel");
+                         });
 
 TEST(TensorParallel, SizesThatDoNotDivideAreErrors) {
   testing::run_rank_threads(3, [](int, const std::shared_ptr<ProcessGroup>& group) {
