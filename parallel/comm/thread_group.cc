@@ -1,6 +1,7 @@
 #include "parallel/comm/thread_group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "parallel/comm/descriptor.h"
+#include "parallel/comm/spin.h"
 #include "tensor/error.h"
 
 namespace loom::parallel {
@@ -114,6 +116,10 @@ struct ThreadGroup::Shared {
   std::mutex mutex;  // guards everything below
   std::condition_variable changed;
   std::vector<int64_t> arrivals;  // how many meet() points each rank has reached
+  // The sum of arrivals, readable without the mutex: every rank has reached
+  // meet point k exactly when it is at least k * size (no rank passes k
+  // before all reach it, so none is beyond k while one is short of it).
+  std::atomic<int64_t> total_arrivals{0};
   std::vector<bool> departed;     // ranks whose ProcessGroup was destroyed
   std::vector<Slot> slots;
   std::string failure;  // why the group is unusable; empty while it is fine
@@ -191,7 +197,12 @@ void ThreadGroup::meet(const Op& op, Clock::time_point deadline) {
   Shared& s = *shared_;
   std::unique_lock<std::mutex> lock(s.mutex);
   const int64_t target = ++s.arrivals[rank()];
+  s.total_arrivals.fetch_add(1, std::memory_order_release);
   s.changed.notify_all();
+  lock.unlock();
+  const int64_t everyone = target * s.size;
+  if (spin_briefly([&] { return s.total_arrivals.load(std::memory_order_acquire) >= everyone; })) return;
+  lock.lock();
   auto missing = [&] {
     std::vector<int> ranks;
     for (int q = 0; q < s.size; ++q)
