@@ -3,6 +3,8 @@
 #include "autograd/grad_mode.h"
 #include "parallel/trace.h"
 #include "autograd/node.h"
+#include "nn/functional.h"
+#include "tensor/autocast.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
@@ -139,6 +141,34 @@ Tensor reduce_scatter_to_sequence_parallel(const Tensor& x, const std::shared_pt
     autograd::record("ReduceScatterToSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
       return TensorList{all_gathered(grads[0], dim, *group, "all_gather (sequence, backward)")};
     });
+  return y;
+}
+
+Tensor gather_sequence_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const std::shared_ptr<ProcessGroup>& group, int64_t dim) {
+  if (autocast_wants_low({x, weight, bias}))
+    return gather_sequence_linear(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias), group, dim);
+  dim = checked_dim(x, dim, "gather_sequence_linear");
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = nn::functional::linear(all_gathered(x, dim, *group, "all_gather (sequence, forward)"), weight, bias);
+  }
+  const bool has_bias = bias.defined();
+  const TensorList inputs = has_bias ? TensorList{x, weight, bias} : TensorList{x, weight};
+  if (autograd::needs_grad(inputs))
+    autograd::record("GatherSequenceLinear", inputs, y,
+                     [x = autograd::SavedTensor(x), weight = autograd::SavedTensor(weight), group, dim,
+                      has_bias](const TensorList& grads) {
+                       const Tensor& dy = grads[0];
+                       const Tensor all = all_gathered(x.get(), dim, *group, "all_gather (sequence, backward)");
+                       const Tensor dy_rows = dy.reshape({-1, dy.size(-1)});
+                       TensorList out{reduce_scattered(matmul(dy, weight.get()), dim, *group,
+                                                       "reduce_scatter (sequence, backward)"),
+                                      matmul(dy_rows.t(), all.reshape({-1, all.size(-1)}))};
+                       if (has_bias) out.push_back(sum(dy_rows, {0}));
+                       return out;
+                     });
   return y;
 }
 

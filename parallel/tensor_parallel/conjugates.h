@@ -29,6 +29,11 @@
 // every rank's part, lands on the rank that holds the token. The second
 // stands in g's place, where a row-parallel layer's partial sums leave it.
 // `dim` is the sequence dim; its size must divide by the group's ranks.
+//
+// gather_sequence_linear is the first fused with the product that consumes
+// it, y = all_gather(x) Wᵀ + b, keeping only this rank's x for backward and
+// gathering it again there for W's gradient (the paper's section 4.2.2): the
+// gathered input, N times larger, is not held from forward to backward.
 #pragma once
 
 #include <memory>
@@ -44,5 +49,7 @@ Tensor gather_from_tensor_parallel(const Tensor& x, const std::shared_ptr<Proces
 Tensor gather_from_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int64_t dim = 1);
 Tensor reduce_scatter_to_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group,
                                            int64_t dim = 1);
+Tensor gather_sequence_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const std::shared_ptr<ProcessGroup>& group, int64_t dim = 1);
 
 }  // namespace loom::parallel

@@ -45,9 +45,8 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, std:
 }
 
 Tensor ColumnParallelLinearImpl::forward(const Tensor& x) {
-  const Tensor all_tokens = input_ == TokenLayout::kSequenceSharded ? gather_from_sequence_parallel(x, group_)
-                                                                    : copy_to_tensor_parallel(x, group_);
-  Tensor y = F::linear(all_tokens, weight, bias);
+  Tensor y = input_ == TokenLayout::kSequenceSharded ? gather_sequence_linear(x, weight, bias, group_)
+                                                    : F::linear(copy_to_tensor_parallel(x, group_), weight, bias);
   return gather_output_ ? gather_from_tensor_parallel(y, group_) : y;
 }
 

@@ -3,7 +3,10 @@
 // one device (float64).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "parallel/tensor_parallel/conjugates.h"
+#include "tensor/allocator.h"
 #include "tensor/autocast.h"
 #include "tests/parallel/tensor_parallel_checks.h"
 #include "tests/parallel/thread_ranks.h"
@@ -135,6 +138,48 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallelGpt,
                            return std::to_string(info.param.ranks) +
                                   (info.param.tokens == TokenLayout::kReplicated ? "Ranks" : "RanksSequenceParallel");
                          });
+
+// What one forward keeps for backward, all ranks together (rank threads
+// share the CPU allocator): a GPT of 2 blocks, d 64, batch 4 x 32 tokens.
+int64_t bytes_kept_for_backward(int ranks, TokenLayout tokens) {
+  const models::GPTConfig config{.vocab_size = 16, .block_size = 32, .n_layer = 2, .n_head = 4, .n_embd = 64,
+                                 .dropout = 0};
+  manual_seed(3);
+  models::GPT full(config);
+  full->to(kFloat64);
+  const Tensor idx = randint(0, 16, {4, 32}, {.dtype = kInt64}), targets = randint(0, 16, {4, 32}, {.dtype = kInt64});
+  int64_t kept = 0;
+  testing::run_rank_threads(ranks, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    models::TensorParallelGPT tp(config, group, tokens);
+    tp->to(kFloat64);
+    tp->load_from(*full);
+    group->barrier()->wait();
+    const int64_t before = memory_stats(Device::cpu()).allocated_bytes;
+    group->barrier()->wait();  // no rank starts its forward before the count is read
+    Tensor loss = tp->loss(idx, targets);
+    group->barrier()->wait();
+    if (rank == 0) kept = memory_stats(Device::cpu()).allocated_bytes - before;
+    group->barrier()->wait();
+    loss.backward();
+  });
+  return kept;
+}
+
+// Sequence parallel keeps 1/N of what sits between the tensor-parallel
+// layers: per block the inputs of the two norms and of the two
+// column-parallel products (gathered again in backward), and the final
+// norm's and the head's: (4 L + 2) activations of (B, T, C) a rank, of
+// which it keeps 1/N.
+TEST(SequenceParallel, KeepsOneNthOfTheActivationsBetweenTheLayers) {
+  const int64_t activation = 4 * 32 * 64 * sizeof(double), ranks = 2;
+  const int64_t replicated = bytes_kept_for_backward(ranks, TokenLayout::kReplicated);
+  const int64_t sharded = bytes_kept_for_backward(ranks, TokenLayout::kSequenceSharded);
+  const double expected_saving = ranks * (4 * 2 + 2) * activation * (1 - 1.0 / ranks);
+  std::printf("kept for backward: replicated %lld bytes, sequence sharded %lld; saving %lld, expected %.0f\n",
+              static_cast<long long>(replicated), static_cast<long long>(sharded),
+              static_cast<long long>(replicated - sharded), expected_saving);
+  EXPECT_NEAR(replicated - sharded, expected_saving, 0.1 * expected_saving);
+}
 
 TEST(TensorParallel, SizesThatDoNotDivideAreErrors) {
   testing::run_rank_threads(3, [](int, const std::shared_ptr<ProcessGroup>& group) {
