@@ -9,6 +9,8 @@
 
 #include "examples/models/tensor_parallel_gpt.h"
 #include "optim/optimizer.h"
+#include "parallel/comm/device_mesh.h"
+#include "parallel/ddp/distributed_data_parallel.h"
 #include "tests/test_util.h"
 
 namespace loom::parallel::testing {
@@ -88,6 +90,46 @@ inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
   Generator g1(3), g2(3);
   Tensor start = zeros({1, 1}, {.dtype = kInt64, .device = device});
   EXPECT_EQ(tp->generate(start, 5, 1.0, &g1).to_vector<int64_t>(), full->generate(start, 5, 1.0, &g2).to_vector<int64_t>());
+}
+
+// Data x tensor parallel on a D x T mesh (rank = data * T + tensor): each
+// data replica is a GPT in tensor parallel over its tensor group, trained
+// on its 1/D of the batch, with DDP averaging every slice's gradient over
+// the data group (the ranks that hold the same slice). Three AdamW steps
+// with clipping against the whole GPT on the whole batch: the same loss
+// (the replicas' mean), norm and weights.
+inline void check_data_x_tensor_parallel_matches_single_device(const std::shared_ptr<ProcessGroup>& world, int data,
+                                                               models::GPT full, TokenLayout tokens) {
+  DeviceMesh mesh(world, {{"data", data}, {"tensor", world->size() / data}});
+  const std::shared_ptr<ProcessGroup>& tensor_group = mesh.group("tensor");
+  models::TensorParallelGPT tp = tp_gpt(full, tensor_group, tokens);
+  DistributedDataParallel replica(tp, mesh.group("data"));
+  const Device device = full->head->weight.device();
+  Generator gen(6);  // the whole batch on every rank; each replica takes its share
+  const int64_t share = 2;
+  Tensor idx = randint(0, 16, {share * data, 8}, {.dtype = kInt64}, &gen).to(device),
+         targets = randint(0, 16, {share * data, 8}, {.dtype = kInt64}, &gen).to(device);
+  const int64_t first = share * mesh.coordinate("data");
+  Tensor my_idx = idx.narrow(0, first, share), my_targets = targets.narrow(0, first, share);
+  optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    opt_full.zero_grad();
+    Tensor loss_full = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
+    loss_full.backward();
+    const Tensor norm_full = optim::clip_grad_norm_(full->parameters(), 0.5);
+    opt_full.step();
+    opt_tp.zero_grad();
+    Tensor loss = vocab_parallel_cross_entropy(replica->forward(my_idx), my_targets, tensor_group);
+    loss.backward();  // DDP averages each slice's gradient over the data group
+    const Tensor norm_tp = tp->clip_grad_norm_(0.5);
+    opt_tp.step();
+    Tensor mean_loss = loss.detach().clone().reshape({1});
+    mesh.group("data")->all_reduce(mean_loss, ReduceOp::Avg)->wait();
+    EXPECT_NEAR(mean_loss.item(), loss_full.item(), 1e-12) << "step " << step;
+    EXPECT_NEAR(norm_tp.item(), norm_full.item(), 1e-10 * norm_full.item()) << "step " << step;
+    EXPECT_LT(max_slice_difference(full, tp, tensor_group), 1e-10) << "rank " << world->rank() << ", step " << step;
+  }
 }
 
 }  // namespace loom::parallel::testing

@@ -13,6 +13,12 @@ TEST(TensorParallelMpi, GptMatchesSingleDevice) {
   testing::check_tp_gpt_matches_single_device(testing::mpi_world(), testing::full_gpt());
 }
 
+// Data x tensor parallel: a 2 x 1 mesh under -np 2, 2 x 2 under -np 4.
+TEST(TensorParallelMpi, DataByTensorParallelMatchesSingleDevice) {
+  testing::check_data_x_tensor_parallel_matches_single_device(testing::mpi_world(), 2, testing::full_gpt(),
+                                                              TokenLayout::kSequenceSharded);
+}
+
 TEST(TensorParallelMpi, SequenceParallelGptMatchesSingleDevice) {
   testing::check_tp_gpt_matches_single_device(testing::mpi_world(), testing::full_gpt(), TokenLayout::kSequenceSharded);
 }

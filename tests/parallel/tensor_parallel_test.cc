@@ -181,6 +181,17 @@ TEST(SequenceParallel, KeepsOneNthOfTheActivationsBetweenTheLayers) {
   EXPECT_NEAR(replicated - sharded, expected_saving, 0.1 * expected_saving);
 }
 
+// Data x tensor parallel on a 2 x 2 mesh of rank threads, with the tokens
+// replicated and sharded along the sequence.
+TEST(DataByTensorParallel, TwoByTwoMatchesSingleDevice) {
+  for (TokenLayout tokens : {TokenLayout::kReplicated, TokenLayout::kSequenceSharded})
+    testing::run_prepared_ranks<models::GPT>(
+        4, [](int) { return testing::full_gpt(); },
+        [&](const std::shared_ptr<ProcessGroup>& world, models::GPT& full) {
+          testing::check_data_x_tensor_parallel_matches_single_device(world, 2, full, tokens);
+        });
+}
+
 TEST(TensorParallel, SizesThatDoNotDivideAreErrors) {
   testing::run_rank_threads(3, [](int, const std::shared_ptr<ProcessGroup>& group) {
     EXPECT_THROW_MSG(ParallelSelfAttention(12, 4, group), "the number of attention heads (4) does not divide by the 3 ranks");
