@@ -8,7 +8,11 @@
 //     (nanoGPT's shakespeare-char shape: 6 layers, 6 heads, d=384, context 256, batch 64)
 //   mpirun -np 2 bazel-bin/examples/char_gpt --tp 2
 //     (tensor parallel, Megatron-style: each rank holds half of every block's heads and MLP,
-//      and of the vocabulary, padded to a multiple of the ranks; all ranks see the same batches)
+//      and of the vocabulary, padded to a multiple of the ranks; all ranks see the same batches;
+//      --sequence-parallel also splits the tokens between the layers)
+//   mpirun -np 4 bazel-bin/examples/char_gpt --dp 2 --tp 2
+//     (a 2 x 2 mesh: two data-parallel replicas, each in tensor parallel over two ranks,
+//      each replica on half of every batch)
 #include <cstdio>
 
 #include "data/char_corpus.h"
@@ -21,10 +25,23 @@
 #include "optim/grad_scaler.h"
 #include "parallel/sharding/sharded_grad_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "parallel/comm/device_mesh.h"
 #include "parallel/comm/init.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/tensor_parallel/layers.h"
 #include "tensor/autocast.h"
 
 using namespace loom;
+
+// How the model lies over the ranks, for the first line printed.
+std::string layout_text(int dp, int tp, bool sequence_parallel) {
+  std::string text;
+  if (tp > 1)
+    text += " per rank, tensor parallel over " + std::to_string(tp) + " ranks" +
+            (sequence_parallel ? " (sequence parallel)" : "");
+  if (dp > 1) text += ", " + std::to_string(dp) + " data-parallel replicas";
+  return text;
+}
 
 int train(int argc, char** argv) {
   using examples::integer_in, examples::number_in, examples::Scope;
@@ -35,7 +52,8 @@ int train(int argc, char** argv) {
   int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
   double lr = 2e-3, weight_decay = 0.1;
   uint64_t seed = 0;
-  int tp = 1;
+  int tp = 1, dp = 1;
+  bool sequence_parallel = false;
   std::string precision = "fp32";
   flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
             CLI::IsMember({"cpu", "shakespeare"}));
@@ -59,11 +77,18 @@ int train(int argc, char** argv) {
   flags.add("--precision", precision,
             "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); weights stay fp32",
             Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
-  flags.add("--tp", tp, "tensor-parallel ranks: run under mpirun -np with the same number", Scope::Job,
-            integer_in(1, 64));
+  flags.add("--tp", tp, "tensor-parallel ranks per replica", Scope::Job, integer_in(1, 64));
+  flags.add("--dp", dp, "data-parallel replicas (DDP), each on its share of every batch; mpirun -np = dp x tp",
+            Scope::Job, integer_in(1, 1024));
+  flags.add_switch("--sequence-parallel", sequence_parallel,
+                   "with --tp: the layer norms, residuals and dropouts between the tensor-parallel layers run on "
+                   "1/tp of the tokens (Megatron's sequence parallelism)",
+                   Scope::Job);
   flags.parse(argc, argv);
-  LOOM_CHECK(tp == world->size(), "--tp ", tp, " with ", world->size(),
-             " process(es): tensor parallelism takes one rank per slice (mpirun -np ", tp, " ... --tp ", tp, ")");
+  LOOM_CHECK(dp * tp == world->size(), "--dp ", dp, " x --tp ", tp, " with ", world->size(),
+             " process(es): tensor parallelism takes one rank per slice, data parallelism one set of them per "
+             "replica (mpirun -np ", dp * tp, " ... --dp ", dp, " --tp ", tp, ")");
+  LOOM_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
     batch = 64;
@@ -73,10 +98,15 @@ int train(int argc, char** argv) {
   LOOM_CHECK(config.n_embd % config.n_head == 0, "--embd ", config.n_embd, " does not split over --heads ",
              config.n_head);
   LOOM_CHECK(config.n_head % tp == 0, "--heads ", config.n_head, " does not split over --tp ", tp, " ranks");
+  LOOM_CHECK(!sequence_parallel || config.block_size % tp == 0, "--sequence-parallel: --block-size ", config.block_size,
+             " does not split over --tp ", tp, " ranks");
+  LOOM_CHECK(batch % dp == 0, "--batch-size ", batch, " does not split over --dp ", dp, " replicas");
 
   // The ranks agree on their settings and pick their devices; rank 0 prints and writes.
   const examples::Rank me = examples::join_job(world, flags, device_name);
   const Device device = me.device;
+  // rank = replica * tp + slice: a replica's tensor-parallel ranks are neighbours.
+  parallel::DeviceMesh mesh(me.group, {{"data", dp}, {"tensor", tp}});
   const bool writer = world->rank() == 0;
   manual_seed(seed);
   data::CharCorpus corpus = data::CharCorpus::fortunes(fortunes_dir);
@@ -88,12 +118,18 @@ int train(int argc, char** argv) {
   models::GPT model(config);  // on every rank alike (same seed): the tensor-parallel model takes its slices
   models::TensorParallelGPT tp_model{nullptr};
   if (tp > 1) {
-    tp_model = models::TensorParallelGPT(config, me.group);
+    const auto tokens = sequence_parallel ? parallel::TokenLayout::kSequenceSharded : parallel::TokenLayout::kReplicated;
+    tp_model = models::TensorParallelGPT(config, mesh.group("tensor"), tokens);
     tp_model->load_from(*model);
     model = models::GPT(nullptr);
   }
   nn::Module& trained = tp > 1 ? static_cast<nn::Module&>(*tp_model) : *model;
   trained.to(device);
+  // Data parallel: DDP averages every gradient over the ranks that hold the same slice of the model.
+  parallel::DistributedDataParallel replica{nullptr};
+  if (dp > 1)
+    replica = parallel::DistributedDataParallel(tp > 1 ? nn::ModulePtr(tp_model.ptr()) : nn::ModulePtr(model.ptr()),
+                                                mesh.group("data"));
   // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
   TensorList decay, no_decay;
   for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -115,7 +151,7 @@ int train(int argc, char** argv) {
   if (writer)
     std::printf("vocabulary %lld, %lld training tokens, %lld parameters%s, on %s\n", static_cast<long long>(vocab),
                 static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
-                tp > 1 ? (" per rank, tensor parallel over " + std::to_string(tp) + " ranks").c_str() : "",
+                layout_text(dp, tp, sequence_parallel).c_str(),
                 device.str().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
@@ -124,12 +160,19 @@ int train(int argc, char** argv) {
   examples::LanguageModel logits = nullptr;  // the whole vocabulary's logits, for the loss estimates
   if (tp > 1) logits = [&](const Tensor& idx) { return tp_model->full_logits(idx); };
   examples::TextRun run(training, trained, train, validation, logits);
+  const int64_t share = batch / dp, first = share * mesh.coordinate("data");  // this replica's rows of a batch
   for (int64_t step = 1; step <= steps; ++step) {
-    auto [x, y] = run.next_batch();
+    auto [x, y] = run.next_batch();  // the same batch on every rank
+    if (dp > 1) {
+      x = x.narrow(0, first, share);
+      y = y.narrow(0, first, share);
+    }
     Tensor loss;
     {
       AutocastGuard autocast(autocast_dtype_for(precision));
-      loss = tp > 1 ? tp_model->loss(x, y) : examples::next_token_loss(model->forward(x), y);
+      const Tensor logits = dp > 1 ? replica->forward(x) : tp > 1 ? tp_model->forward(x) : model->forward(x);
+      loss = tp > 1 ? parallel::vocab_parallel_cross_entropy(logits, y, mesh.group("tensor"))
+                    : examples::next_token_loss(logits, y);
     }
     opt_decay.zero_grad();
     opt_plain.zero_grad();

@@ -5,8 +5,11 @@
 # same text; only rank 0 prints. Four ranks pad the vocabulary and train.
 # Under bfloat16 or float16 autocast the ranks' partial products are rounded
 # before they are summed, so the loss only stays close (within 2%); fp16's
-# loss scaler decides on skipping over all ranks (ShardedGradScaler). --tp
-# that differs from the number of processes is a clear error.
+# loss scaler decides on skipping over all ranks (ShardedGradScaler). With
+# --sequence-parallel, and on a 2 x 2 mesh (--dp 2 --tp 2: two replicas,
+# each on half of every batch), the model is still the same: the same loss
+# and sample. --dp x --tp that differs from the number of processes is a
+# clear error.
 set -euo pipefail
 gpt=$(realpath "$1")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
@@ -19,24 +22,38 @@ mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --tp 2 --metrics
   || { cat tp.log; exit 1; }
 [ "$(grep -c '^RESULT' tp.log)" = 1 ] || { echo "only rank 0 should print RESULT"; cat tp.log; exit 1; }
 grep -q "tensor parallel over 2 ranks" tp.log || { cat tp.log; exit 1; }
-python3 - one.log tp.log <<'PY' || exit 1
+same_model() {  # one.log against $1, named $2
+  python3 - one.log "$1" "$2" <<'PY'
 import json, sys
 def run(path):
     text = open(path).read()
     result = json.loads([l for l in text.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
     return result["val_loss"], text.split("---- sample ----")[1].split("----------------")[0]
-(one_loss, one_text), (tp_loss, tp_text) = run(sys.argv[1]), run(sys.argv[2])
-assert abs(one_loss - tp_loss) < 1e-3 * one_loss, (one_loss, tp_loss)
-assert one_text == tp_text, (one_text, tp_text)
-print(f"val loss {one_loss:.6f} on one process, {tp_loss:.6f} in tensor parallel; the same sample")
+(one_loss, one_text), (loss, text) = run(sys.argv[1]), run(sys.argv[2])
+assert abs(one_loss - loss) < 1e-3 * one_loss, (one_loss, loss)
+assert one_text == text, (one_text, text)
+print(f"val loss {one_loss:.6f} on one process, {loss:.6f} {sys.argv[3]}; the same sample")
 PY
+}
+same_model tp.log "in tensor parallel" || exit 1
+mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --tp 2 --sequence-parallel --metrics sp.csv > sp.log 2>&1 \
+  || { cat sp.log; exit 1; }
+grep -q "tensor parallel over 2 ranks (sequence parallel)" sp.log || { cat sp.log; exit 1; }
+same_model sp.log "sequence parallel" || exit 1
+mpirun -np 4 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --dp 2 --tp 2 --sequence-parallel --metrics mesh.csv \
+  > mesh.log 2>&1 || { cat mesh.log; exit 1; }
+[ "$(grep -c '^RESULT' mesh.log)" = 1 ] || { echo "only rank 0 should print RESULT"; cat mesh.log; exit 1; }
+grep -q "tensor parallel over 2 ranks (sequence parallel), 2 data-parallel replicas" mesh.log || { cat mesh.log; exit 1; }
+same_model mesh.log "on a 2 x 2 data x tensor mesh" || exit 1
 mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 3 --eval-every 3 --sample 10 --tp 4 --metrics tp4.csv \
   > tp4.log 2>&1 || { cat tp4.log; exit 1; }
 grep -q '^RESULT {"example": "char_gpt"' tp4.log || { echo "tp 4: no RESULT"; cat tp4.log; exit 1; }
 for precision in bf16 fp16; do
   "$gpt" "${tiny[@]}" --precision $precision --metrics one_$precision.csv > one_$precision.log 2>&1 \
     || { cat one_$precision.log; exit 1; }
-  mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --tp 2 --precision $precision \
+  # bf16 with the tokens sharded: the gathered product casts under autocast as linear does.
+  sp=(); [ $precision = bf16 ] && sp=(--sequence-parallel)
+  mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --tp 2 "${sp[@]}" --precision $precision \
     --metrics tp_$precision.csv > tp_$precision.log 2>&1 || { cat tp_$precision.log; exit 1; }
   python3 - one_$precision.log tp_$precision.log $precision <<'PY' || exit 1
 import json, sys
@@ -52,4 +69,14 @@ if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 3 > bad.log
   echo "--tp 3 with 2 processes accepted"; exit 1
 fi
 grep -q "tensor parallelism takes one rank per slice" bad.log || { cat bad.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --dp 2 --tp 2 > bad.log 2>&1; then
+  echo "--dp 2 --tp 2 with 2 processes accepted"; exit 1
+fi
+grep -q "mpirun -np 4 ... --dp 2 --tp 2" bad.log || { cat bad.log; exit 1; }
+if "$gpt" --steps 1 --sequence-parallel > bad.log 2>&1; then echo "--sequence-parallel without --tp accepted"; exit 1; fi
+grep -q "it needs --tp 2 or more" bad.log || { cat bad.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --sequence-parallel --block-size 63 > bad.log 2>&1; then
+  echo "--block-size 63 over --tp 2 with --sequence-parallel accepted"; exit 1
+fi
+grep -q "block-size 63 does not split over --tp 2 ranks" bad.log || { cat bad.log; exit 1; }
 echo PASS
