@@ -37,7 +37,8 @@ TensorParallelBlockImpl::TensorParallelBlockImpl(const GPTConfig& c, std::shared
 Tensor TensorParallelBlockImpl::forward(const Tensor& x) {
   Tensor h = x + attn->forward(parallel::layer_norm_on(*ln1, x, tokens_, group_));
   Tensor mlp_in = parallel::layer_norm_on(*ln2, h, tokens_, group_);
-  return h + dropout->forward(proj->forward(gelu(fc->forward(mlp_in), GeluApproximation::Tanh)));
+  return h + parallel::dropout_on(*dropout, proj->forward(gelu(fc->forward(mlp_in), GeluApproximation::Tanh)), tokens_,
+                                  *group_);
 }
 
 void TensorParallelBlockImpl::load_from(const BlockImpl& full) {
@@ -70,6 +71,11 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const GPTConfig& c, std::shared_ptr
 Tensor TensorParallelGPTImpl::forward(const Tensor& idx) {
   LOOM_CHECK(idx.dim() == 2 && idx.size(1) <= config.block_size,
              "TensorParallelGPT: expected token ids (B, T) with T <= ", config.block_size, ", got shape ", idx.shape());
+  // Every rank must drop the same elements: each draws the masks from its default generator, which rank
+  // threads share, so each would draw others' numbers.
+  LOOM_CHECK(!is_training() || config.dropout == 0 || group_->size() == 1 || group_->backend().rfind("threads", 0) != 0,
+             "TensorParallelGPT: dropout ", config.dropout, " in training needs one process per rank (mpirun): the ",
+             group_->size(), " rank threads of this process share one generator, so their masks would differ");
   Tensor x;
   if (tokens_ == parallel::TokenLayout::kReplicated) {
     x = wte->forward(idx) + wpe->forward(arange(idx.size(1), {.dtype = kInt64, .device = idx.device()}));
@@ -81,7 +87,7 @@ Tensor TensorParallelGPTImpl::forward(const Tensor& idx) {
                               1, {.dtype = kInt64, .device = idx.device()});
     x = wte->forward(idx) + nn::functional::embedding(positions, parallel::copy_to_tensor_parallel(wpe->weight, group_));
   }
-  x = dropout->forward(x);
+  x = parallel::dropout_on(*dropout, x, tokens_, *group_);
   for (size_t l = 0; l < blocks->size(); ++l) x = (*blocks)[l]->forward(x);
   return head->forward(parallel::layer_norm_on(*ln_f, x, tokens_, group_));
 }

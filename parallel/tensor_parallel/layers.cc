@@ -90,7 +90,7 @@ void RowParallelLinearImpl::load_from(const nn::LinearImpl& full) {
 ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(int64_t embed_dim, int64_t num_heads,
                                                      std::shared_ptr<ProcessGroup> group, double dropout_p,
                                                      TokenLayout tokens)
-    : Module("ParallelSelfAttention"), embed_dim_(embed_dim) {
+    : Module("ParallelSelfAttention"), embed_dim_(embed_dim), group_(group), tokens_(tokens) {
   LOOM_CHECK(num_heads > 0 && embed_dim % num_heads == 0, "ParallelSelfAttention: embed_dim ", embed_dim,
              " does not divide into ", num_heads, " heads");
   local_heads_ = per_rank(num_heads, *group, "the number of attention heads");
@@ -109,7 +109,7 @@ Tensor ParallelSelfAttentionImpl::forward(const Tensor& x) {
   auto by_head = [&](const Tensor& z) { return z.reshape({b, t, local_heads_, d}).transpose(1, 2); };
   Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), /*causal=*/true);
   y = y.transpose(1, 2).reshape({b, t, local});
-  return dropout->forward(proj->forward(y));
+  return dropout_on(*dropout, proj->forward(y), tokens_, *group_);
 }
 
 void ParallelSelfAttentionImpl::load_from(const nn::CausalSelfAttentionImpl& full) {
@@ -145,6 +145,17 @@ Tensor layer_norm_on(nn::LayerNormImpl& norm, const Tensor& x, TokenLayout token
   if (tokens == TokenLayout::kReplicated || !norm.weight.defined()) return norm.forward(x);
   return F::layer_norm(x, norm.options.normalized_shape, copy_to_tensor_parallel(norm.weight, group),
                        copy_to_tensor_parallel(norm.bias, group), norm.options.eps);
+}
+
+Tensor dropout_on(nn::DropoutImpl& dropout, const Tensor& x, TokenLayout tokens, const ProcessGroup& group) {
+  const double p = dropout.options.p;
+  if (tokens == TokenLayout::kReplicated || !dropout.is_training() || p == 0) return dropout.forward(x);
+  LOOM_CHECK(x.dim() >= 2, "dropout_on: expected tokens along dim 1, got shape ", x.shape());
+  if (p == 1) return x * 0.0;
+  Shape whole = x.shape();
+  whole[1] *= group.size();
+  const Tensor keep = bernoulli(whole, 1 - p, x.options()).narrow(1, group.rank() * x.size(1), x.size(1));
+  return x * (keep * (1.0 / (1 - p)));  // as functional::dropout computes it
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,

@@ -92,6 +92,8 @@ class ParallelSelfAttentionImpl : public nn::Module {
 
  private:
   int64_t embed_dim_, local_heads_;
+  std::shared_ptr<ProcessGroup> group_;
+  TokenLayout tokens_;
 };
 LOOM_MODULE(ParallelSelfAttention);
 
@@ -124,6 +126,13 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // enter through f (each rank normalises its own tokens).
 Tensor layer_norm_on(nn::LayerNormImpl& norm, const Tensor& x, TokenLayout tokens,
                      const std::shared_ptr<ProcessGroup>& group);
+
+// `dropout` on activations laid out as `tokens`. Sharded, the rank draws the
+// mask of the whole sequence, as every rank does when the tokens are
+// replicated, and applies its tokens' part: both layouts drop the same
+// elements, so with ranks seeded alike they train alike. Ranks that share
+// one generator (threads of one process) draw different masks.
+Tensor dropout_on(nn::DropoutImpl& dropout, const Tensor& x, TokenLayout tokens, const ProcessGroup& group);
 
 // Of `total` things split over the group: this rank's count, or an error
 // naming `what` when the split is uneven.

@@ -22,9 +22,9 @@ inline models::GPTConfig tp_config() {
 
 // The full GPT on `device`, the same on every rank. Seeds the global
 // generator: call it before the ranks' threads start.
-inline models::GPT full_gpt(Device device = Device::cpu()) {
+inline models::GPT full_gpt(Device device = Device::cpu(), models::GPTConfig config = tp_config()) {
   manual_seed(17);
-  models::GPT full(tp_config());
+  models::GPT full(config);
   full->to(kFloat64);
   full->to(device);
   return full;
@@ -33,7 +33,7 @@ inline models::GPT full_gpt(Device device = Device::cpu()) {
 // This rank's slices of `full`, on full's device.
 inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shared_ptr<ProcessGroup>& group,
                                         TokenLayout tokens = TokenLayout::kReplicated) {
-  models::TensorParallelGPT tp(tp_config(), group, tokens);
+  models::TensorParallelGPT tp(full->config, group, tokens);
   tp->to(kFloat64);
   tp->to(full->head->weight.device());
   tp->load_from(*full);
@@ -130,6 +130,40 @@ inline void check_data_x_tensor_parallel_matches_single_device(const std::shared
     EXPECT_NEAR(norm_tp.item(), norm_full.item(), 1e-10 * norm_full.item()) << "step " << step;
     EXPECT_LT(max_slice_difference(full, tp, tensor_group), 1e-10) << "rank " << world->rank() << ", step " << step;
   }
+}
+
+// With dropout (training mode): ranks of one process each, seeded alike,
+// draw the masks the unsharded GPT draws from the same seed, in either
+// layout (sequence sharded, each rank draws the whole sequence's mask and
+// keeps its tokens' part), so the weights stay equal step after step. Rank
+// threads share one generator and cannot run this.
+inline void check_tp_gpt_with_dropout_matches_single_device(const std::shared_ptr<ProcessGroup>& group,
+                                                            TokenLayout tokens) {
+  models::GPTConfig config = tp_config();
+  config.dropout = 0.2;
+  models::GPT full = full_gpt(Device::cpu(), config);
+  models::TensorParallelGPT tp = tp_gpt(full, group, tokens);
+  Generator gen(5);
+  Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen), targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    manual_seed(100 + step);
+    opt_full.zero_grad();
+    Tensor loss_full = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
+    loss_full.backward();
+    opt_full.step();
+    manual_seed(100 + step);
+    opt_tp.zero_grad();
+    Tensor loss_tp = tp->loss(idx, targets);
+    loss_tp.backward();
+    opt_tp.step();
+    EXPECT_NEAR(loss_tp.item(), loss_full.item(), 1e-12) << "step " << step;
+    EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
+  }
+  full->eval();  // the masks mattered: without them the loss differs
+  Tensor no_dropout = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
+  EXPECT_GT(std::abs(no_dropout.item() - tp->loss(idx, targets).item()), 1e-3) << "dropout was off";
 }
 
 }  // namespace loom::parallel::testing

@@ -23,5 +23,14 @@ TEST(TensorParallelMpi, SequenceParallelGptMatchesSingleDevice) {
   testing::check_tp_gpt_matches_single_device(testing::mpi_world(), testing::full_gpt(), TokenLayout::kSequenceSharded);
 }
 
+// Dropout: every rank of its own process draws the unsharded GPT's masks.
+TEST(TensorParallelMpi, GptWithDropoutMatchesSingleDevice) {
+  testing::check_tp_gpt_with_dropout_matches_single_device(testing::mpi_world(), TokenLayout::kReplicated);
+}
+
+TEST(TensorParallelMpi, SequenceParallelGptWithDropoutMatchesSingleDevice) {
+  testing::check_tp_gpt_with_dropout_matches_single_device(testing::mpi_world(), TokenLayout::kSequenceSharded);
+}
+
 }  // namespace
 }  // namespace loom::parallel

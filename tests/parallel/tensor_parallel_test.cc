@@ -192,6 +192,20 @@ TEST(DataByTensorParallel, TwoByTwoMatchesSingleDevice) {
         });
 }
 
+// Rank threads share the process's generator: their dropout masks would
+// differ, so training with dropout over them is refused; evaluation runs.
+TEST(TensorParallel, DropoutOverRankThreadsIsAnError) {
+  models::GPTConfig config = testing::tp_config();
+  config.dropout = 0.1;
+  testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    models::TensorParallelGPT tp(config, group);
+    const Tensor idx = zeros({1, 8}, {.dtype = kInt64});
+    EXPECT_THROW_MSG(tp->forward(idx), "needs one process per rank (mpirun)");
+    tp->eval();
+    EXPECT_EQ(tp->forward(idx).size(2), 8);
+  });
+}
+
 TEST(TensorParallel, SizesThatDoNotDivideAreErrors) {
   testing::run_rank_threads(3, [](int, const std::shared_ptr<ProcessGroup>& group) {
     EXPECT_THROW_MSG(ParallelSelfAttention(12, 4, group), "the number of attention heads (4) does not divide by the 3 ranks");
