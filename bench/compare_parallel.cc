@@ -3,8 +3,10 @@
 // its gradients sent in bfloat16 or float16: ddp_bf16, ddp_fp16), ZeRO-1,
 // ZeRO-2 and FSDP (N ranks as threads, or the processes under mpirun), layer
 // split, the GPipe and 1F1B pipelines (stages as threads, or one per process
-// under mpirun), and with --mesh DxP the hybrid of D data-parallel P-stage
-// pipelines. For each it prints throughput, speed-up and scaling efficiency
+// under mpirun), tensor parallel (tp, and tp-sp with sequence parallelism),
+// and with --mesh DxN the hybrids: D data-parallel pipelines of N stages
+// (hybrid), or D data-parallel replicas in tensor parallel over N ranks
+// (hybrid-tp, --model gpt). For each it prints throughput, speed-up and scaling efficiency
 // against the single device, the step split into compute / exposed
 // communication / idle, peak memory, the per-rank state the ZeRO accounting
 // predicts, bytes moved per step, and what an alpha-beta model predicts for N
@@ -16,6 +18,7 @@
 //   bazel run //bench:compare_parallel -- --device cuda:0 --devices 2     # one GPU, repeated
 //   mpirun -np 2 bazel-bin/bench/compare_parallel --model mlp          # ddp, zero, fsdp, pipelines over ranks
 //   bazel run //bench:compare_parallel -- --model mlp --devices 4 --mesh 2x2   # adds the hybrid row
+//   bazel run //bench:compare_parallel -- --model gpt --mesh 2x2 --strategies single,tp,hybrid-tp
 //
 // The README's "Comparing strategies" section walks through a run.
 #include <omp.h>
@@ -107,7 +110,8 @@ bool plot(const std::string& csv, const std::string& png, const std::string& tit
   return std::system(("gnuplot '" + script + "'").c_str()) == 0;
 }
 
-// --mesh DxP: D data-parallel pipelines of P >= 2 stages.
+// --mesh DxN: D data-parallel pipelines of N >= 2 stages (hybrid), or D
+// replicas in tensor parallel over N ranks (hybrid-tp).
 std::pair<int, int> parse_mesh(const std::string& text) {
   const size_t x = text.find('x');
   if (x == std::string::npos || x == 0 || x + 1 == text.size() ||
@@ -118,7 +122,7 @@ std::pair<int, int> parse_mesh(const std::string& text) {
 }
 
 CLI::Validator mesh_shape() {
-  const std::string what = "DxP: D data-parallel pipelines (1-64) of P stages (2-64), such as 2x2";
+  const std::string what = "DxN: D data-parallel replicas (1-64) of N stages or tensor ranks (2-64), such as 2x2";
   return CLI::Validator(
       [what](std::string& text) -> std::string {
         try {
@@ -168,9 +172,9 @@ int main(int argc, char** argv) {
         flags.add("--steps", config.steps, "timed steps per strategy", Scope::Job, integer_in(1, 1000000));
         flags.add("--warmup", config.warmup, "untimed steps first", Scope::Job, integer_in(0, 1000000));
         CLI::Option* strategies_flag =
-            flags.add("--strategies", strategies, "comma-separated subset to run (hybrid needs --mesh)", Scope::Job,
+            flags.add("--strategies", strategies, "comma-separated subset to run (hybrid and hybrid-tp need --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
-                               "interleaved", "zb-h1", "zb-v", "hybrid", "tp", "tp-sp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+                               "interleaved", "zb-h1", "zb-v", "hybrid", "tp", "tp-sp", "hybrid-tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
         flags.add_switch("--timelines", timelines,
                          "after the table, draw each pipeline's last step: its stages' passes where they ran, "
                          "idle time as dots",
@@ -179,8 +183,9 @@ int main(int argc, char** argv) {
                   "also run single, ddp, zero1, zero2 and fsdp with activation checkpointing (rows <name>_ckpt)",
                   Scope::Job);
         flags.add("--mesh", mesh_text,
-                  "hybrid: DxP, D data-parallel pipelines of P stages (D x P ranks: threads, or mpirun -np D*P); "
-                  "adds the hybrid row",
+                  "the hybrids: DxN, D data-parallel pipelines of N stages (hybrid), or D replicas in tensor "
+                  "parallel over N ranks (hybrid-tp, --model gpt); D x N ranks: threads, or mpirun -np D*N; "
+                  "adds the hybrid row (hybrid-tp for --model gpt)",
                   Scope::Job, mesh_shape());
         flags.add("--link", link_name, "projection: pcie or nvlink", Scope::Job,
                   CLI::Validator(
@@ -208,7 +213,7 @@ int main(int argc, char** argv) {
         }
         if (!mesh_text.empty()) {
           std::tie(config.mesh_data, config.mesh_pipeline) = parse_mesh(mesh_text);
-          if (strategies_flag->count() == 0) strategies += ",hybrid";
+          if (strategies_flag->count() == 0) strategies += model == "gpt" ? ",hybrid-tp" : ",hybrid";
         }
         config.device_list = device_list(devices_text);
         config.devices = config.device_list.empty() ? std::stoi(devices_text) : static_cast<int>(config.device_list.size());
@@ -323,7 +328,7 @@ int main(int argc, char** argv) {
         if (!writer) return 0;
         auto devices_used = [&](const std::string& strategy) {
           if (strategy == "single" || strategy == "single_ckpt") return 1;
-          if (strategy == "hybrid") return config.mesh_data * config.mesh_pipeline;
+          if (strategy == "hybrid" || strategy == "hybrid-tp") return config.mesh_data * config.mesh_pipeline;
           return config.devices;
         };
         const Measurement* single = nullptr;

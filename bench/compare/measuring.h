@@ -124,7 +124,14 @@ std::vector<Result> on_ranks(const CompareConfig& c, int n,
 Measurement run_single(const Workload& w, const CompareConfig& c);
 Measurement run_dp(const Workload& w, const CompareConfig& c);
 Measurement run_data_parallel(const std::string& strategy, const Workload& w, const CompareConfig& c);
-Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, parallel::TokenLayout tokens);
+// Which tensor-parallel row: tp, tp-sp (one replica over --devices ranks) or
+// hybrid-tp (--mesh DxT: D replicas of T ranks).
+struct TensorParallelRow {
+  std::string name;
+  int data = 1, tensor = 1;
+  parallel::TokenLayout tokens = parallel::TokenLayout::kReplicated;
+};
+Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const TensorParallelRow& row);
 Measurement run_hybrid(const Workload& w, const CompareConfig& c);
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c);
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,

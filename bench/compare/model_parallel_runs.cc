@@ -39,47 +39,68 @@ namespace loom::bench {
 // Columns of a pipeline step's chart (--timelines).
 constexpr int kTimelineWidth = 100;
 
-// Tensor parallel (Megatron) GPT over N ranks, every rank on the whole
-// batch: the workload's GPT shape with the vocabulary padded to a multiple
-// of N, its own weights (a benchmark: equality with one device is what
-// tests/parallel/tensor_parallel_test.cc checks). `tokens` sharded is the
-// tp-sp row (sequence parallel). The step is the slowest rank's; bytes are
-// each rank's collectives.
-Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, parallel::TokenLayout tokens) {
-  Measurement m{tokens == parallel::TokenLayout::kSequenceSharded ? "tp-sp" : "tp"};
+// Tensor parallel (Megatron) GPT: the workload's GPT shape with the
+// vocabulary padded to a multiple of the tensor ranks, its own weights (a
+// benchmark: equality with one device is what
+// tests/parallel/tensor_parallel_test.cc checks). The tp and tp-sp rows run
+// one replica over N ranks, every rank on the whole batch; hybrid-tp
+// (--mesh DxT) runs D replicas of T ranks, each on its 1/D of the batch, DDP
+// averaging each slice over the ranks that hold it. The step is the slowest
+// rank's; bytes are each rank's collectives (both groups), averaged.
+Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const TensorParallelRow& row) {
+  Measurement m{row.name};
   auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
   if (!gpt) {
     m.skipped = "tensor parallelism here splits a GPT (--model gpt)";
     return m;
   }
+  const int data = row.data, tensor = row.tensor;
+  if (data < 1 || tensor < 1) {
+    m.skipped = "needs --mesh DxT (data x tensor)";
+    return m;
+  }
+  if (c.group && c.group->size() != data * tensor) {
+    m.skipped = "needs mpirun -np " + std::to_string(data * tensor);
+    return m;
+  }
   models::GPTConfig config = gpt->config;
-  if (config.n_head % c.devices != 0) {
-    m.skipped = std::to_string(config.n_head) + " heads do not split over " + std::to_string(c.devices) + " ranks";
+  if (config.n_head % tensor != 0) {
+    m.skipped = std::to_string(config.n_head) + " heads do not split over " + std::to_string(tensor) + " ranks";
     return m;
   }
-  if (tokens == parallel::TokenLayout::kSequenceSharded &&
-      (config.block_size % c.devices != 0 || w.input.size(1) % c.devices != 0)) {
+  const int64_t batch = w.input.size(0);
+  if (batch % data != 0) {
+    m.skipped = "batch " + std::to_string(batch) + " does not split into " + std::to_string(data) + " shares";
+    return m;
+  }
+  if (row.tokens == parallel::TokenLayout::kSequenceSharded &&
+      (config.block_size % tensor != 0 || w.input.size(1) % tensor != 0)) {
     m.skipped = "the sequence (" + std::to_string(w.input.size(1)) + ") does not split over " +
-                std::to_string(c.devices) + " ranks";
+                std::to_string(tensor) + " ranks";
     return m;
   }
-  config.vocab_size = (config.vocab_size + c.devices - 1) / c.devices * c.devices;
+  config.vocab_size = (config.vocab_size + tensor - 1) / tensor * tensor;
   struct TpRank {
     double step_s = 0, bus_bytes = 0, peak_bytes = 0;
   };
   const std::vector<TpRank> ranks = on_ranks<TpRank>(
-      c, c.devices,
-      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
-        models::TensorParallelGPT model(config, group, tokens);
+      c, data * tensor,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
+        parallel::DeviceMesh mesh(world, {{"data", data}, {"tensor", tensor}});
+        const std::shared_ptr<parallel::ProcessGroup>& group = mesh.group("tensor");
+        models::TensorParallelGPT model(config, group, row.tokens);
         model->to(device);
+        parallel::DistributedDataParallel replica{nullptr};
+        if (data > 1) replica = parallel::DistributedDataParallel(model.ptr(), mesh.group("data"));
         optim::AdamW opt(model->parameters(), {.lr = 1e-3});
-        Tensor x = w.input.to(device), y = w.target.to(device);
+        const int64_t share = batch / data, first = share * mesh.coordinate("data");
+        Tensor x = w.input.narrow(0, first, share).to(device), y = w.target.narrow(0, first, share).to(device);
         const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
         auto step = [&] {
           Tensor loss;
           {
             trace::Span span("forward", "compute", lane, device);
-            loss = model->loss(x, y);
+            loss = parallel::vocab_parallel_cross_entropy(data > 1 ? replica->forward(x) : model->forward(x), y, group);
           }
           opt.zero_grad();
           {
@@ -89,23 +110,23 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, paral
           trace::Span span("optimizer", "compute", lane, device);
           opt.step();
         };
+        auto bus_bytes = [&] { return mesh.group("tensor")->stats().bus_bytes + mesh.group("data")->stats().bus_bytes; };
         for (int i = 0; i < c.warmup; ++i) step();
         synchronize(device);
-        group->barrier()->wait();
+        world->barrier()->wait();
         const bool owns = c.group || r == 0;
         if (owns) {
           reset_peak_memory_stats(device);
           trace::clear();
           trace::enable(true);
         }
-        group->barrier()->wait();
-        const int64_t bus_before = group->stats().bus_bytes;
+        world->barrier()->wait();
+        const int64_t bus_before = bus_bytes();
         const auto start = Clock::now();
         for (int i = 0; i < c.steps; ++i) step();
         synchronize(device);
-        TpRank result{seconds_since(start) / c.steps,
-                      static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps, 0};
-        group->barrier()->wait();
+        TpRank result{seconds_since(start) / c.steps, static_cast<double>(bus_bytes() - bus_before) / c.steps, 0};
+        world->barrier()->wait();
         if (owns) {
           trace::enable(false);
           result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
@@ -118,12 +139,12 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, paral
   double peak = 0;
   for (const TpRank& t : ranks) {
     m.step_s = std::max(m.step_s, t.step_s);
+    m.comm_bytes += t.bus_bytes / ranks.size();
     peak = std::max(peak, t.peak_bytes);
   }
   m.compute_s = m.step_s;
-  m.split_known = false;  // the all-reduces sit inside forward and backward: the trace shows them
+  m.split_known = false;  // the collectives sit inside forward and backward: the trace shows them
   m.peak_bytes = static_cast<int64_t>(peak);
-  m.comm_bytes = ranks[0].bus_bytes;
   m.comm_bytes_measured = true;
   return m;
 }

@@ -172,8 +172,11 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (is_ddp(strategy) || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
     return run_data_parallel(strategy, w, config);
   if (strategy == "hybrid") return run_hybrid(w, config);
-  if (strategy == "tp") return run_tensor_parallel(w, config, parallel::TokenLayout::kReplicated);
-  if (strategy == "tp-sp") return run_tensor_parallel(w, config, parallel::TokenLayout::kSequenceSharded);
+  if (strategy == "tp") return run_tensor_parallel(w, config, {"tp", 1, config.devices});
+  if (strategy == "tp-sp")
+    return run_tensor_parallel(w, config, {"tp-sp", 1, config.devices, parallel::TokenLayout::kSequenceSharded});
+  if (strategy == "hybrid-tp")
+    return run_tensor_parallel(w, config, {"hybrid-tp", config.mesh_data, config.mesh_pipeline});
   if (boundaries.empty()) {
     skipped.skipped = "the model is not a Sequential of at least " + std::to_string(config.devices) + " children";
     return skipped;

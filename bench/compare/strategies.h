@@ -38,8 +38,8 @@ struct CompareConfig {
   // and the pipelines then run over them; dp and layer_split, which drive
   // every device from one process, are skipped.
   std::shared_ptr<parallel::ProcessGroup> group;
-  // hybrid: the D x P mesh (--mesh DxP; 0 x 0 when not given) and where its
-  // P stages are cut (plan_stages for P).
+  // hybrid and hybrid-tp: the D x N mesh (--mesh DxN; 0 x 0 when not
+  // given), and where hybrid's N stages are cut (plan_stages for N).
   int mesh_data = 0, mesh_pipeline = 0;
   std::vector<int> mesh_boundaries;
   // Pipelines with several chunks a stage (interleaved, zb-v): [v] is the

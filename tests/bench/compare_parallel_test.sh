@@ -61,9 +61,14 @@ for s in single single_ckpt ddp ddp_ckpt tp tp-sp; do
     || { echo "gpt: no JSON line for $s"; cat gpt.log; exit 1; }
 done
 grep -q '"strategy": "tp", .*"projected_ms": null' gpt.log || { echo "tp: the projection should be null"; cat gpt.log; exit 1; }
+# --mesh DxT with the GPT: D data-parallel replicas in tensor parallel over T ranks.
+"$tool" --model gpt --mesh 2x2 --steps 1 --warmup 1 --strategies hybrid-tp --out gptmesh > gptmesh.log 2>&1 \
+  || { cat gptmesh.log; exit 1; }
+grep -q '^{"bench": "compare_parallel", "model": "gpt", "strategy": "hybrid-tp", "devices": 4,' gptmesh.log \
+  || { echo "no hybrid-tp row"; cat gptmesh.log; exit 1; }
 grep -q "^tp .*skipped" out.log || { echo "mlp: tp should say why it was skipped"; cat out.log; exit 1; }
 if "$tool" --mesh 2by2 > badmesh.log 2>&1; then echo "--mesh 2by2 accepted"; exit 1; fi
-grep -q "expected DxP" badmesh.log || { cat badmesh.log; exit 1; }
+grep -q "expected DxN" badmesh.log || { cat badmesh.log; exit 1; }
 if command -v gnuplot > /dev/null; then
   [ -s cmp.png ] || { echo "gnuplot is installed but no chart was written"; exit 1; }
 fi
