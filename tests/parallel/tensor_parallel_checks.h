@@ -52,6 +52,41 @@ inline double max_slice_difference(const models::GPT& full, const models::Tensor
   return worst;
 }
 
+// One AdamW step of the unsharded GPT on the whole batch, its gradients
+// clipped to 0.5: the step every check below holds its ranks to.
+struct StepResult {  // a step's loss and clipped gradient norm
+  double loss, norm;
+};
+inline StepResult reference_step(models::GPT& full, optim::Optimizer& opt, const Tensor& idx, const Tensor& targets) {
+  opt.zero_grad();
+  Tensor loss = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
+  loss.backward();
+  const Tensor norm = optim::clip_grad_norm_(full->parameters(), 0.5);
+  opt.step();
+  return {loss.item(), norm.item()};
+}
+
+// The same step of this rank's slices, on the whole batch.
+inline StepResult tensor_parallel_step(models::TensorParallelGPT& tp, optim::Optimizer& opt, const Tensor& idx,
+                                          const Tensor& targets) {
+  opt.zero_grad();
+  Tensor loss = tp->loss(idx, targets);
+  loss.backward();
+  const Tensor norm = tp->clip_grad_norm_(0.5);
+  opt.step();
+  return {loss.item(), norm.item()};
+}
+
+// This rank's step (its loss, its clipped norm) against the reference, and
+// its slices against the reference's weights after it.
+inline void expect_same_step(const StepResult& expected, double loss, double norm, const models::GPT& full,
+                             const models::TensorParallelGPT& tp, const std::shared_ptr<ProcessGroup>& group,
+                             int step) {
+  EXPECT_NEAR(loss, expected.loss, 1e-12) << "step " << step;
+  EXPECT_NEAR(norm, expected.norm, 1e-10 * expected.norm) << "step " << step;
+  EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
+}
+
 // Forward (gathered logits and the loss from split logits), then three AdamW
 // steps with gradient clipping, each compared with the unsharded GPT. With
 // the tokens sharded (sequence parallel) every replicated parameter's
@@ -71,19 +106,9 @@ inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
   optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
   optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
   for (int step = 0; step < 3; ++step) {
-    opt_full.zero_grad();
-    Tensor loss_full = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
-    loss_full.backward();
-    const Tensor norm_full = optim::clip_grad_norm_(full->parameters(), 0.5);
-    opt_full.step();
-    opt_tp.zero_grad();
-    Tensor loss_tp = tp->loss(idx, targets);
-    loss_tp.backward();
-    const Tensor norm_tp = tp->clip_grad_norm_(0.5);
-    opt_tp.step();
-    EXPECT_NEAR(loss_tp.item(), loss_full.item(), 1e-12) << "step " << step;
-    EXPECT_NEAR(norm_tp.item(), norm_full.item(), 1e-10 * norm_full.item()) << "step " << step;
-    EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
+    const StepResult expected = reference_step(full, opt_full, idx, targets);
+    const StepResult mine = tensor_parallel_step(tp, opt_tp, idx, targets);
+    expect_same_step(expected, mine.loss, mine.norm, full, tp, group, step);
   }
   // Generation gathers the logits: every rank samples the same tokens as the full model
   // (sequence parallel: from windows of 1 to 6 tokens, padded to the ranks).
@@ -114,21 +139,15 @@ inline void check_data_x_tensor_parallel_matches_single_device(const std::shared
   optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
   optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
   for (int step = 0; step < 3; ++step) {
-    opt_full.zero_grad();
-    Tensor loss_full = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
-    loss_full.backward();
-    const Tensor norm_full = optim::clip_grad_norm_(full->parameters(), 0.5);
-    opt_full.step();
+    const StepResult expected = reference_step(full, opt_full, idx, targets);
     opt_tp.zero_grad();
     Tensor loss = vocab_parallel_cross_entropy(replica->forward(my_idx), my_targets, tensor_group);
     loss.backward();  // DDP averages each slice's gradient over the data group
-    const Tensor norm_tp = tp->clip_grad_norm_(0.5);
+    const Tensor norm = tp->clip_grad_norm_(0.5);
     opt_tp.step();
-    Tensor mean_loss = loss.detach().clone().reshape({1});
+    Tensor mean_loss = loss.detach().clone().reshape({1});  // of the replicas' shares: the whole batch's
     mesh.group("data")->all_reduce(mean_loss, ReduceOp::Avg)->wait();
-    EXPECT_NEAR(mean_loss.item(), loss_full.item(), 1e-12) << "step " << step;
-    EXPECT_NEAR(norm_tp.item(), norm_full.item(), 1e-10 * norm_full.item()) << "step " << step;
-    EXPECT_LT(max_slice_difference(full, tp, tensor_group), 1e-10) << "rank " << world->rank() << ", step " << step;
+    expect_same_step(expected, mean_loss.item(), norm.item(), full, tp, tensor_group, step);
   }
 }
 
@@ -149,17 +168,10 @@ inline void check_tp_gpt_with_dropout_matches_single_device(const std::shared_pt
   optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
   for (int step = 0; step < 3; ++step) {
     manual_seed(100 + step);
-    opt_full.zero_grad();
-    Tensor loss_full = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
-    loss_full.backward();
-    opt_full.step();
-    manual_seed(100 + step);
-    opt_tp.zero_grad();
-    Tensor loss_tp = tp->loss(idx, targets);
-    loss_tp.backward();
-    opt_tp.step();
-    EXPECT_NEAR(loss_tp.item(), loss_full.item(), 1e-12) << "step " << step;
-    EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
+    const StepResult expected = reference_step(full, opt_full, idx, targets);
+    manual_seed(100 + step);  // the same masks
+    const StepResult mine = tensor_parallel_step(tp, opt_tp, idx, targets);
+    expect_same_step(expected, mine.loss, mine.norm, full, tp, group, step);
   }
   full->eval();  // the masks mattered: without them the loss differs
   Tensor no_dropout = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
