@@ -1,0 +1,56 @@
+// The context-parallel checks every backend runs (context_parallel_test.cc
+// over threads, context_parallel_mpi_test.cc under mpirun): the GPT with
+// each rank on its 1/N of every sequence's tokens, DDP averaging the
+// weights' gradients, against the same GPT on the whole sequences.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "examples/models/context_parallel_gpt.h"
+#include "tests/parallel/tensor_parallel_checks.h"
+
+namespace loom::parallel::testing {
+
+// The reference and this rank's copy of it (the same seed, so the same weights).
+using ReferenceAndCopy = std::pair<models::GPT, models::GPT>;
+inline ReferenceAndCopy reference_and_copy(models::GPTConfig config = tp_config()) {
+  return {full_gpt(Device::cpu(), config), full_gpt(Device::cpu(), config)};
+}
+
+// Three AdamW steps with clipping: the ranks' mean loss, the clipped norm
+// and every weight as the whole GPT's on whole sequences of 8 tokens.
+// `reseed` makes every step draw the same dropout masks on both sides.
+inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, ReferenceAndCopy& models,
+                                               bool reseed = false) {
+  auto& [full, copy] = models;
+  models::ContextParallelGPT cp(copy, group);
+  DistributedDataParallel replica(cp, group);
+  Generator gen(5);
+  const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen), targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  const int64_t piece = 8 / group->size(), first = group->rank() * piece;
+  const Tensor my_idx = idx.narrow(1, first, piece), my_targets = targets.narrow(1, first, piece);
+  optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_cp(copy->parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    if (reseed) manual_seed(100 + step);
+    const StepResult expected = reference_step(full, opt_full, idx, targets);
+    if (reseed) manual_seed(100 + step);
+    opt_cp.zero_grad();
+    Tensor loss = nn::functional::cross_entropy(replica->forward(my_idx).reshape({-1, 16}), my_targets.reshape({-1}));
+    loss.backward();  // keys' and values' gradients reduce-scattered; DDP averages the weights'
+    const Tensor norm = optim::clip_grad_norm_(copy->parameters(), 0.5);
+    opt_cp.step();
+    Tensor mean_loss = loss.detach().clone().reshape({1});  // of the ranks' tokens: the whole sequences'
+    group->all_reduce(mean_loss, ReduceOp::Avg)->wait();
+    EXPECT_NEAR(mean_loss.item(), expected.loss, 1e-12) << "step " << step;
+    EXPECT_NEAR(norm.item(), expected.norm, 1e-10 * expected.norm) << "step " << step;
+    double worst = 0;
+    const TensorList a = copy->parameters(), b = full->parameters();
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
+    EXPECT_LT(worst, 1e-10) << "rank " << group->rank() << ", step " << step;
+  }
+}
+
+}  // namespace loom::parallel::testing
