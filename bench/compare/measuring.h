@@ -132,6 +132,7 @@ struct TensorParallelRow {
   parallel::TokenLayout tokens = parallel::TokenLayout::kReplicated;
 };
 Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const TensorParallelRow& row);
+Measurement run_context_parallel(const Workload& w, const CompareConfig& c);
 Measurement run_hybrid(const Workload& w, const CompareConfig& c);
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c);
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,

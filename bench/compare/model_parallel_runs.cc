@@ -17,6 +17,7 @@
 #include "optim/optimizer.h"
 #include "autograd/checkpoint.h"
 #include "examples/models/models.h"
+#include "examples/models/context_parallel_gpt.h"
 #include "examples/models/tensor_parallel_gpt.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"
@@ -144,6 +145,92 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
   }
   m.compute_s = m.step_s;
   m.split_known = false;  // the collectives sit inside forward and backward: the trace shows them
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes_measured = true;
+  return m;
+}
+
+// Context parallel GPT over N ranks: each rank runs the whole model on its
+// 1/N of every sequence's tokens, attention all-gathers the keys and values,
+// and DDP averages the weights' gradients. The step is the slowest rank's;
+// bytes are each rank's (the keys and values, then the gradients), averaged.
+Measurement run_context_parallel(const Workload& w, const CompareConfig& c) {
+  Measurement m{"cp"};
+  auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
+  if (!gpt) {
+    m.skipped = "context parallelism here splits a GPT's sequences (--model gpt)";
+    return m;
+  }
+  const int64_t tokens = w.input.size(1);
+  if (tokens % c.devices != 0) {
+    m.skipped = "the sequence (" + std::to_string(tokens) + ") does not split over " + std::to_string(c.devices) +
+                " ranks";
+    return m;
+  }
+  std::vector<nn::ModulePtr> models;
+  for (int r = 0; r < (c.group ? 1 : c.devices); ++r) models.push_back(w.model->clone(c.device));
+  struct CpRank {
+    double step_s = 0, bus_bytes = 0, peak_bytes = 0;
+  };
+  const std::vector<CpRank> ranks = on_ranks<CpRank>(
+      c, c.devices,
+      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
+        models::GPT copy(std::dynamic_pointer_cast<models::GPTImpl>(models[c.group ? 0 : r]));
+        copy->to(device);
+        models::ContextParallelGPT cp(copy, group);
+        parallel::DistributedDataParallel replica(cp, group);
+        optim::AdamW opt(cp->parameters(), {.lr = 1e-3});
+        const int64_t piece = tokens / c.devices;
+        Tensor x = w.input.narrow(1, r * piece, piece).to(device), y = w.target.narrow(1, r * piece, piece).to(device);
+        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+        auto step = [&] {
+          Tensor loss;
+          {
+            trace::Span span("forward", "compute", lane, device);
+            loss = w.loss(replica->forward(x), y);
+          }
+          opt.zero_grad();
+          {
+            trace::Span span("backward", "compute", lane, device);
+            loss.backward();
+          }
+          trace::Span span("optimizer", "compute", lane, device);
+          opt.step();
+        };
+        for (int i = 0; i < c.warmup; ++i) step();
+        synchronize(device);
+        group->barrier()->wait();
+        const bool owns = c.group || r == 0;
+        if (owns) {
+          reset_peak_memory_stats(device);
+          trace::clear();
+          trace::enable(true);
+        }
+        group->barrier()->wait();
+        const int64_t bus_before = group->stats().bus_bytes;
+        const auto start = Clock::now();
+        for (int i = 0; i < c.steps; ++i) step();
+        synchronize(device);
+        CpRank result{seconds_since(start) / c.steps,
+                      static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps, 0};
+        group->barrier()->wait();
+        if (owns) {
+          trace::enable(false);
+          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("cp", c) + ".json");
+        }
+        return result;
+      },
+      [](const CpRank& t) { return std::vector<double>{t.step_s, t.bus_bytes, t.peak_bytes}; },
+      [](const std::vector<double>& v) { return CpRank{v[0], v[1], v[2]}; });
+  double peak = 0;
+  for (const CpRank& t : ranks) {
+    m.step_s = std::max(m.step_s, t.step_s);
+    m.comm_bytes += t.bus_bytes / ranks.size();
+    peak = std::max(peak, t.peak_bytes);
+  }
+  m.compute_s = m.step_s;
+  m.split_known = false;  // the all-gathers sit inside forward and backward: the trace shows them
   m.peak_bytes = static_cast<int64_t>(peak);
   m.comm_bytes_measured = true;
   return m;
