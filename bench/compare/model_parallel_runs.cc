@@ -151,18 +151,19 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
 }
 
 // Context parallel GPT over N ranks: each rank runs the whole model on its
-// 1/N of every sequence's tokens, attention all-gathers the keys and values,
-// and DDP averages the weights' gradients. The step is the slowest rank's;
-// bytes are each rank's (the keys and values, then the gradients), averaged.
-Measurement run_context_parallel(const Workload& w, const CompareConfig& c) {
-  Measurement m{"cp"};
+// 1/N of every sequence's tokens (cp: contiguous shares, cp-zigzag: an early
+// and a late chunk each), attention all-gathers the keys and values, and DDP
+// averages the weights' gradients. The step is the slowest rank's; bytes are
+// each rank's (the keys and values, then the gradients), averaged.
+Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split) {
+  Measurement m{split == parallel::SequenceSplit::kZigZag ? "cp-zigzag" : "cp"};
   auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
   if (!gpt) {
     m.skipped = "context parallelism here splits a GPT's sequences (--model gpt)";
     return m;
   }
   const int64_t tokens = w.input.size(1);
-  if (tokens % c.devices != 0) {
+  if (tokens % (split == parallel::SequenceSplit::kZigZag ? 2 * c.devices : c.devices) != 0) {
     m.skipped = "the sequence (" + std::to_string(tokens) + ") does not split over " + std::to_string(c.devices) +
                 " ranks";
     return m;
@@ -177,11 +178,11 @@ Measurement run_context_parallel(const Workload& w, const CompareConfig& c) {
       [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
         models::GPT copy(std::dynamic_pointer_cast<models::GPTImpl>(models[c.group ? 0 : r]));
         copy->to(device);
-        models::ContextParallelGPT cp(copy, group);
+        models::ContextParallelGPT cp(copy, group, split);
         parallel::DistributedDataParallel replica(cp, group);
         optim::AdamW opt(cp->parameters(), {.lr = 1e-3});
-        const int64_t piece = tokens / c.devices;
-        Tensor x = w.input.narrow(1, r * piece, piece).to(device), y = w.target.narrow(1, r * piece, piece).to(device);
+        Tensor x = parallel::shard_sequence(w.input, *group, split).to(device),
+               y = parallel::shard_sequence(w.target, *group, split).to(device);
         const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
         auto step = [&] {
           Tensor loss;
@@ -217,7 +218,7 @@ Measurement run_context_parallel(const Workload& w, const CompareConfig& c) {
         if (owns) {
           trace::enable(false);
           result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
-          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name("cp", c) + ".json");
+          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name(m.strategy, c) + ".json");
         }
         return result;
       },

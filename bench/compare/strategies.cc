@@ -175,7 +175,8 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (strategy == "tp") return run_tensor_parallel(w, config, {"tp", 1, config.devices});
   if (strategy == "tp-sp")
     return run_tensor_parallel(w, config, {"tp-sp", 1, config.devices, parallel::TokenLayout::kSequenceSharded});
-  if (strategy == "cp") return run_context_parallel(w, config);
+  if (strategy == "cp") return run_context_parallel(w, config, parallel::SequenceSplit::kContiguous);
+  if (strategy == "cp-zigzag") return run_context_parallel(w, config, parallel::SequenceSplit::kZigZag);
   if (strategy == "hybrid-tp")
     return run_tensor_parallel(w, config, {"hybrid-tp", config.mesh_data, config.mesh_pipeline});
   if (boundaries.empty()) {

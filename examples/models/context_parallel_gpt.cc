@@ -1,26 +1,20 @@
 #include "examples/models/context_parallel_gpt.h"
 
 #include "parallel/context_parallel/attention.h"
-#include "parallel/tensor_parallel/layers.h"
 #include "tensor/error.h"
 
 namespace loom::models {
 
-namespace {
-
-constexpr auto kSharded = parallel::TokenLayout::kSequenceSharded;
-
-}  // namespace
-
-ContextParallelGPTImpl::ContextParallelGPTImpl(GPT gpt_in, std::shared_ptr<parallel::ProcessGroup> group)
-    : Module("ContextParallelGPT"), group_(std::move(group)) {
+ContextParallelGPTImpl::ContextParallelGPTImpl(GPT gpt_in, std::shared_ptr<parallel::ProcessGroup> group,
+                                               parallel::SequenceSplit split)
+    : Module("ContextParallelGPT"), group_(std::move(group)), split_(split) {
   LOOM_CHECK(group_ != nullptr, "ContextParallelGPT: no process group");
   gpt = register_module("gpt", std::move(gpt_in));
 }
 
 Tensor ContextParallelGPTImpl::forward(const Tensor& idx) {
   const GPTConfig& c = gpt->config;
-  const int64_t piece = idx.dim() == 2 ? idx.size(1) : 0, first = group_->rank() * piece;
+  const int64_t piece = idx.dim() == 2 ? idx.size(1) : 0;
   LOOM_CHECK(idx.dim() == 2 && piece * group_->size() <= c.block_size, "ContextParallelGPT: expected this rank's ",
              "tokens (B, T/N) of sequences of T <= ", c.block_size, " over ", group_->size(), " ranks, got shape ",
              idx.shape());
@@ -28,10 +22,9 @@ Tensor ContextParallelGPTImpl::forward(const Tensor& idx) {
   LOOM_CHECK(!is_training() || c.dropout == 0 || group_->size() == 1 || group_->backend().rfind("threads", 0) != 0,
              "ContextParallelGPT: dropout ", c.dropout, " in training needs one process per rank (mpirun): the ",
              group_->size(), " rank threads of this process share one generator, so their masks would differ");
-  const Tensor positions = arange(static_cast<double>(first), static_cast<double>(first + piece), 1,
-                                  {.dtype = kInt64, .device = idx.device()});
-  Tensor x = parallel::dropout_on(*gpt->dropout, gpt->wte->forward(idx) + gpt->wpe->forward(positions), kSharded,
-                                  *group_);
+  const Tensor positions = parallel::sequence_positions(piece, *group_, split_, idx.device());
+  Tensor x = parallel::dropout_on_shard(*gpt->dropout, gpt->wte->forward(idx) + gpt->wpe->forward(positions), *group_,
+                                        split_);
   for (size_t l = 0; l < gpt->blocks->size(); ++l) x = block_forward(*gpt->blocks->at<BlockImpl>(l), x);
   return gpt->head->forward(gpt->ln_f->forward(x));
 }
@@ -41,11 +34,11 @@ Tensor ContextParallelGPTImpl::block_forward(BlockImpl& block, const Tensor& x) 
   const int64_t b = x.size(0), t = x.size(1), c = attn.options.embed_dim, heads = attn.options.num_heads;
   TensorList qkv = split(attn.qkv->forward(block.ln1->forward(x)), c, 2);
   auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, c / heads}).transpose(1, 2); };
-  Tensor y = parallel::context_parallel_attention(by_head(qkv[0]), by_head(qkv[1]), by_head(qkv[2]), group_);
+  Tensor y = parallel::context_parallel_attention(by_head(qkv[0]), by_head(qkv[1]), by_head(qkv[2]), group_, split_);
   y = y.transpose(1, 2).reshape({b, t, c});
-  Tensor h = x + parallel::dropout_on(*attn.dropout, attn.proj->forward(y), kSharded, *group_);
+  Tensor h = x + parallel::dropout_on_shard(*attn.dropout, attn.proj->forward(y), *group_, split_);
   Tensor mlp = block.proj->forward(gelu(block.fc->forward(block.ln2->forward(h)), GeluApproximation::Tanh));
-  return h + parallel::dropout_on(*block.dropout, mlp, kSharded, *group_);
+  return h + parallel::dropout_on_shard(*block.dropout, mlp, *group_, split_);
 }
 
 }  // namespace loom::models

@@ -3,31 +3,36 @@
 // rank's tokens only. Everything in a transformer but attention is per
 // token; attention is where tokens meet. Here each rank all-gathers the keys
 // and values (Llama 3's all-gather form; ring attention passes them from
-// rank to rank instead) and attends with its own queries to the keys up to
-// its last token:
+// rank to rank instead), puts them in sequence order, and attends with each
+// of its chunks of queries to the keys up to that chunk's last token:
 //
-//   rank r holds tokens [r T/N, (r+1) T/N)
-//   keys, values:  all-gathered along the sequence, the first (r+1) T/N kept
-//   scores:        q Kᵀ / √d, (T/N, (r+1) T/N), masked where a key comes after the query
+//   keys, values:  all-gathered along the sequence, in sequence order
+//   a chunk at [first, first + L):  q Kᵀ / √d over keys [0, first + L),
+//                                   masked where a key comes after its query
 //
 // The all-gather's backward reduce-scatters: the gradient of a rank's keys
-// and values sums the uses every later rank made of them. The weights are
+// and values sums the uses every rank made of them. The weights are
 // replicated, so their gradients are averaged over the group as in DDP.
 //
-// The causal cut is uneven: rank N-1 attends to N times the keys rank 0
-// does. Llama 3 balances it by giving rank r the chunks r and 2N-1-r of 2N.
+// With contiguous shares the causal cut is uneven: the last rank's queries
+// see N times the keys the first's do. SequenceSplit::kZigZag gives each
+// rank one early and one late chunk (sequence_split.h), so every rank
+// computes as many scores.
 #pragma once
 
 #include <memory>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/context_parallel/sequence_split.h"
 
 namespace loom::parallel {
 
-// Causal attention of this rank's queries q (B, H, T/N, D) to the keys and
-// values of every rank's tokens up to its own, k and v being this rank's
-// (B, H, T/N, D). Returns (B, H, T/N, D).
+// Causal attention of this rank's queries q (B, H, T/N, D), its tokens of
+// the sequence as `split` deals them, to the keys and values of every rank's
+// tokens before them; k and v are this rank's (B, H, T/N, D). Returns
+// (B, H, T/N, D).
 Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const std::shared_ptr<ProcessGroup>& group);
+                                  const std::shared_ptr<ProcessGroup>& group,
+                                  SequenceSplit split = SequenceSplit::kContiguous);
 
 }  // namespace loom::parallel

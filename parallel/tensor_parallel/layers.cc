@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "nn/init.h"
+#include "parallel/context_parallel/sequence_split.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "tensor/autocast.h"
 #include "tensor/error.h"
@@ -148,14 +149,8 @@ Tensor layer_norm_on(nn::LayerNormImpl& norm, const Tensor& x, TokenLayout token
 }
 
 Tensor dropout_on(nn::DropoutImpl& dropout, const Tensor& x, TokenLayout tokens, const ProcessGroup& group) {
-  const double p = dropout.options.p;
-  if (tokens == TokenLayout::kReplicated || !dropout.is_training() || p == 0) return dropout.forward(x);
-  LOOM_CHECK(x.dim() >= 2, "dropout_on: expected tokens along dim 1, got shape ", x.shape());
-  if (p == 1) return x * 0.0;
-  Shape whole = x.shape();
-  whole[1] *= group.size();
-  const Tensor keep = bernoulli(whole, 1 - p, x.options()).narrow(1, group.rank() * x.size(1), x.size(1));
-  return x * (keep * (1.0 / (1 - p)));  // as functional::dropout computes it
+  if (tokens == TokenLayout::kReplicated) return dropout.forward(x);
+  return dropout_on_shard(dropout, x, group, SequenceSplit::kContiguous);
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,

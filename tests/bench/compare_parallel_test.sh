@@ -55,9 +55,9 @@ python3 -c "import json,sys; d=json.load(open('mesh_traces/hybrid.json')); sys.e
 # Tensor parallelism splits the GPT (2 ranks), with the tokens replicated and
 # sharded along the sequence, and context parallelism splits its sequences;
 # --checkpoint adds checkpointed rows beside the plain ones.
-"$tool" --model gpt --devices 2 --steps 1 --warmup 1 --strategies single,ddp,tp,tp-sp,cp --checkpoint --out gpt > gpt.log 2>&1 \
+"$tool" --model gpt --devices 2 --steps 1 --warmup 1 --strategies single,ddp,tp,tp-sp,cp,cp-zigzag --checkpoint --out gpt > gpt.log 2>&1 \
   || { cat gpt.log; exit 1; }
-for s in single single_ckpt ddp ddp_ckpt tp tp-sp cp; do
+for s in single single_ckpt ddp ddp_ckpt tp tp-sp cp cp-zigzag; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"gpt\", \"strategy\": \"$s\"" gpt.log \
     || { echo "gpt: no JSON line for $s"; cat gpt.log; exit 1; }
 done

@@ -20,17 +20,17 @@ inline ReferenceAndCopy reference_and_copy(models::GPTConfig config = tp_config(
 }
 
 // Three AdamW steps with clipping: the ranks' mean loss, the clipped norm
-// and every weight as the whole GPT's on whole sequences of 8 tokens.
+// and every weight as the whole GPT's on whole sequences of 8 tokens, each
+// rank on its tokens as `split` deals them.
 // `reseed` makes every step draw the same dropout masks on both sides.
 inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, ReferenceAndCopy& models,
-                                               bool reseed = false) {
+                                               SequenceSplit split, bool reseed = false) {
   auto& [full, copy] = models;
-  models::ContextParallelGPT cp(copy, group);
+  models::ContextParallelGPT cp(copy, group, split);
   DistributedDataParallel replica(cp, group);
   Generator gen(5);
   const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen), targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
-  const int64_t piece = 8 / group->size(), first = group->rank() * piece;
-  const Tensor my_idx = idx.narrow(1, first, piece), my_targets = targets.narrow(1, first, piece);
+  const Tensor my_idx = shard_sequence(idx, *group, split), my_targets = shard_sequence(targets, *group, split);
   optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
   optim::AdamW opt_cp(copy->parameters(), {.lr = 1e-2});
   for (int step = 0; step < 3; ++step) {

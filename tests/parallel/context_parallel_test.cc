@@ -13,29 +13,47 @@ namespace {
 using loom::testing::max_rel_error;
 
 // Each rank's output and its q, k, v gradients are its rows of causal
-// attention over the whole sequence (the reference: one device).
+// attention over the whole sequence (the reference: one device), with the
+// tokens dealt contiguously and zig-zag.
 TEST(ContextParallelAttention, EqualsCausalAttentionOverTheWholeSequence) {
   manual_seed(4);
-  const int64_t tokens = 12;
+  const int64_t tokens = 24;
   const Tensor q = randn({2, 3, tokens, 5}, {.dtype = kFloat64}), k = randn({2, 3, tokens, 5}, {.dtype = kFloat64}),
                v = randn({2, 3, tokens, 5}, {.dtype = kFloat64}), weights = randn({2, 3, tokens, 5}, {.dtype = kFloat64});
   Tensor wq = q.detach().requires_grad_(), wk = k.detach().requires_grad_(), wv = v.detach().requires_grad_();
   const Tensor whole = nn::functional::scaled_dot_product_attention(wq, wk, wv, /*causal=*/true);
   (whole * weights).sum().backward();
-  for (int ranks : {1, 2, 3, 4}) {
-    testing::run_rank_threads(ranks, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
-      const int64_t piece = tokens / ranks, first = rank * piece;
-      auto mine = [&](const Tensor& t) { return t.narrow(2, first, piece).contiguous().requires_grad_(); };
-      Tensor mq = mine(q), mk = mine(k), mv = mine(v);
-      const Tensor out = context_parallel_attention(mq, mk, mv, group);
-      EXPECT_LT(max_rel_error(out, whole.detach().narrow(2, first, piece)), 1e-12) << ranks << " ranks";
-      (out * weights.narrow(2, first, piece)).sum().backward();
-      EXPECT_LT(max_rel_error(mq.grad(), wq.grad().narrow(2, first, piece)), 1e-12) << ranks << " ranks";
-      // Later ranks' uses of this rank's keys and values arrive through the reduce-scatter.
-      EXPECT_LT(max_rel_error(mk.grad(), wk.grad().narrow(2, first, piece)), 1e-12) << ranks << " ranks";
-      EXPECT_LT(max_rel_error(mv.grad(), wv.grad().narrow(2, first, piece)), 1e-12) << ranks << " ranks";
-    });
+  for (SequenceSplit split : {SequenceSplit::kContiguous, SequenceSplit::kZigZag}) {
+    for (int ranks : {1, 2, 3, 4}) {
+      testing::run_rank_threads(ranks, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+        auto mine = [&](const Tensor& t) { return shard_sequence(t, *group, split, 2); };
+        Tensor mq = mine(q).contiguous().requires_grad_(), mk = mine(k).contiguous().requires_grad_(),
+               mv = mine(v).contiguous().requires_grad_();
+        const Tensor out = context_parallel_attention(mq, mk, mv, group, split);
+        const std::string where = std::to_string(ranks) + " ranks, split " + std::to_string(static_cast<int>(split));
+        EXPECT_LT(max_rel_error(out, mine(whole.detach())), 1e-12) << where;
+        (out * mine(weights)).sum().backward();
+        EXPECT_LT(max_rel_error(mq.grad(), mine(wq.grad())), 1e-12) << where;
+        // Later tokens' uses of this rank's keys and values arrive through the reduce-scatter.
+        EXPECT_LT(max_rel_error(mk.grad(), mine(wk.grad())), 1e-12) << where;
+        EXPECT_LT(max_rel_error(mv.grad(), mine(wv.grad())), 1e-12) << where;
+      });
+    }
   }
+}
+
+// Zig-zag deals rank r the chunks r and 2N-1-r; the positions say so.
+TEST(SequenceSplit, ZigZagDealsAnEarlyAndALateChunk) {
+  testing::run_rank_threads(2, [](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    const Tensor sequence = arange(8, {.dtype = kInt64}).reshape({1, 8});
+    const std::vector<int64_t> expected = rank == 0 ? std::vector<int64_t>{0, 1, 6, 7} : std::vector<int64_t>{2, 3, 4, 5};
+    EXPECT_EQ(shard_sequence(sequence, *group, SequenceSplit::kZigZag).to_vector<int64_t>(), expected);
+    EXPECT_EQ(sequence_positions(4, *group, SequenceSplit::kZigZag, Device::cpu()).to_vector<int64_t>(), expected);
+    EXPECT_EQ(shard_sequence(sequence, *group, SequenceSplit::kContiguous).to_vector<int64_t>(),
+              rank == 0 ? std::vector<int64_t>({0, 1, 2, 3}) : std::vector<int64_t>({4, 5, 6, 7}));
+    EXPECT_THROW_MSG(shard_sequence(zeros({1, 6}), *group, SequenceSplit::kZigZag),
+                     "6 tokens do not split into two chunks for each of 2 ranks");
+  });
 }
 
 TEST(ContextParallelAttention, MismatchedShapesAreErrors) {
@@ -45,18 +63,30 @@ TEST(ContextParallelAttention, MismatchedShapesAreErrors) {
   });
 }
 
-class ContextParallelGpt : public ::testing::TestWithParam<int> {};
+struct CpCase {
+  int ranks;
+  SequenceSplit split;
+};
+
+class ContextParallelGpt : public ::testing::TestWithParam<CpCase> {};
 
 TEST_P(ContextParallelGpt, MatchesSingleDevice) {
+  const CpCase c = GetParam();
   testing::run_prepared_ranks<testing::ReferenceAndCopy>(
-      GetParam(), [](int) { return testing::reference_and_copy(); },
-      [](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
-        testing::check_cp_gpt_matches_single_device(group, models);
+      c.ranks, [](int) { return testing::reference_and_copy(); },
+      [&](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
+        testing::check_cp_gpt_matches_single_device(group, models, c.split);
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt, ::testing::Values(1, 2, 4),
-                         [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param) + "Ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
+                         ::testing::Values(CpCase{1, SequenceSplit::kContiguous}, CpCase{2, SequenceSplit::kContiguous},
+                                           CpCase{4, SequenceSplit::kContiguous}, CpCase{2, SequenceSplit::kZigZag},
+                                           CpCase{4, SequenceSplit::kZigZag}),
+                         [](const ::testing::TestParamInfo<CpCase>& info) {
+                           return std::to_string(info.param.ranks) +
+                                  (info.param.split == SequenceSplit::kZigZag ? "RanksZigZag" : "Ranks");
+                         });
 
 TEST(ContextParallelGpt, SequencesLongerThanTheBlockAndDropoutOverThreadsAreErrors) {
   models::GPTConfig config = testing::tp_config();

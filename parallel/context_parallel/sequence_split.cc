@@ -1,0 +1,56 @@
+#include "parallel/context_parallel/sequence_split.h"
+
+#include "tensor/error.h"
+
+namespace loom::parallel {
+
+std::vector<SequenceChunk> chunks_of_rank(int rank, int ranks, int64_t tokens, SequenceSplit split) {
+  if (split == SequenceSplit::kContiguous) return {{rank * tokens, tokens}};
+  LOOM_CHECK(tokens % 2 == 0, "zig-zag sequence split: a rank's ", tokens, " tokens do not make two equal chunks");
+  const int64_t chunk = tokens / 2;
+  return {{rank * chunk, chunk}, {(2 * ranks - 1 - rank) * chunk, chunk}};
+}
+
+Tensor shard_sequence(const Tensor& x, const ProcessGroup& group, SequenceSplit split, int64_t dim) {
+  const int64_t whole = x.size(dim), n = group.size();
+  LOOM_CHECK(whole % (split == SequenceSplit::kZigZag ? 2 * n : n) == 0, "shard_sequence: ", whole,
+             " tokens do not split ", split == SequenceSplit::kZigZag ? "into two chunks for each of " : "over ", n,
+             " ranks");
+  TensorList pieces;
+  for (const SequenceChunk& c : chunks_of_rank(group.rank(), n, whole / n, split))
+    pieces.push_back(x.narrow(dim, c.first, c.length));
+  return pieces.size() == 1 ? pieces[0] : cat(pieces, dim);
+}
+
+Tensor sequence_positions(int64_t tokens, const ProcessGroup& group, SequenceSplit split, Device device) {
+  TensorList pieces;
+  for (const SequenceChunk& c : chunks_of_rank(group.rank(), group.size(), tokens, split))
+    pieces.push_back(arange(static_cast<double>(c.first), static_cast<double>(c.first + c.length), 1,
+                            {.dtype = kInt64, .device = device}));
+  return pieces.size() == 1 ? pieces[0] : cat(pieces, 0);
+}
+
+Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, SequenceSplit split, int64_t dim) {
+  if (split == SequenceSplit::kContiguous) return gathered;
+  const int n = group.size();
+  const int64_t tokens = gathered.size(dim) / n, chunk = tokens / 2;
+  TensorList chunks(2 * n);
+  for (int r = 0; r < n; ++r) {  // rank r's tokens: its chunks r and 2n-1-r, in that order
+    chunks[r] = gathered.narrow(dim, r * tokens, chunk);
+    chunks[2 * n - 1 - r] = gathered.narrow(dim, r * tokens + chunk, chunk);
+  }
+  return cat(chunks, dim);
+}
+
+Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const ProcessGroup& group, SequenceSplit split) {
+  const double p = dropout.options.p;
+  if (!dropout.is_training() || p == 0) return x;
+  LOOM_CHECK(x.dim() >= 2, "dropout_on_shard: expected tokens along dim 1, got shape ", x.shape());
+  if (p == 1) return x * 0.0;
+  Shape whole = x.shape();
+  whole[1] *= group.size();
+  const Tensor keep = shard_sequence(bernoulli(whole, 1 - p, x.options()), group, split);
+  return x * (keep * (1.0 / (1 - p)));  // as functional::dropout computes it
+}
+
+}  // namespace loom::parallel
