@@ -13,6 +13,9 @@
 //   mpirun -np 4 bazel-bin/examples/char_gpt --dp 2 --tp 2
 //     (a 2 x 2 mesh: two data-parallel replicas, each in tensor parallel over two ranks,
 //      each replica on half of every batch)
+//   mpirun -np 2 bazel-bin/examples/char_gpt --cp 2
+//     (context parallel: each rank runs the whole model on half of every sequence's tokens,
+//      an early and a late chunk, and attention gathers the other rank's keys and values)
 #include <cstdio>
 
 #include "data/char_corpus.h"
@@ -20,6 +23,7 @@
 #include "examples/common/program.h"
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
+#include "examples/models/context_parallel_gpt.h"
 #include "examples/models/models.h"
 #include "examples/models/tensor_parallel_gpt.h"
 #include "optim/grad_scaler.h"
@@ -34,8 +38,9 @@
 using namespace loom;
 
 // How the model lies over the ranks, for the first line printed.
-std::string layout_text(int dp, int tp, bool sequence_parallel) {
+std::string layout_text(int dp, int tp, int cp, bool sequence_parallel) {
   std::string text;
+  if (cp > 1) text += ", context parallel over " + std::to_string(cp) + " ranks";
   if (tp > 1)
     text += " per rank, tensor parallel over " + std::to_string(tp) + " ranks" +
             (sequence_parallel ? " (sequence parallel)" : "");
@@ -52,7 +57,7 @@ int train(int argc, char** argv) {
   int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
   double lr = 2e-3, weight_decay = 0.1;
   uint64_t seed = 0;
-  int tp = 1, dp = 1;
+  int tp = 1, dp = 1, cp = 1;
   bool sequence_parallel = false;
   std::string precision = "fp32";
   flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
@@ -80,14 +85,20 @@ int train(int argc, char** argv) {
   flags.add("--tp", tp, "tensor-parallel ranks per replica", Scope::Job, integer_in(1, 64));
   flags.add("--dp", dp, "data-parallel replicas (DDP), each on its share of every batch; mpirun -np = dp x tp",
             Scope::Job, integer_in(1, 1024));
+  flags.add("--cp", cp,
+            "context-parallel ranks per replica, each on 1/cp of every sequence (an early and a late chunk); "
+            "not with --tp",
+            Scope::Job, integer_in(1, 64));
   flags.add_switch("--sequence-parallel", sequence_parallel,
                    "with --tp: the layer norms, residuals and dropouts between the tensor-parallel layers run on "
                    "1/tp of the tokens (Megatron's sequence parallelism)",
                    Scope::Job);
   flags.parse(argc, argv);
-  LOOM_CHECK(dp * tp == world->size(), "--dp ", dp, " x --tp ", tp, " with ", world->size(),
-             " process(es): tensor parallelism takes one rank per slice, data parallelism one set of them per "
-             "replica (mpirun -np ", dp * tp, " ... --dp ", dp, " --tp ", tp, ")");
+  LOOM_CHECK(dp * tp * cp == world->size(), "--dp ", dp, " x --tp ", tp, " x --cp ", cp, " with ", world->size(),
+             " process(es): tensor parallelism takes one rank per slice, context parallelism one per share of the "
+             "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
+  LOOM_CHECK(tp == 1 || cp == 1, "--tp and --cp together: the tensor-parallel model's attention does not run over "
+             "context-parallel ranks; choose one");
   LOOM_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
@@ -101,12 +112,14 @@ int train(int argc, char** argv) {
   LOOM_CHECK(!sequence_parallel || config.block_size % tp == 0, "--sequence-parallel: --block-size ", config.block_size,
              " does not split over --tp ", tp, " ranks");
   LOOM_CHECK(batch % dp == 0, "--batch-size ", batch, " does not split over --dp ", dp, " replicas");
+  LOOM_CHECK(config.block_size % (2 * cp) == 0, "--cp ", cp, ": --block-size ", config.block_size,
+             " does not split into two chunks for each of the ", cp, " ranks");
 
   // The ranks agree on their settings and pick their devices; rank 0 prints and writes.
   const examples::Rank me = examples::join_job(world, flags, device_name);
   const Device device = me.device;
-  // rank = replica * tp + slice: a replica's tensor-parallel ranks are neighbours.
-  parallel::DeviceMesh mesh(me.group, {{"data", dp}, {"tensor", tp}});
+  // rank = (replica * cp + share) * tp + slice: a replica's ranks are neighbours.
+  parallel::DeviceMesh mesh(me.group, {{"data", dp}, {"context", cp}, {"tensor", tp}});
   const bool writer = world->rank() == 0;
   manual_seed(seed);
   data::CharCorpus corpus = data::CharCorpus::fortunes(fortunes_dir);
@@ -125,11 +138,17 @@ int train(int argc, char** argv) {
   }
   nn::Module& trained = tp > 1 ? static_cast<nn::Module&>(*tp_model) : *model;
   trained.to(device);
-  // Data parallel: DDP averages every gradient over the ranks that hold the same slice of the model.
+  // Context parallel: the model runs on this rank's tokens, with the GPT's own weights.
+  constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
+  models::ContextParallelGPT cp_model{nullptr};
+  if (cp > 1) cp_model = models::ContextParallelGPT(model, mesh.group("context"), kZigZag);
+  // DDP averages every gradient over the ranks that hold the same weights: a replica's
+  // counterparts in tensor parallel, every rank otherwise (each context share holds all of them).
   parallel::DistributedDataParallel replica{nullptr};
-  if (dp > 1)
-    replica = parallel::DistributedDataParallel(tp > 1 ? nn::ModulePtr(tp_model.ptr()) : nn::ModulePtr(model.ptr()),
-                                                mesh.group("data"));
+  const nn::ModulePtr replicated = tp > 1 ? nn::ModulePtr(tp_model.ptr())
+                                   : cp > 1 ? nn::ModulePtr(cp_model.ptr())
+                                            : nn::ModulePtr(model.ptr());
+  if (dp * cp > 1) replica = parallel::DistributedDataParallel(replicated, tp > 1 ? mesh.group("data") : me.group);
   // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
   TensorList decay, no_decay;
   for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -151,7 +170,7 @@ int train(int argc, char** argv) {
   if (writer)
     std::printf("vocabulary %lld, %lld training tokens, %lld parameters%s, on %s\n", static_cast<long long>(vocab),
                 static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
-                layout_text(dp, tp, sequence_parallel).c_str(),
+                layout_text(dp, tp, cp, sequence_parallel).c_str(),
                 device.str().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
@@ -167,10 +186,14 @@ int train(int argc, char** argv) {
       x = x.narrow(0, first, share);
       y = y.narrow(0, first, share);
     }
+    if (cp > 1) {  // this rank's tokens of every sequence
+      x = parallel::shard_sequence(x, *mesh.group("context"), kZigZag);
+      y = parallel::shard_sequence(y, *mesh.group("context"), kZigZag);
+    }
     Tensor loss;
     {
       AutocastGuard autocast(autocast_dtype_for(precision));
-      const Tensor logits = dp > 1 ? replica->forward(x) : tp > 1 ? tp_model->forward(x) : model->forward(x);
+      const Tensor logits = replica ? replica->forward(x) : tp > 1 ? tp_model->forward(x) : model->forward(x);
       loss = tp > 1 ? parallel::vocab_parallel_cross_entropy(logits, y, mesh.group("tensor"))
                     : examples::next_token_loss(logits, y);
     }

@@ -8,8 +8,10 @@
 # loss scaler decides on skipping over all ranks (ShardedGradScaler). With
 # --sequence-parallel, and on a 2 x 2 mesh (--dp 2 --tp 2: two replicas,
 # each on half of every batch), the model is still the same: the same loss
-# and sample. --dp x --tp that differs from the number of processes is a
-# clear error.
+# and sample; so does context parallelism on a 2 x 2 mesh (--dp 2 --cp 2:
+# each rank on half of its replica's sequences). --dp x --tp x --cp that
+# differs from the number of processes is a clear error, and so is --tp
+# with --cp.
 set -euo pipefail
 gpt=$(realpath "$1")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
@@ -45,6 +47,10 @@ mpirun -np 4 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --dp 2 --tp 2 --
 [ "$(grep -c '^RESULT' mesh.log)" = 1 ] || { echo "only rank 0 should print RESULT"; cat mesh.log; exit 1; }
 grep -q "tensor parallel over 2 ranks (sequence parallel), 2 data-parallel replicas" mesh.log || { cat mesh.log; exit 1; }
 same_model mesh.log "on a 2 x 2 data x tensor mesh" || exit 1
+mpirun -np 4 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --dp 2 --cp 2 --metrics cp.csv > cp.log 2>&1 \
+  || { cat cp.log; exit 1; }
+grep -q "context parallel over 2 ranks, 2 data-parallel replicas" cp.log || { cat cp.log; exit 1; }
+same_model cp.log "on a 2 x 2 data x context mesh" || exit 1
 mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 3 --eval-every 3 --sample 10 --tp 4 --metrics tp4.csv \
   > tp4.log 2>&1 || { cat tp4.log; exit 1; }
 grep -q '^RESULT {"example": "char_gpt"' tp4.log || { echo "tp 4: no RESULT"; cat tp4.log; exit 1; }
@@ -72,7 +78,11 @@ grep -q "tensor parallelism takes one rank per slice" bad.log || { cat bad.log; 
 if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --dp 2 --tp 2 > bad.log 2>&1; then
   echo "--dp 2 --tp 2 with 2 processes accepted"; exit 1
 fi
-grep -q "mpirun -np 4 ... --dp 2 --tp 2" bad.log || { cat bad.log; exit 1; }
+grep -q "(mpirun -np 4)" bad.log || { cat bad.log; exit 1; }
+if mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --cp 2 > bad.log 2>&1; then
+  echo "--tp 2 --cp 2 accepted"; exit 1
+fi
+grep -q "choose one" bad.log || { cat bad.log; exit 1; }
 if "$gpt" --steps 1 --sequence-parallel > bad.log 2>&1; then echo "--sequence-parallel without --tp accepted"; exit 1; fi
 grep -q "it needs --tp 2 or more" bad.log || { cat bad.log; exit 1; }
 if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --sequence-parallel --block-size 63 > bad.log 2>&1; then
