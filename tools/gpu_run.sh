@@ -352,9 +352,9 @@ run() {
       "$work/bin/allreduce_bench" --device cuda --ranks 1 --max-bytes 256M
     bench_step "compare_parallel (cuda:0)" 150 "$out/compare_parallel.txt" \
       "$work/bin/compare_parallel" --device cuda:0 --model cnn --steps 5 --out "$out/compare_parallel"
-    # Tensor parallel with the tokens replicated and sequence sharded (two ranks sharing the GPU).
+    # Tensor parallel with the tokens replicated and sequence sharded, and context parallel (two ranks sharing the GPU).
     bench_step "compare_parallel gpt tp (cuda:0)" 120 "$out/compare_parallel.txt" \
-      "$work/bin/compare_parallel" --device cuda:0 --model gpt --steps 5 --strategies single,tp,tp-sp \
+      "$work/bin/compare_parallel" --device cuda:0 --model gpt --steps 5 --strategies single,tp,tp-sp,cp,cp-zigzag \
       --out "$out/compare_parallel_gpt"
     # Training steps against PyTorch eager in the same call (issue #12), then
     # gpt under 16-bit autocast on both sides (issue #17).
