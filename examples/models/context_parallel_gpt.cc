@@ -18,10 +18,7 @@ Tensor ContextParallelGPTImpl::forward(const Tensor& idx) {
   LOOM_CHECK(idx.dim() == 2 && piece * group_->size() <= c.block_size, "ContextParallelGPT: expected this rank's ",
              "tokens (B, T/N) of sequences of T <= ", c.block_size, " over ", group_->size(), " ranks, got shape ",
              idx.shape());
-  // As in tensor parallel: the ranks draw dropout masks from generators seeded alike, which rank threads share.
-  LOOM_CHECK(!is_training() || c.dropout == 0 || group_->size() == 1 || group_->backend().rfind("threads", 0) != 0,
-             "ContextParallelGPT: dropout ", c.dropout, " in training needs one process per rank (mpirun): the ",
-             group_->size(), " rank threads of this process share one generator, so their masks would differ");
+  parallel::check_ranks_draw_alike("ContextParallelGPT", is_training() ? c.dropout : 0, *group_);
   const Tensor positions = parallel::sequence_positions(piece, *group_, split_, idx.device());
   Tensor x = parallel::dropout_on_shard(*gpt->dropout, gpt->wte->forward(idx) + gpt->wpe->forward(positions), *group_,
                                         split_);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "parallel/context_parallel/sequence_split.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "tensor/error.h"
 
@@ -29,8 +30,9 @@ TensorParallelBlockImpl::TensorParallelBlockImpl(const GPTConfig& c, std::shared
   ln1 = register_module("ln1", nn::LayerNorm(d));
   attn = register_module("attn", parallel::ParallelSelfAttention(d, c.n_head, group_, c.dropout, tokens));
   ln2 = register_module("ln2", nn::LayerNorm(d));
-  fc = register_module("fc", parallel::ColumnParallelLinear(d, 4 * d, group_, true, false, tokens));
-  proj = register_module("proj", parallel::RowParallelLinear(4 * d, d, group_, true, tokens));
+  fc = register_module("fc", parallel::ColumnParallelLinear(d, 4 * d, group_, /*bias=*/true,
+                                                                       /*gather_output=*/false, tokens));
+  proj = register_module("proj", parallel::RowParallelLinear(4 * d, d, group_, /*bias=*/true, tokens));
   dropout = register_module("dropout", nn::Dropout(c.dropout));
 }
 
@@ -71,11 +73,7 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const GPTConfig& c, std::shared_ptr
 Tensor TensorParallelGPTImpl::forward(const Tensor& idx) {
   LOOM_CHECK(idx.dim() == 2 && idx.size(1) <= config.block_size,
              "TensorParallelGPT: expected token ids (B, T) with T <= ", config.block_size, ", got shape ", idx.shape());
-  // Every rank must drop the same elements: each draws the masks from its default generator, which rank
-  // threads share, so each would draw others' numbers.
-  LOOM_CHECK(!is_training() || config.dropout == 0 || group_->size() == 1 || group_->backend().rfind("threads", 0) != 0,
-             "TensorParallelGPT: dropout ", config.dropout, " in training needs one process per rank (mpirun): the ",
-             group_->size(), " rank threads of this process share one generator, so their masks would differ");
+  parallel::check_ranks_draw_alike("TensorParallelGPT", is_training() ? config.dropout : 0, *group_);
   Tensor x;
   if (tokens_ == parallel::TokenLayout::kReplicated) {
     x = wte->forward(idx) + wpe->forward(arange(idx.size(1), {.dtype = kInt64, .device = idx.device()}));

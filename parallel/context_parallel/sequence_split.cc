@@ -42,6 +42,12 @@ Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, Sequ
   return cat(chunks, dim);
 }
 
+void check_ranks_draw_alike(const char* model, double p, const ProcessGroup& group) {
+  LOOM_CHECK(p == 0 || group.size() == 1 || group.backend().rfind("threads", 0) != 0, model, ": dropout ", p,
+             " in training needs one process per rank (mpirun): the ", group.size(),
+             " rank threads of this process share one generator, so their masks would differ");
+}
+
 Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const ProcessGroup& group, SequenceSplit split) {
   const double p = dropout.options.p;
   if (!dropout.is_training() || p == 0) return x;

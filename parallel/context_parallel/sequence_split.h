@@ -42,4 +42,10 @@ Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, Sequ
 // one device would.
 Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const ProcessGroup& group, SequenceSplit split);
 
+// Dropout at probability p in training over `group` is only right when every
+// rank draws the numbers the others draw, from a generator of its own seeded
+// alike: one process a rank. Rank threads of one process share its
+// generator, so `model` refuses it over them, naming mpirun.
+void check_ranks_draw_alike(const char* model, double p, const ProcessGroup& group);
+
 }  // namespace loom::parallel

@@ -95,8 +95,9 @@ ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(int64_t embed_dim, int64_t 
   LOOM_CHECK(num_heads > 0 && embed_dim % num_heads == 0, "ParallelSelfAttention: embed_dim ", embed_dim,
              " does not divide into ", num_heads, " heads");
   local_heads_ = per_rank(num_heads, *group, "the number of attention heads");
-  qkv = register_module("qkv", ColumnParallelLinear(embed_dim, 3 * embed_dim, group, true, false, tokens));
-  proj = register_module("proj", RowParallelLinear(embed_dim, embed_dim, group, true, tokens));
+  qkv = register_module("qkv", ColumnParallelLinear(embed_dim, 3 * embed_dim, group, /*bias=*/true,
+                                                          /*gather_output=*/false, tokens));
+  proj = register_module("proj", RowParallelLinear(embed_dim, embed_dim, group, /*bias=*/true, tokens));
   dropout = register_module("dropout", nn::Dropout(dropout_p));
 }
 
