@@ -99,7 +99,8 @@ int train(int argc, char** argv) {
              "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
   LOOM_CHECK(tp == 1 || cp == 1, "--tp and --cp together: the tensor-parallel model's attention does not run over "
              "context-parallel ranks; choose one");
-  LOOM_CHECK(!sequence_parallel || tp > 1, "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
+  LOOM_CHECK(!sequence_parallel || tp > 1,
+             "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
     batch = 64;

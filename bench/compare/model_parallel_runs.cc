@@ -40,6 +40,82 @@ namespace loom::bench {
 // Columns of a pipeline step's chart (--timelines).
 constexpr int kTimelineWidth = 100;
 
+namespace {
+
+// What one rank of a model-parallel strategy measured, per step.
+struct RankSteps {
+  double step_s = 0, bus_bytes = 0, peak_bytes = 0;
+};
+
+// A training step with its phases traced on `lane`: forward (`loss`), backward, the optimizer.
+void traced_loss_step(const std::function<Tensor()>& loss_of_step, optim::Optimizer& opt, int lane, Device device) {
+  Tensor loss;
+  {
+    trace::Span span("forward", "compute", lane, device);
+    loss = loss_of_step();
+  }
+  opt.zero_grad();
+  {
+    trace::Span span("backward", "compute", lane, device);
+    loss.backward();
+  }
+  trace::Span span("optimizer", "compute", lane, device);
+  opt.step();
+}
+
+// One rank's steps: c.warmup untimed, then c.steps timed with tracing on in
+// the rank that writes the trace; the bytes its groups moved (`bus_bytes`
+// before and after) and its peak memory.
+RankSteps time_rank_steps(const std::string& strategy, const CompareConfig& c, int rank,
+                          parallel::ProcessGroup& world, Device device, const std::function<void()>& step,
+                          const std::function<int64_t()>& bus_bytes) {
+  for (int i = 0; i < c.warmup; ++i) step();
+  synchronize(device);
+  world.barrier()->wait();
+  const bool owns = c.group || rank == 0;  // one rank per process turns tracing on and writes the file
+  if (owns) {
+    reset_peak_memory_stats(device);
+    trace::clear();
+    trace::enable(true);
+  }
+  world.barrier()->wait();
+  const int64_t bus_before = bus_bytes();
+  const auto start = Clock::now();
+  for (int i = 0; i < c.steps; ++i) step();
+  synchronize(device);
+  RankSteps result{seconds_since(start) / c.steps, static_cast<double>(bus_bytes() - bus_before) / c.steps, 0};
+  world.barrier()->wait();
+  if (owns) {
+    trace::enable(false);
+    result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
+    if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name(strategy, c) + ".json");
+  }
+  return result;
+}
+
+// Runs `body` on n ranks (on_ranks) and makes their measurements one row:
+// the slowest rank's step, the ranks' average bytes, the largest peak. The
+// collectives sit inside forward and backward, so the step is not split
+// into compute and communication: the trace shows them.
+void measure_on_ranks(Measurement& m, const CompareConfig& c, int n,
+                      const std::function<RankSteps(int, const std::shared_ptr<parallel::ProcessGroup>&, Device)>& body) {
+  const std::vector<RankSteps> ranks = on_ranks<RankSteps>(
+      c, n, body, [](const RankSteps& t) { return std::vector<double>{t.step_s, t.bus_bytes, t.peak_bytes}; },
+      [](const std::vector<double>& v) { return RankSteps{v[0], v[1], v[2]}; });
+  double peak = 0;
+  for (const RankSteps& t : ranks) {
+    m.step_s = std::max(m.step_s, t.step_s);
+    m.comm_bytes += t.bus_bytes / ranks.size();
+    peak = std::max(peak, t.peak_bytes);
+  }
+  m.compute_s = m.step_s;
+  m.split_known = false;
+  m.peak_bytes = static_cast<int64_t>(peak);
+  m.comm_bytes_measured = true;
+}
+
+}  // namespace
+
 // Tensor parallel (Megatron) GPT: the workload's GPT shape with the
 // vocabulary padded to a multiple of the tensor ranks, its own weights (a
 // benchmark: equality with one device is what
@@ -81,72 +157,23 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
     return m;
   }
   config.vocab_size = (config.vocab_size + tensor - 1) / tensor * tensor;
-  struct TpRank {
-    double step_s = 0, bus_bytes = 0, peak_bytes = 0;
-  };
-  const std::vector<TpRank> ranks = on_ranks<TpRank>(
-      c, data * tensor,
-      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
-        parallel::DeviceMesh mesh(world, {{"data", data}, {"tensor", tensor}});
-        const std::shared_ptr<parallel::ProcessGroup>& group = mesh.group("tensor");
-        models::TensorParallelGPT model(config, group, row.tokens);
-        model->to(device);
-        parallel::DistributedDataParallel replica{nullptr};
-        if (data > 1) replica = parallel::DistributedDataParallel(model.ptr(), mesh.group("data"));
-        optim::AdamW opt(model->parameters(), {.lr = 1e-3});
-        const int64_t share = batch / data, first = share * mesh.coordinate("data");
-        Tensor x = w.input.narrow(0, first, share).to(device), y = w.target.narrow(0, first, share).to(device);
-        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
-        auto step = [&] {
-          Tensor loss;
-          {
-            trace::Span span("forward", "compute", lane, device);
-            loss = parallel::vocab_parallel_cross_entropy(data > 1 ? replica->forward(x) : model->forward(x), y, group);
-          }
-          opt.zero_grad();
-          {
-            trace::Span span("backward", "compute", lane, device);
-            loss.backward();
-          }
-          trace::Span span("optimizer", "compute", lane, device);
-          opt.step();
-        };
-        auto bus_bytes = [&] { return mesh.group("tensor")->stats().bus_bytes + mesh.group("data")->stats().bus_bytes; };
-        for (int i = 0; i < c.warmup; ++i) step();
-        synchronize(device);
-        world->barrier()->wait();
-        const bool owns = c.group || r == 0;
-        if (owns) {
-          reset_peak_memory_stats(device);
-          trace::clear();
-          trace::enable(true);
-        }
-        world->barrier()->wait();
-        const int64_t bus_before = bus_bytes();
-        const auto start = Clock::now();
-        for (int i = 0; i < c.steps; ++i) step();
-        synchronize(device);
-        TpRank result{seconds_since(start) / c.steps, static_cast<double>(bus_bytes() - bus_before) / c.steps, 0};
-        world->barrier()->wait();
-        if (owns) {
-          trace::enable(false);
-          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
-          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name(m.strategy, c) + ".json");
-        }
-        return result;
-      },
-      [](const TpRank& t) { return std::vector<double>{t.step_s, t.bus_bytes, t.peak_bytes}; },
-      [](const std::vector<double>& v) { return TpRank{v[0], v[1], v[2]}; });
-  double peak = 0;
-  for (const TpRank& t : ranks) {
-    m.step_s = std::max(m.step_s, t.step_s);
-    m.comm_bytes += t.bus_bytes / ranks.size();
-    peak = std::max(peak, t.peak_bytes);
-  }
-  m.compute_s = m.step_s;
-  m.split_known = false;  // the collectives sit inside forward and backward: the trace shows them
-  m.peak_bytes = static_cast<int64_t>(peak);
-  m.comm_bytes_measured = true;
+  measure_on_ranks(m, c, data * tensor, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
+    parallel::DeviceMesh mesh(world, {{"data", data}, {"tensor", tensor}});
+    const std::shared_ptr<parallel::ProcessGroup>& group = mesh.group("tensor");
+    models::TensorParallelGPT model(config, group, row.tokens);
+    model->to(device);
+    parallel::DistributedDataParallel replica{nullptr};
+    if (data > 1) replica = parallel::DistributedDataParallel(model.ptr(), mesh.group("data"));
+    optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+    const int64_t share = batch / data, first = share * mesh.coordinate("data");
+    Tensor x = w.input.narrow(0, first, share).to(device), y = w.target.narrow(0, first, share).to(device);
+    const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+    auto loss = [&] {
+      return parallel::vocab_parallel_cross_entropy(data > 1 ? replica->forward(x) : model->forward(x), y, group);
+    };
+    return time_rank_steps(m.strategy, c, r, *world, device, [&] { traced_loss_step(loss, opt, lane, device); },
+                           [&] { return mesh.group("tensor")->stats().bus_bytes + mesh.group("data")->stats().bus_bytes; });
+  });
   return m;
 }
 
@@ -170,70 +197,19 @@ Measurement run_context_parallel(const Workload& w, const CompareConfig& c, para
   }
   std::vector<nn::ModulePtr> models;
   for (int r = 0; r < (c.group ? 1 : c.devices); ++r) models.push_back(w.model->clone(c.device));
-  struct CpRank {
-    double step_s = 0, bus_bytes = 0, peak_bytes = 0;
-  };
-  const std::vector<CpRank> ranks = on_ranks<CpRank>(
-      c, c.devices,
-      [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
-        models::GPT copy(std::dynamic_pointer_cast<models::GPTImpl>(models[c.group ? 0 : r]));
-        copy->to(device);
-        models::ContextParallelGPT cp(copy, group, split);
-        parallel::DistributedDataParallel replica(cp, group);
-        optim::AdamW opt(cp->parameters(), {.lr = 1e-3});
-        Tensor x = parallel::shard_sequence(w.input, *group, split).to(device),
-               y = parallel::shard_sequence(w.target, *group, split).to(device);
-        const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
-        auto step = [&] {
-          Tensor loss;
-          {
-            trace::Span span("forward", "compute", lane, device);
-            loss = w.loss(replica->forward(x), y);
-          }
-          opt.zero_grad();
-          {
-            trace::Span span("backward", "compute", lane, device);
-            loss.backward();
-          }
-          trace::Span span("optimizer", "compute", lane, device);
-          opt.step();
-        };
-        for (int i = 0; i < c.warmup; ++i) step();
-        synchronize(device);
-        group->barrier()->wait();
-        const bool owns = c.group || r == 0;
-        if (owns) {
-          reset_peak_memory_stats(device);
-          trace::clear();
-          trace::enable(true);
-        }
-        group->barrier()->wait();
-        const int64_t bus_before = group->stats().bus_bytes;
-        const auto start = Clock::now();
-        for (int i = 0; i < c.steps; ++i) step();
-        synchronize(device);
-        CpRank result{seconds_since(start) / c.steps,
-                      static_cast<double>(group->stats().bus_bytes - bus_before) / c.steps, 0};
-        group->barrier()->wait();
-        if (owns) {
-          trace::enable(false);
-          result.peak_bytes = static_cast<double>(memory_stats(device).peak_allocated_bytes);
-          if (!c.trace_dir.empty()) trace::write_chrome_trace(c.trace_dir + "/" + trace_name(m.strategy, c) + ".json");
-        }
-        return result;
-      },
-      [](const CpRank& t) { return std::vector<double>{t.step_s, t.bus_bytes, t.peak_bytes}; },
-      [](const std::vector<double>& v) { return CpRank{v[0], v[1], v[2]}; });
-  double peak = 0;
-  for (const CpRank& t : ranks) {
-    m.step_s = std::max(m.step_s, t.step_s);
-    m.comm_bytes += t.bus_bytes / ranks.size();
-    peak = std::max(peak, t.peak_bytes);
-  }
-  m.compute_s = m.step_s;
-  m.split_known = false;  // the all-gathers sit inside forward and backward: the trace shows them
-  m.peak_bytes = static_cast<int64_t>(peak);
-  m.comm_bytes_measured = true;
+  measure_on_ranks(m, c, c.devices, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
+    models::GPT copy(std::dynamic_pointer_cast<models::GPTImpl>(models[c.group ? 0 : r]));
+    copy->to(device);
+    models::ContextParallelGPT cp(copy, group, split);
+    parallel::DistributedDataParallel replica(cp, group);
+    optim::AdamW opt(cp->parameters(), {.lr = 1e-3});
+    Tensor x = parallel::shard_sequence(w.input, *group, split).to(device),
+           y = parallel::shard_sequence(w.target, *group, split).to(device);
+    const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+    auto loss = [&] { return w.loss(replica->forward(x), y); };
+    return time_rank_steps(m.strategy, c, r, *group, device, [&] { traced_loss_step(loss, opt, lane, device); },
+                           [&] { return group->stats().bus_bytes; });
+  });
   return m;
 }
 

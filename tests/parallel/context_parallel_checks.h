@@ -29,7 +29,8 @@ inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
   models::ContextParallelGPT cp(copy, group, split);
   DistributedDataParallel replica(cp, group);
   Generator gen(5);
-  const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen), targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen),
+               targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
   const Tensor my_idx = shard_sequence(idx, *group, split), my_targets = shard_sequence(targets, *group, split);
   optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
   optim::AdamW opt_cp(copy->parameters(), {.lr = 1e-2});
