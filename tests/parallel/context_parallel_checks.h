@@ -13,10 +13,11 @@
 
 namespace loom::parallel::testing {
 
-// The reference and this rank's copy of it (the same seed, so the same weights).
+// The reference and this rank's copy of it (the same seed, so the same
+// weights), on `device`.
 using ReferenceAndCopy = std::pair<models::GPT, models::GPT>;
-inline ReferenceAndCopy reference_and_copy(models::GPTConfig config = tp_config()) {
-  return {full_gpt(Device::cpu(), config), full_gpt(Device::cpu(), config)};
+inline ReferenceAndCopy reference_and_copy(models::GPTConfig config = tp_config(), Device device = Device::cpu()) {
+  return {full_gpt(device, config), full_gpt(device, config)};
 }
 
 // Three AdamW steps with clipping: the ranks' mean loss, the clipped norm
@@ -28,9 +29,10 @@ inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
   auto& [full, copy] = models;
   models::ContextParallelGPT cp(copy, group, split);
   DistributedDataParallel replica(cp, group);
+  const Device device = full->head->weight.device();
   Generator gen(5);
-  const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen),
-               targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen).to(device),
+               targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen).to(device);
   const Tensor my_idx = shard_sequence(idx, *group, split), my_targets = shard_sequence(targets, *group, split);
   optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
   optim::AdamW opt_cp(copy->parameters(), {.lr = 1e-2});

@@ -7,6 +7,7 @@
 #include "parallel/comm/thread_group.h"
 
 #include "tests/parallel/collective_checks.h"
+#include "tests/parallel/context_parallel_checks.h"
 #include "tests/parallel/ddp_checks.h"
 #include "tests/parallel/pipeline_checks.h"
 #include "tests/parallel/sharding_checks.h"
@@ -99,6 +100,19 @@ TEST(HostStaged, TensorParallelGptOnCudaMatchesOneDevice) {
         2, [](int) { return full_gpt(Device::cuda(0)); },
         [&](const std::shared_ptr<ProcessGroup>& group, models::GPT& full) {
           check_tp_gpt_matches_single_device(HostStagedGroup::wrap(group), full, tokens);
+        });
+}
+
+// The context-parallel GPT over two ranks (threads) sharing cuda:0, each on
+// half of every sequence (contiguous and zig-zag): the keys' and values'
+// all-gathers and reduce-scatters of CUDA tensors through host memory.
+TEST(HostStaged, ContextParallelGptOnCudaMatchesOneDevice) {
+  LOOM_REQUIRE_CUDA();
+  for (SequenceSplit split : {SequenceSplit::kContiguous, SequenceSplit::kZigZag})
+    run_prepared_ranks<ReferenceAndCopy>(
+        2, [](int) { return reference_and_copy(tp_config(), Device::cuda(0)); },
+        [&](const std::shared_ptr<ProcessGroup>& group, ReferenceAndCopy& models) {
+          check_cp_gpt_matches_single_device(HostStagedGroup::wrap(group), models, split);
         });
 }
 
