@@ -47,6 +47,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = 
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
 // q, k, v (..., T, D): softmax(q k^T / sqrt(D), masked to the past when causal) v.
+// Causal with fewer queries than keys: the queries are the last Tq of the
+// keys' positions (FlashAttention's bottom-right alignment), so query i sees
+// keys j <= i + Tk - Tq.
 // Runs the kernel set_attention_kernel() names; under autocast, in its dtype.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
 

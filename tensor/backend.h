@@ -64,7 +64,9 @@ struct SoftmaxParams {
 };
 
 // Fused attention (tensor/backend.h attention): softmax(scale q k^T) v, and
-// with `causal` query i attends only to keys j <= i (needs Tq == Tk).
+// with `causal` the queries are the last Tq tokens of the keys' sequence:
+// query i attends only to keys j <= i + (Tk - Tq) (needs Tq <= Tk; the CUDA
+// kernels take Tq == Tk only).
 struct AttentionParams {
   double scale = 1;
   bool causal = false;

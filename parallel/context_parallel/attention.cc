@@ -1,31 +1,11 @@
 #include "parallel/context_parallel/attention.h"
 
-#include <cmath>
-#include <limits>
-
+#include "nn/functional.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
-
-namespace {
-
-// Causal attention of queries q (B, H, L, D) at positions [first, first + L)
-// to the keys and values of the sequence (in order) up to the last of them.
-Tensor attend_up_to(const Tensor& q, const Tensor& keys, const Tensor& values, int64_t first) {
-  const int64_t length = q.size(2), seen = first + length;
-  const TensorOptions positions{.dtype = kInt64, .device = q.device()};
-  const Tensor query_at = (arange(length, positions) + static_cast<double>(first)).reshape({length, 1});
-  const Tensor future = arange(seen, positions).reshape({1, seen}) > query_at;  // (L, seen)
-  const double scale = 1 / std::sqrt(static_cast<double>(q.size(3)));
-  const Tensor scores = masked_fill(matmul(q, keys.narrow(2, 0, seen).transpose(2, 3)) * scale, future,
-                                    -std::numeric_limits<double>::infinity());
-  // Exact zeros where the mask is: the softmax's exp leaves denormals there, which slow the product a hundredfold.
-  return matmul(masked_fill(softmax(scores, -1), future, 0.0), values.narrow(2, 0, seen));
-}
-
-}  // namespace
 
 Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const std::shared_ptr<ProcessGroup>& group, SequenceSplit split) {
@@ -39,7 +19,10 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   TensorList out;
   int64_t at = 0;
   for (const SequenceChunk& c : chunks_of_rank(group->rank(), group->size(), q.size(2), split)) {
-    out.push_back(attend_up_to(q.narrow(2, at, c.length), keys, values, c.first));
+    // Causal with fewer queries than keys: the queries are the last of the keys' positions.
+    const int64_t seen = c.first + c.length;
+    out.push_back(nn::functional::scaled_dot_product_attention(q.narrow(2, at, c.length), keys.narrow(2, 0, seen),
+                                                               values.narrow(2, 0, seen), /*causal=*/true));
     at += c.length;
   }
   return out.size() == 1 ? out[0] : cat(out, 2);

@@ -7,8 +7,11 @@
 // of its chunks of queries to the keys up to that chunk's last token:
 //
 //   keys, values:  all-gathered along the sequence, in sequence order
-//   a chunk at [first, first + L):  q Kᵀ / √d over keys [0, first + L),
-//                                   masked where a key comes after its query
+//   a chunk at [first, first + L):  scaled_dot_product_attention over keys
+//                                   [0, first + L), causal: the chunk's queries
+//                                   are the last L of those positions (on the
+//                                   CPU the fused kernel, which skips the
+//                                   masked blocks and never stores the scores)
 //
 // The all-gather's backward reduce-scatters: the gradient of a rank's keys
 // and values sums the uses every rank made of them. The weights are

@@ -50,8 +50,14 @@ RowsMap<T> mutable_rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_
   return RowsMap<T>(p, count, t.size(3), Eigen::OuterStride<>(t.stride(2)));
 }
 
-// The keys queries [q0, q1) attend to: all, or with the causal mask those up to q1 - 1.
-int64_t keys_seen(const AttentionParams& p, int64_t q1, int64_t tk) { return p.causal ? std::min(q1, tk) : tk; }
+// The causal mask's queries are the last tq of the tk keys' positions: query
+// i sits at key position i + tk - tq.
+int64_t position_of(int64_t query, int64_t tq, int64_t tk) { return query + tk - tq; }
+
+// The keys queries [q0, q1) attend to: all, or with the causal mask those up to q1 - 1's position.
+int64_t keys_seen(const AttentionParams& p, int64_t q1, int64_t tq, int64_t tk) {
+  return p.causal ? std::min(position_of(q1, tq, tk), tk) : tk;
+}
 
 // Operands of gemm (tensor/cpu/gemm.h): a row-major map as it is, or its transpose.
 template <typename Map>
@@ -71,8 +77,8 @@ void scores(const ConstRowsMap<T>& q, const ConstRowsMap<T>& k, const AttentionP
 }
 
 // How many keys query `query` sees in a block of `keys`.
-int64_t seen_by(const AttentionParams& p, int64_t query, int64_t keys) {
-  return p.causal ? std::min(query + 1, keys) : keys;
+int64_t seen_by(const AttentionParams& p, int64_t query, int64_t tq, int64_t tk, int64_t keys) {
+  return p.causal ? std::min(position_of(query, tq, tk) + 1, keys) : keys;
 }
 
 // A rows x keys block of this thread's scratch memory `which` (0 or 1). The
@@ -103,11 +109,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     for (int64_t item = begin; item < end; ++item) {
       const int64_t bh = item / blocks, b = bh / heads, h = bh % heads;
       const int64_t q0 = item % blocks * kQueryBlock;
-      const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
+      const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tq, tk);
       RowsMap<T> s = score_block<T>(0, rows, keys);
       scores<T>(rows_of<T>(q, b, h, q0, rows), rows_of<T>(k, b, h, 0, keys), p, s);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t seen = seen_by(p, q0 + r, keys);  // >= 1: every query sees key 0
+        const int64_t seen = seen_by(p, q0 + r, tq, tk, keys);  // >= 1: every query sees key 0
         auto row = s.row(r).head(seen);
         const T max = row.maxCoeff();
         row = (row.array() - max).exp();
@@ -137,14 +143,14 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
       dk_all.setZero();
       dv_all.setZero();
       for (int64_t q0 = 0; q0 < tq; q0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tk);
+        const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tq, tk);
         const ConstRowsMap<T> qb = rows_of<T>(q, b, h, q0, rows), kb = rows_of<T>(k, b, h, 0, keys),
                               vb = rows_of<T>(v, b, h, 0, keys), ob = rows_of<T>(out, b, h, q0, rows),
                               dob = rows_of<T>(dout, b, h, q0, rows);
         RowsMap<T> weights = score_block<T>(0, rows, keys);
         scores<T>(qb, kb, p, weights);
         for (int64_t r = 0; r < rows; ++r) {  // P = exp(s - L)
-          const int64_t seen = seen_by(p, q0 + r, keys);
+          const int64_t seen = seen_by(p, q0 + r, tq, tk, keys);
           weights.row(r).head(seen) = (weights.row(r).head(seen).array() - static_cast<T>(lse[bh * tq + q0 + r])).exp();
           weights.row(r).tail(keys - seen).setZero();
         }

@@ -34,8 +34,10 @@ AttentionOperand<S> operand(const Tensor& t) {
 
 // Checks what the kernels assume and returns the sizes they take.
 AttentionSizes attention_sizes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                               std::initializer_list<const Tensor*> rows) {
+                               const AttentionParams& p, std::initializer_list<const Tensor*> rows) {
   const int64_t qk_dim = q.size(3), v_dim = v.size(3);
+  LOOM_CHECK(!p.causal || q.size(2) == k.size(2), op, ": the CUDA kernels take causal masks over as many queries ",
+             "as keys, got q ", q.shape(), " and k ", k.shape());
   LOOM_CHECK(qk_dim <= kMaxHeadDim && v_dim <= kMaxHeadDim, op, ": the CUDA kernels take head dims up to ", kMaxHeadDim,
              ", got q ", q.shape(), " and v ", v.shape());
   LOOM_CHECK(q.size(0) <= kMaxGridYZ && q.size(1) <= kMaxGridYZ, op, ": at most ", kMaxGridYZ,
@@ -123,7 +125,7 @@ int64_t CudaBackend::attention_max_head_dim() const { return kMaxHeadDim; }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                             const Tensor& out, const Tensor& logsumexp) {
-  const AttentionSizes n = attention_sizes("attention", q, k, v, {&q, &k, &v, &out});
+  const AttentionSizes n = attention_sizes("attention", q, k, v, p, {&q, &k, &v, &out});
   dispatch_floating_or_16bit(q.dtype(), "attention", [&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
@@ -146,7 +148,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
                                      const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const AttentionSizes n = attention_sizes("attention_backward", q, k, v, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
+  const AttentionSizes n = attention_sizes("attention_backward", q, k, v, p, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
   dispatch_floating_or_16bit(q.dtype(), "attention_backward", [&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);

@@ -182,11 +182,35 @@ TEST(FusedAttention, SixteenBitAndAutocast) {
   }
 }
 
+// Causal with fewer queries than keys: the queries are the last of the keys'
+// positions, so the output and every gradient are those of the last rows of
+// square causal attention, whose other queries are left out of the loss.
+// Both kernels, with query blocks (64 rows) crossing the offset.
+TEST(FusedAttention, CausalWithFewerQueriesIsTheLastRowsOfSquareCausal) {
+  manual_seed(12);
+  for (const auto& [tq, tk] : std::vector<std::pair<int64_t, int64_t>>{{1, 9}, {5, 9}, {70, 150}, {9, 9}}) {
+    const Tensor q_all = randn({2, 3, tk, 8}, {.dtype = kFloat64}), k = randn({2, 3, tk, 8}, {.dtype = kFloat64}),
+                 v = randn({2, 3, tk, 6}, {.dtype = kFloat64}), dout = randn({2, 3, tq, 6}, {.dtype = kFloat64});
+    const Tensor dout_all = cat({zeros({2, 3, tk - tq, 6}, {.dtype = kFloat64}), dout}, 2);
+    const Result square = run(AttentionKernel::kComposite, q_all, k, v, true, dout_all);
+    const Tensor q = q_all.narrow(2, tk - tq, tq).contiguous();
+    for (AttentionKernel kernel : {AttentionKernel::kFused, AttentionKernel::kComposite}) {
+      const Result last = run(kernel, q, k, v, true, dout);
+      const std::string where = std::to_string(tq) + " of " + std::to_string(tk) + " queries, kernel " +
+                                std::to_string(static_cast<int>(kernel));
+      EXPECT_LT(max_rel_error(last.out, square.out.narrow(2, tk - tq, tq)), 1e-12) << where;
+      EXPECT_LT(max_rel_error(last.dq, square.dq.narrow(2, tk - tq, tq)), 1e-12) << where;
+      EXPECT_LT(max_rel_error(last.dk, square.dk), 1e-12) << where;
+      EXPECT_LT(max_rel_error(last.dv, square.dv), 1e-12) << where;
+    }
+  }
+}
+
 TEST(FusedAttention, BadInputIsRefusedClearly) {
   F::AttentionKernelGuard choice(AttentionKernel::kFused);
-  Tensor q = randn({2, 5, 4}), k = randn({2, 6, 4}), v = randn({2, 6, 4});
-  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, k, v, true), "causal attention needs as many queries as keys");
-  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, randn({2, 6, 3}), v, false), "do not fit together");
+  Tensor q = randn({2, 6, 4}), k = randn({2, 5, 4}), v = randn({2, 5, 4});
+  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, k, v, true), "causal attention needs no more queries than keys");
+  EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, randn({2, 5, 3}), v, false), "do not fit together");
   EXPECT_THROW_MSG(F::scaled_dot_product_attention(q.to(kInt64), k.to(kInt64), v.to(kInt64), false),
                    "floating");
 }
