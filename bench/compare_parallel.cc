@@ -160,6 +160,13 @@ int main(int argc, char** argv) {
         flags.add("--mlp-hidden", mlp.hidden, "mlp: width", Scope::Job, integer_in<int64_t>(1, 1 << 16));
         flags.add("--mlp-layers", mlp.layers, "mlp: Linear layers", Scope::Job, integer_in(2, 1024));
         flags.add("--mlp-batch", mlp.batch, "mlp: samples per step", Scope::Job, integer_in<int64_t>(1, 1 << 20));
+        GptShape gpt_shape;
+        flags.add("--gpt-context", gpt_shape.context,
+                  "gpt: sequence length (0: the device's default, 64 on a CPU); longer sequences are where sequence "
+                  "and context parallelism pay",
+                  Scope::Job, integer_in<int64_t>(0, 1 << 20));
+        flags.add("--gpt-batch", gpt_shape.batch, "gpt: sequences per step (0: the device's default, 8 on a CPU)",
+                  Scope::Job, integer_in<int64_t>(0, 1 << 20));
         flags.add("--device", device_name, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU); in one process the N 'devices' all are this one",
                   Scope::Job, examples::device_name());
         std::string devices_text = "2";
@@ -243,7 +250,7 @@ int main(int argc, char** argv) {
                    config.trace_dir, error ? " (" + error.message() + ")" : std::string(" (something else is there)"));
 
         manual_seed(0);
-        Workload w = make_workload(model, config.device, mlp);
+        Workload w = make_workload(model, config.device, mlp, gpt_shape);
         auto wants = [&](const char* name) {
           return ("," + strategies + ",").find("," + std::string(name) + ",") != std::string::npos;
         };

@@ -33,7 +33,7 @@ void set_gpt(Workload& w, const models::GPTConfig& c, int64_t batch, Device devi
 
 }  // namespace
 
-Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
+Workload make_workload(const std::string& name, Device device, MlpShape mlp, GptShape gpt) {
   const bool gpu = device.is_cuda();
   Workload w;
   w.name = name;
@@ -44,8 +44,10 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp) {
     w.target = randint(0, 10, {256}, {.dtype = kInt64, .device = device});
     w.flops_per_step = fashion_cnn_flops(256);
   } else if (name == "gpt") {
-    const models::GPTConfig c = gpu ? models::GPTConfig{65, 256, 6, 6, 384} : models::GPTConfig{65, 64, 2, 4, 128};
-    set_gpt(w, c, gpu ? 64 : 8, device);
+    models::GPTConfig c = gpu ? models::GPTConfig{65, 256, 6, 6, 384} : models::GPTConfig{65, 64, 2, 4, 128};
+    LOOM_CHECK(gpt.context >= 0 && gpt.batch >= 0, "gpt: context and batch must not be negative");
+    if (gpt.context > 0) c.block_size = gpt.context;
+    set_gpt(w, c, gpt.batch > 0 ? gpt.batch : gpu ? 64 : 8, device);
   } else if (name == "gpt_large") {
     set_gpt(w, models::GPTConfig{65, 128, 4, 4, 256}, 16, device);
   } else if (name == "lstm") {

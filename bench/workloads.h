@@ -43,7 +43,14 @@ struct MlpShape {
   int64_t batch = 256;
 };
 
+// The gpt workload's sequence length (its context) and sequences a step;
+// 0 keeps the device's default shape (T 64 and 8 on a CPU, 256 and 64 on a GPU).
+struct GptShape {
+  int64_t context = 0;
+  int64_t batch = 0;
+};
+
 // name: cnn, gpt, gpt_large, lstm or mlp. Weights come from the global generator.
-Workload make_workload(const std::string& name, Device device, MlpShape mlp = {});
+Workload make_workload(const std::string& name, Device device, MlpShape mlp = {}, GptShape gpt = {});
 
 }  // namespace loom::bench

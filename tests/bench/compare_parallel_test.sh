@@ -62,6 +62,11 @@ for s in single single_ckpt ddp ddp_ckpt tp tp-sp cp cp-zigzag; do
     || { echo "gpt: no JSON line for $s"; cat gpt.log; exit 1; }
 done
 grep -q '"strategy": "tp", .*"projected_ms": null' gpt.log || { echo "tp: the projection should be null"; cat gpt.log; exit 1; }
+# The GPT's shape from the flags: context parallelism over a 32-token context.
+"$tool" --model gpt --gpt-context 32 --gpt-batch 4 --devices 2 --steps 1 --warmup 1 --strategies cp-zigzag \
+  --out gptshape > gptshape.log 2>&1 || { cat gptshape.log; exit 1; }
+grep -q '^{"bench": "compare_parallel", "model": "gpt", "strategy": "cp-zigzag", "devices": 2,' gptshape.log \
+  || { echo "no cp-zigzag row at --gpt-context 32"; cat gptshape.log; exit 1; }
 # --mesh DxT with the GPT: D data-parallel replicas in tensor parallel over T ranks.
 "$tool" --model gpt --mesh 2x2 --steps 1 --warmup 1 --strategies hybrid-tp --out gptmesh > gptmesh.log 2>&1 \
   || { cat gptmesh.log; exit 1; }
