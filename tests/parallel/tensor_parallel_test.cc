@@ -110,6 +110,11 @@ TEST(SequenceConjugates, ASequenceThatDoesNotDivideIsAnError) {
     EXPECT_THROW_MSG(models::TensorParallelGPT(config, group, TokenLayout::kSequenceSharded),
                      "needs a block_size that divides by them, got 8");
   });
+  testing::run_rank_threads(2, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    models::TensorParallelGPT tp(testing::tp_config(), group, TokenLayout::kSequenceSharded);
+    EXPECT_THROW_MSG(tp->forward(zeros({1, 5}, {.dtype = kInt64})),
+                     "sequence parallel over 2 ranks needs a sequence length that divides by them, got 5");
+  });
 }
 
 struct GptCase {
