@@ -102,9 +102,10 @@ int main(int argc, char** argv) {
             flags.add("--stages", stages, "pipeline stages (under mpirun: the ranks)", Scope::Job, integer_in(1, 8));
         flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 60000));
         flags.add("--schedule", schedule,
-                  "gpipe, 1f1b, interleaved (1F1B over --chunks model chunks per stage), zb-h1 (zero bubble) or "
-                  "zb-v (zero bubble, two chunks per stage in a V)",
-                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
+                  "gpipe, 1f1b, interleaved (1F1B over --chunks model chunks per stage), zb-h1 (zero bubble), "
+                  "zb-h2 (zero bubble, forwards run ahead: twice zb-h1's memory) or zb-v (zero bubble, two chunks "
+                  "per stage in a V)",
+                  Scope::Job, CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"}));
         flags.add("--chunks", chunks, "interleaved: model chunks per stage (micro-batches: a multiple of the stages)",
                   Scope::Job, integer_in(1, 8));
         std::string balance = "layers";

@@ -42,15 +42,16 @@ int main(int argc, char** argv) {
               Scope::Job, number_in(0, 1));
     flags.add_switch("--no-timeline", no_timeline, "do not draw the simulated steps", Scope::Job);
     flags.add("--schedules", schedules, "comma-separated subset to print", Scope::Job,
-              list_of({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
+              list_of({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"}));
     flags.parse(argc, argv);
 
     for (parallel::ScheduleKind kind : {parallel::ScheduleKind::GPipe, parallel::ScheduleKind::OneFOneB,
                                         parallel::ScheduleKind::Interleaved1F1B,
-                                        parallel::ScheduleKind::ZeroBubbleH1, parallel::ScheduleKind::ZeroBubbleV}) {
+                                        parallel::ScheduleKind::ZeroBubbleH1, parallel::ScheduleKind::ZeroBubbleH2,
+                                        parallel::ScheduleKind::ZeroBubbleV}) {
       if (("," + schedules + ",").find("," + std::string(parallel::schedule_name(kind)) + ",") == std::string::npos)
         continue;
-      const bool zb_v = kind == parallel::ScheduleKind::ZeroBubbleV;
+      const bool zb_v = kind == parallel::ScheduleKind::ZeroBubbleV, zb_h2 = kind == parallel::ScheduleKind::ZeroBubbleH2;
       const int v = parallel::chunks_for(kind, chunks);
       std::printf("== %s", parallel::schedule_name(kind));
       if (v > 1) std::printf(", %d chunks a stage%s", v, zb_v ? " in a V" : "");
@@ -63,8 +64,10 @@ int main(int argc, char** argv) {
       const parallel::PassTimes times{.forward = 1.0 / v,
                                       .backward_input = (1 - weight_share) * backward_cost / v,
                                       .backward_weight = weight_share * backward_cost / v};
-      const parallel::PipelineSchedule schedule = zb_v ? parallel::zero_bubble_v_schedule(stages, micro_batches, times)
-                                                       : parallel::make_schedule(kind, stages, micro_batches, v);
+      const parallel::PipelineSchedule schedule =
+          zb_v ? parallel::zero_bubble_v_schedule(stages, micro_batches, times)
+          : zb_h2 ? parallel::zero_bubble_h2_schedule(stages, micro_batches, times)
+                  : parallel::make_schedule(kind, stages, micro_batches, v);
       std::printf("%s", parallel::to_string(schedule).c_str());
       const parallel::SimulatedStep step =
           parallel::simulate_schedule(schedule, v, times, parallel::placement_of(kind));
@@ -73,10 +76,10 @@ int main(int argc, char** argv) {
       for (double idle : step.idle_fraction) std::printf(" %.1f%%", 100 * idle);
       const double theory = kind == parallel::ScheduleKind::ZeroBubbleH1
                                 ? parallel::ideal_zero_bubble_h1_fraction(stages, micro_batches, times)
-                            : zb_v ? parallel::zero_bubble_v_lower_bound(stages, micro_batches, times)
-                                   : parallel::ideal_bubble_fraction(stages, micro_batches, v);
+                            : zb_v || zb_h2 ? parallel::one_step_lower_bound(stages, micro_batches, v, times)
+                                            : parallel::ideal_bubble_fraction(stages, micro_batches, v);
       std::printf("\nbubble %.1f%% (%s: %.1f%%); peak activations per stage%s:", 100 * step.bubble_fraction,
-                  zb_v                                            ? "these passes, at least"
+                  zb_v || zb_h2                                   ? "these passes, at least"
                   : kind == parallel::ScheduleKind::ZeroBubbleH1 ? "these passes in theory"
                                                                   : "equal passes in theory",
                   100 * theory, zb_v ? " (chunks, each half a stage's)" : "");

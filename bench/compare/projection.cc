@@ -72,8 +72,10 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
     const double slowest = p.stage_forward_s[k] + p.stage_backward_s[k];
     const double hop = p.boundary_bytes.empty() ? 0 : 2 * link.seconds(largest_boundary / m);
     // ZB-H1: 1F1B's slots, but weight passes fill the waits, so each of the
-    // N - 1 bubble slots costs a forward only.
-    if (strategy == "zb-h1") return slowest + (n - 1) * p.stage_forward_s[k] / m + (m + n - 1) * hop + optimizer_per_stage;
+    // N - 1 bubble slots costs a forward only. ZB-H2 the same: both idle
+    // only while the first micro-batch comes down, in theory with equal
+    // passes (ZB-H2 comes nearer that where W is shorter than F).
+    if (strategy == "zb-h1" || strategy == "zb-h2") return slowest + (n - 1) * p.stage_forward_s[k] / m + (m + n - 1) * hop + optimizer_per_stage;
     // ZB-V: two half-stage chunks in a V; a stage waits only while the first
     // micro-batch comes down (a chunk forward a stage), and each chunk sends
     // and receives its own activations and gradients: twice 1F1B's hops.

@@ -83,7 +83,7 @@ inline bool is_ddp(const std::string& strategy) {
 // The pipeline strategies, each named as its schedule (parallel::schedule_kind).
 inline bool is_pipeline(const std::string& strategy) {
   return strategy == "gpipe" || strategy == "1f1b" || strategy == "interleaved" || strategy == "zb-h1" ||
-         strategy == "zb-v";
+         strategy == "zb-h2" || strategy == "zb-v";
 }
 
 // A pipeline strategy's model chunks per stage: interleaved kInterleavedChunks, zb-v 2 (its V), the others 1.

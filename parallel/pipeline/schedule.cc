@@ -138,6 +138,7 @@ PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches,
     case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, micro_batches);
     case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b_schedule(stages, chunks, micro_batches);
     case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1_schedule(stages, micro_batches);
+    case ScheduleKind::ZeroBubbleH2: return zero_bubble_h2_schedule(stages, micro_batches);
     case ScheduleKind::ZeroBubbleV:
       return part_times.empty() ? zero_bubble_v_schedule(stages, micro_batches)
                                 : zero_bubble_v_schedule(stages, micro_batches, part_times);
@@ -151,6 +152,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved1F1B: return "interleaved";
     case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::ZeroBubbleH2: return "zb-h2";
     case ScheduleKind::ZeroBubbleV: return "zb-v";
   }
   return "?";
@@ -158,9 +160,9 @@ const char* schedule_name(ScheduleKind kind) {
 
 ScheduleKind schedule_kind(const std::string& name) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
-                            ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV})
+                            ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2, ScheduleKind::ZeroBubbleV})
     if (name == schedule_name(kind)) return kind;
-  LOOM_FAIL("unknown pipeline schedule '", name, "': expected gpipe, 1f1b, interleaved, zb-h1 or zb-v");
+  LOOM_FAIL("unknown pipeline schedule '", name, "': expected gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v");
 }
 
 namespace {

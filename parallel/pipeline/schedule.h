@@ -42,7 +42,7 @@ struct Action {
 
 using PipelineSchedule = std::vector<std::vector<Action>>;  // [stage] -> actions in order
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1, ZeroBubbleV };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1, ZeroBubbleH2, ZeroBubbleV };
 
 // Where part i of a model cut into p * v parts runs. Loop (interleaved, and
 // v = 1): stage i % p, as its chunk i / p. V (ZB-V, v = 2): down the stages
@@ -95,10 +95,18 @@ PipelineSchedule interleaved_one_f_one_b_schedule(int stages, int chunks, int mi
 // only what the weights' gradients need (each product's input).
 PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches);
 
+// ZB-H2 (Qi et al.): ZB-H1's one chunk a stage with twice its memory. Built
+// by the list scheduling ZB-V uses (list_schedule.cc), with a stage
+// allowed up to 2p - 1 micro-batches between F and W: it runs forwards
+// ahead through what is 1F1B's warm-up bubble, and its W passes fill the
+// waits at the end. With equal passes it idles only while the first
+// micro-batch comes down and the last one's gradient goes back up.
+PipelineSchedule zero_bubble_h2_schedule(int stages, int micro_batches, PassTimes times = {});
+
 // ZB-V (Qi et al., the V schedule of "Zero Bubble Pipeline Parallelism"):
 // two chunks a stage, placed in a V, with split backwards, built by list
 // scheduling on the ideal machine (simulator.h) with passes of `times`
-// (zero_bubble_v.cc): whenever a stage is free it runs the oldest ready I,
+// (list_schedule.cc): whenever a stage is free it runs the oldest ready I,
 // else the oldest ready F while it holds fewer than 2p chunk activations
 // (2p - 1 for a new micro-batch's first chunk, so the turn can always go
 // on), else the oldest W. A stage then holds what 1F1B's first stage holds
@@ -119,7 +127,7 @@ int chunks_for(ScheduleKind kind, int interleaved = 2);
 // for (empty: equal passes).
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1,
                                const std::vector<PassTimes>& part_times = {});
-const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"
+const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"
 ScheduleKind schedule_kind(const std::string& name);  // the inverse; throws for another name
 
 // "stage 0: F0 F1 ... B0 ...", one line per stage; chunks after a colon

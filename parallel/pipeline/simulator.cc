@@ -137,9 +137,13 @@ double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes ti
   return idle / (micro_batches * (times.forward + times.backward_input + times.backward_weight) + idle);
 }
 
-double zero_bubble_v_lower_bound(int stages, int micro_batches, PassTimes times) {
+double one_step_lower_bound(int stages, int micro_batches, int chunks, PassTimes times) {
   const double idle = (stages - 1) * times.forward;
-  return idle / (2 * micro_batches * (times.forward + times.backward_input + times.backward_weight) + idle);
+  return idle / (chunks * micro_batches * (times.forward + times.backward_input + times.backward_weight) + idle);
+}
+
+double zero_bubble_v_lower_bound(int stages, int micro_batches, PassTimes times) {
+  return one_step_lower_bound(stages, micro_batches, 2, times);
 }
 
 }  // namespace loom::parallel

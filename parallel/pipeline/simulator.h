@@ -58,10 +58,14 @@ double ideal_bubble_fraction(int stages, int micro_batches, int chunks = 1);
 // (p - 1)(F + I - W) / (m (F + I + W) + (p - 1)(F + I - W)); with equal
 // passes (p - 1) / (3m + p - 1), a third of 1F1B's idle time.
 double ideal_zero_bubble_h1_fraction(int stages, int micro_batches, PassTimes times = {});
-// The least idle fraction of any one-step schedule whose p stages each run 2m
-// chunks' passes of `times` (ZB-V's): the last stage cannot start before
-// p - 1 forwards, (p - 1) F / (2m (F + I + W) + (p - 1) F); with equal
-// passes (p - 1) / (6m + p - 1). ZB-V meets it for p = 2 and 4 (m >= p).
+// The least idle fraction of any one-step schedule whose p stages each run
+// `chunks` x m chunk passes of `times`: the last stage cannot start before
+// p - 1 forwards, (p - 1) F / (chunks m (F + I + W) + (p - 1) F). With one
+// chunk and equal passes (p - 1) / (3m + p - 1), which ZB-H1 meets; ZB-H2
+// comes nearer it than ZB-H1 when W is shorter than F.
+double one_step_lower_bound(int stages, int micro_batches, int chunks, PassTimes times = {});
+// ZB-V's (two chunks): with equal passes (p - 1) / (6m + p - 1). ZB-V meets
+// it for p = 2 and 4 (m >= p).
 double zero_bubble_v_lower_bound(int stages, int micro_batches, PassTimes times = {});
 
 }  // namespace loom::parallel

@@ -20,7 +20,7 @@ for s in single dp ddp zero1 zero2 fsdp layer_split gpipe 1f1b interleaved zb-h1
     || { echo "bad trace for $s"; exit 1; }
 done
 grep -q "NOTE: the 2 devices are one CPU" out.log || { echo "no shared-device note"; cat out.log; exit 1; }
-[ "$(wc -l < cmp.csv)" = 13 ] || { echo "cmp.csv should have a header and 12 rows"; cat cmp.csv; exit 1; }
+[ "$(wc -l < cmp.csv)" = 14 ] || { echo "cmp.csv should have a header and 13 rows"; cat cmp.csv; exit 1; }
 # ZeRO moves what DDP moves; FSDP 1.5 times that (its root, which stays gathered, moves 1x).
 python3 - out.log <<'PY' || { cat out.log; exit 1; }
 import json, sys

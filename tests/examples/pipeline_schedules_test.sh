@@ -4,7 +4,10 @@
 # (p-1)/(vm+p-1) interleaved; 1F1B's stage s holds p - s micro-batches;
 # ZB-H1 idles (p-1)(F+I-W) a stage: with F = I = W (--backward-cost 2) a
 # third of 1F1B's time, 3/27. ZB-V (two half-stage chunks in a V) idles only
-# while the first micro-batch comes down, (p-1) chunk forwards: 3/51.
+# while the first micro-batch comes down, (p-1) chunk forwards: 3/51. ZB-H2
+# (forwards ahead, 2p - 1 micro-batches held) reaches the one-chunk floor,
+# (p-1) F of the step: with F = 1 and I = W = 1.5, 3/35, where ZB-H1's
+# bubble slots cost F + I - W each and it idles 12.3%.
 set -euo pipefail
 source "$(dirname "$0")/expect.sh"
 tool=$(realpath "$1")
@@ -22,6 +25,10 @@ grep -q 'bubble 11.1% (these passes in theory: 11.1%)' equal.txt || { cat equal.
 grep -q "bubble 5.9% (these passes, at least: 5.9%); peak activations per stage (chunks, each half a stage's): 8 8 8 8$" \
   equal.txt || { cat equal.txt; fail "ZB-V with F = I = W: 3/51, 2p half-stage chunks held"; }
 grep -q '^== zb-v, 2 chunks a stage in a V' equal.txt || { cat equal.txt; fail "ZB-V's heading"; }
+"$tool" --stages 4 --micro-batches 8 --backward-cost 3 --weight-share 0.5 --schedules zb-h1,zb-h2 --no-timeline > h2.txt
+grep -q 'bubble 12.3% (these passes in theory: 8.6%)' h2.txt || { cat h2.txt; fail "ZB-H1 with F = 1, I = W = 1.5"; }
+grep -q 'bubble 8.6% (these passes, at least: 8.6%); peak activations per stage: 7 7 7 7$' h2.txt \
+  || { cat h2.txt; fail "ZB-H2 with F = 1, I = W = 1.5: the floor 3/35, 2p - 1 held"; }
 # No weight gradients at all (W takes no time): ZB-V is still built and simulated.
 "$tool" --weight-share 0 --schedules zb-v > no_w.txt
 grep -q '^bubble [0-9.]*% (these passes, at least: 8.6%)' no_w.txt || { cat no_w.txt; fail "ZB-V with W = 0"; }
@@ -37,6 +44,6 @@ expect_failure chunks 2 "--chunks: expected an integer from 1 to 16" -- "$tool" 
 "$tool" --schedules 1f1b,zb-h1 > some.txt
 [ "$(grep -c '^== ' some.txt)" = 2 ] && grep -q '^== 1f1b' some.txt && grep -q '^== zb-h1' some.txt \
   || { cat some.txt; fail "--schedules 1f1b,zb-h1 should print those two"; }
-expect_failure schedules 2 "--schedules" -- "$tool" --schedules 1f1b,zb-h2
+expect_failure schedules 2 "--schedules" -- "$tool" --schedules 1f1b,zb-h3
 expect_failure weight 2 "--weight-share: expected a finite number from 0 to 1, got '2'" -- "$tool" --weight-share 2
 echo PASS

@@ -53,6 +53,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Zero bubble: the input's gradient goes upstream at I, the weights' come at W.
         PipelineCase{ScheduleKind::ZeroBubbleH1, {}, 3}, PipelineCase{ScheduleKind::ZeroBubbleH1, {4}, 2},
         PipelineCase{ScheduleKind::ZeroBubbleH1, {2, 5}, 4, 10}, PipelineCase{ScheduleKind::ZeroBubbleH1, {1, 3, 6}, 6},
+        // ZB-H2: forwards run ahead, up to 2p - 1 micro-batches a rank.
+        PipelineCase{ScheduleKind::ZeroBubbleH2, {2, 5}, 5, 10}, PipelineCase{ScheduleKind::ZeroBubbleH2, {1, 3, 6}, 6},
         // ZB-V: rank r runs parts r and 2p - 1 - r; the last rank turns each micro-batch around in memory,
         // rank 0 has the loss.
         PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 3, 6}, .micro_batches = 4, .chunks = 2},

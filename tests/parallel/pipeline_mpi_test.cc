@@ -24,6 +24,9 @@ TEST(DistributedPipelineMpi, OneFOneBMatchesSingleDevice) { expect_matches_singl
 TEST(DistributedPipelineMpi, ZeroBubbleH1MatchesSingleDevice) {
   expect_matches_single_device(ScheduleKind::ZeroBubbleH1, 6, 12);
 }
+TEST(DistributedPipelineMpi, ZeroBubbleH2MatchesSingleDevice) {
+  expect_matches_single_device(ScheduleKind::ZeroBubbleH2, 6, 12);
+}
 TEST(DistributedPipelineMpi, UnevenMicroBatchesMatchSingleDevice) {
   expect_matches_single_device(ScheduleKind::OneFOneB, 4, 10);
 }

@@ -122,7 +122,7 @@ TEST(Schedule, ZeroBubbleH1OrderForTwoStagesFourMicroBatches) {
             "stage 1: F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3\n");
   EXPECT_EQ(parallel::make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4), parallel::zero_bubble_h1_schedule(2, 4));
   EXPECT_EQ(parallel::schedule_kind("zb-h1"), ScheduleKind::ZeroBubbleH1);
-  EXPECT_THROW_MSG(parallel::schedule_kind("zb-h2"), "unknown pipeline schedule 'zb-h2'");
+  EXPECT_THROW_MSG(parallel::schedule_kind("zb-h3"), "unknown pipeline schedule 'zb-h3'");
   EXPECT_THROW_MSG(parallel::make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2),
                    "the zb-h1 schedule runs one chunk per stage, got 2");
 }
@@ -307,6 +307,47 @@ TEST(Schedule, ZeroBubbleVFinishesForAnyPartTimes) {
   }
 }
 
+// ZB-H2, list-scheduled with one chunk a stage and up to 2p - 1 micro-
+// batches held: every pass once, in order, finishes, holds no more than
+// 2p - 1 a stage, and never idles less than the one-chunk floor ((p - 1) F
+// of a step). With equal passes (m >= p) it meets the floor, as ZB-H1 does.
+// With more micro-batches than stages (room to run forwards ahead) it never
+// idles more than ZB-H1 with the same passes, and less where W is shorter
+// than F (ZB-H1 has too little W to fill its waits).
+TEST(Schedule, ZeroBubbleH2FinishesBetweenTheFloorAndZeroBubbleH1) {
+  for (parallel::PassTimes times : {parallel::PassTimes{}, parallel::PassTimes{1, 1.4, 0.6},
+                                    parallel::PassTimes{1, 1.5, 1.5}, parallel::PassTimes{2, 1, 0.5}})
+    for (int p = 1; p <= 6; ++p)
+      for (int m = 1; m <= 12; ++m) {
+        const std::string what = "p=" + std::to_string(p) + " m=" + std::to_string(m) + " F " +
+                                 std::to_string(times.forward) + " W " + std::to_string(times.backward_weight);
+        const parallel::PipelineSchedule h2 = parallel::zero_bubble_h2_schedule(p, m, times);
+        ASSERT_EQ(h2.size(), static_cast<size_t>(p));
+        for (int s = 0; s < p; ++s) {
+          std::map<int, std::string> passes;  // micro-batch -> its passes in order
+          for (const parallel::Action& a : h2[s]) passes[a.micro_batch] += parallel::to_string(a)[0];
+          ASSERT_EQ(passes.size(), static_cast<size_t>(m)) << what << " stage " << s;
+          for (const auto& [mb, order] : passes) EXPECT_EQ(order, "FIW") << what << " stage " << s;
+        }
+        const parallel::SimulatedStep step = parallel::simulate_schedule(h2, 1, times);
+        for (int s = 0; s < p; ++s) EXPECT_LE(step.peak_in_flight[s], 2 * p - 1) << what;
+        const double floor = parallel::one_step_lower_bound(p, m, 1, times);
+        EXPECT_GE(step.bubble_fraction, floor - 1e-12) << what;
+        if (m < p) continue;
+        if (times.forward == times.backward_weight && times.forward == times.backward_input)
+          EXPECT_NEAR(step.bubble_fraction, floor, 1e-12) << what;
+        if (m == p) continue;
+        const double h1 = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m), 1, times).bubble_fraction;
+        EXPECT_LE(step.bubble_fraction, h1 + 1e-12) << what;
+        if (p > 1 && times.backward_weight < times.forward) EXPECT_LT(step.bubble_fraction, h1) << what;
+      }
+  EXPECT_DOUBLE_EQ(parallel::one_step_lower_bound(4, 8, 1), 3.0 / 27);  // idle 3 F of a step 24 F + 3 F
+  EXPECT_EQ(parallel::schedule_kind("zb-h2"), ScheduleKind::ZeroBubbleH2);
+  EXPECT_EQ(parallel::make_schedule(ScheduleKind::ZeroBubbleH2, 3, 5), parallel::zero_bubble_h2_schedule(3, 5));
+  EXPECT_THROW_MSG(parallel::zero_bubble_h2_schedule(2, 2, {1, 1, -1}),
+                   "zero_bubble_h2_schedule: pass times must be finite and not negative");
+}
+
 TEST(Schedule, SimulationRefusesAWeightPassBeforeItsInputPass) {
   EXPECT_THROW_MSG(parallel::simulate_schedule({{{parallel::Pass::Forward, 0},
                                                  {parallel::Pass::BackwardWeight, 0},
@@ -374,7 +415,11 @@ INSTANTIATE_TEST_SUITE_P(
                       PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 2, 3, 5, 6},
                                    .micro_batches = 6, .chunks = 2},
                       PipelineCase{.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 2, 3, 4, 5, 6, 7},
-                                   .micro_batches = 5, .batch = 10, .chunks = 2}));
+                                   .micro_batches = 5, .batch = 10, .chunks = 2},
+                      // ZB-H2: forwards run ahead, up to 2p - 1 micro-batches a stage.
+                      PipelineCase{ScheduleKind::ZeroBubbleH2, {2, 5}, 4},
+                      PipelineCase{ScheduleKind::ZeroBubbleH2, {1, 3, 6}, 6},
+                      PipelineCase{ScheduleKind::ZeroBubbleH2, {2, 5}, 5, 10}));
 
 parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms, int chunks = 1,
                                   int weight_ms = 0) {
