@@ -5,16 +5,18 @@
 //   bazel run //examples:pipeline_schedules -- --stages 4 --micro-batches 8 --chunks 2
 //
 // For GPipe, 1F1B, interleaved 1F1B (with --chunks parts a stage), ZB-H1
-// (each backward split into the input's gradient I and the weights' W) and
-// ZB-V (two chunks a stage in a V, built for the passes' times): each
+// (each backward split into the input's gradient I and the weights' W),
+// ZB-H2 (forwards run ahead) and ZB-V (two chunks a stage in a V; both
+// built for the passes' times): each
 // stage's passes in order, then the step's length in passes of a
 // whole stage (a forward of a micro-batch through one stage takes one unit,
 // its backward --backward-cost units, of which W takes --weight-share),
 // the step drawn (passes where they run, idle time as dots; --no-timeline
 // leaves it out), each stage's idle fraction, the bubble against the theory's
-// ((p-1)/(vm+p-1); ZB-H1's in schedule.h; for ZB-V the least any schedule
-// can idle, simulator.h), and the most micro-batches' activations a stage
-// holds (interleaved and ZB-V: chunk-sized; ZB-H1 and ZB-V: until W).
+// ((p-1)/(vm+p-1); ZB-H1's in schedule.h; for ZB-H2 and ZB-V the least any
+// schedule of their chunks can idle, simulator.h), and the most
+// micro-batches' activations a stage holds (interleaved and ZB-V:
+// chunk-sized; the zero-bubble ones: until W).
 #include <cstdio>
 #include <string>
 
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
     int stages = 4, micro_batches = 8, chunks = 2;
     double backward_cost = 1, weight_share = 0.5;
     bool no_timeline = false;
-    std::string schedules = "gpipe,1f1b,interleaved,zb-h1,zb-v";
+    std::string schedules = "gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v";
     flags.add("--stages", stages, "pipeline stages (devices)", Scope::Job, integer_in(1, 64));
     flags.add("--micro-batches", micro_batches, "micro-batches per batch", Scope::Job, integer_in(1, 1024));
     flags.add("--chunks", chunks, "model chunks per stage of the interleaved schedule", Scope::Job,

@@ -93,7 +93,7 @@ inline int chunks_of(const std::string& strategy) {
 
 // Predicted seconds per step for "single", "dp", "ddp" (and "ddp_bf16",
 // "ddp_fp16": half the bytes), "zero1", "zero2",
-// "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v" (the stages in the profile are the N
+// "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" (the stages in the profile are the N
 // devices) or "hybrid" (the profile's stages are the mesh's P); any of them
 // with "_ckpt" (activation checkpointing) adds one forward, shared like the
 // rest. -1 for "tp", "tp-sp", "hybrid-tp", "cp" and

@@ -69,7 +69,7 @@ struct Measurement {
 
 StagePlan plan_stages(const Workload& w, int stages);
 
-// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1, zb-v,
+// strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,
 // hybrid, tp; any of them with "_ckpt" appended runs on checkpointed(w).
 // Under mpirun every rank calls it for the strategies that run over ranks
 // (all ranks take part) and rank 0 alone for single.
