@@ -496,6 +496,17 @@ TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   expect_peaks_as_simulated(zb.stats(), parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m)));
 }
 
+// ZB-H2's stages hold what its simulation says: up to 2p - 1 micro-batches
+// between F and W, counted as the stages store and free them.
+TEST(PipelineMemory, ZeroBubbleH2HoldsTwoPMinusOneMicroBatches) {
+  const int p = 4, m = 8;
+  auto h2 = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleH2, 1, 1, 1);
+  h2.train_step(ones({m, 2}), zeros({m}), sum_loss);
+  const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_h2_schedule(p, m));
+  expect_peaks_as_simulated(h2.stats(), simulated);
+  EXPECT_EQ(*std::max_element(simulated.peak_in_flight.begin(), simulated.peak_in_flight.end()), 2 * p - 1);
+}
+
 // ZB-V scheduled for each part's pass times (as measured, see balance.h)
 // trains as one device does; part times are for zb-v only, one per part.
 TEST(Pipeline, ZeroBubbleVScheduledForPartTimesEqualsSingleDevice) {
