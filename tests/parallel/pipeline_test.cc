@@ -616,8 +616,9 @@ TEST(PipelineCuda, StagesOnOneGpuEqualSingleDevice) {
   // Interleaved: two stages of two chunks each, the second stage's output back to the first's next chunk.
   expect_equals_single_device({.kind = ScheduleKind::Interleaved1F1B, .boundaries = {2, 4, 6}, .micro_batches = 4,
                                .batch = 10, .device = Device::cuda(0), .chunks = 2});
-  expect_equals_single_device({.kind = ScheduleKind::ZeroBubbleH1, .boundaries = {2, 5}, .micro_batches = 4,
-                               .batch = 10, .device = Device::cuda(0)});
+  for (ScheduleKind kind : {ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2})
+    expect_equals_single_device({.kind = kind, .boundaries = {2, 5}, .micro_batches = 4, .batch = 10,
+                                 .device = Device::cuda(0)});
   // ZB-V: two stages of two chunks in a V; the loss on the first stage.
   expect_equals_single_device({.kind = ScheduleKind::ZeroBubbleV, .boundaries = {1, 3, 6}, .micro_batches = 4,
                                .batch = 10, .device = Device::cuda(0), .chunks = 2});
