@@ -36,3 +36,6 @@ version=$(cat "$(dirname "$0")/../.bazelversion")
 if [ ! -x "/usr/bin/bazel-$version" ]; then
   $SUDO ln -sf bazel-4 "/usr/bin/bazel-$version"
 fi
+
+# Bazel 4 never evicts from the disk cache .bazelrc names: keep it under a cap.
+bash "$(dirname "$0")/prune_disk_cache.sh"
