@@ -27,8 +27,8 @@ struct ListRule {
   const char* name;  // for errors
   Placement placement;
   int chunks;
-  int max_held;        // before any forward
-  int max_held_first;  // before a forward of a micro-batch's first chunk
+  int max_held;        // a stage runs a forward only while it holds fewer than this,
+  int max_held_first;  // or than this for a micro-batch's first chunk
 };
 
 // The machine while the schedule is built: when each (part, micro-batch)'s
