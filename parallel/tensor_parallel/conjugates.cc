@@ -7,6 +7,7 @@
 #include "tensor/autocast.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
+#include "tensor/shape.h"
 
 namespace loom::parallel {
 
@@ -78,12 +79,6 @@ Tensor reduce_scattered(const Tensor& x, int64_t dim, ProcessGroup& group, const
   return piece;
 }
 
-int64_t checked_dim(const Tensor& x, int64_t dim, const char* op) {
-  const int64_t d = dim < 0 ? dim + x.dim() : dim;
-  LOOM_CHECK(d >= 0 && d < x.dim(), op, ": no dim ", dim, " in a tensor of shape ", x.shape());
-  return d;
-}
-
 }  // namespace
 
 Tensor copy_to_tensor_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group) {
@@ -103,19 +98,9 @@ Tensor reduce_from_tensor_parallel(const Tensor& x, const std::shared_ptr<Proces
 }
 
 Tensor gather_from_tensor_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group) {
-  const int n = group->size(), rank = group->rank();
+  const int rank = group->rank();
   const int64_t width = x.size(-1);
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    std::vector<Tensor> pieces;
-    for (int r = 0; r < n; ++r) pieces.push_back(empty(x.shape(), x.options()));
-    const int64_t issued = trace::now_us();
-    WorkPtr work = group->all_gather(pieces, x.contiguous());
-    work->wait();
-    trace_span("all_gather (logits)", *group, issued, *work);
-    y = cat(pieces, x.dim() - 1);
-  }
+  Tensor y = all_gathered(x, x.dim() - 1, *group, "all_gather (logits)");
   if (autograd::needs_grad(x))
     autograd::record("GatherFromTensorParallel", {x}, y, [rank, width](const TensorList& grads) {
       return TensorList{grads[0].narrow(grads[0].dim() - 1, rank * width, width).contiguous()};
@@ -124,7 +109,7 @@ Tensor gather_from_tensor_parallel(const Tensor& x, const std::shared_ptr<Proces
 }
 
 Tensor gather_from_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int64_t dim) {
-  dim = checked_dim(x, dim, "gather_from_sequence_parallel");
+  dim = wrap_dim(dim, x.dim(), "gather_from_sequence_parallel");
   Tensor y = all_gathered(x, dim, *group, "all_gather (sequence, forward)");
   if (autograd::needs_grad(x))
     autograd::record("GatherFromSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
@@ -135,7 +120,7 @@ Tensor gather_from_sequence_parallel(const Tensor& x, const std::shared_ptr<Proc
 
 Tensor reduce_scatter_to_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group,
                                            int64_t dim) {
-  dim = checked_dim(x, dim, "reduce_scatter_to_sequence_parallel");
+  dim = wrap_dim(dim, x.dim(), "reduce_scatter_to_sequence_parallel");
   Tensor y = reduce_scattered(x, dim, *group, "reduce_scatter (sequence, forward)");
   if (autograd::needs_grad(x))
     autograd::record("ReduceScatterToSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
@@ -148,7 +133,7 @@ Tensor gather_sequence_linear(const Tensor& x, const Tensor& weight, const Tenso
                               const std::shared_ptr<ProcessGroup>& group, int64_t dim) {
   if (autocast_wants_low({x, weight, bias}))
     return gather_sequence_linear(autocast_to_low(x), autocast_to_low(weight), autocast_to_low(bias), group, dim);
-  dim = checked_dim(x, dim, "gather_sequence_linear");
+  dim = wrap_dim(dim, x.dim(), "gather_sequence_linear");
   Tensor y;
   {
     NoGradGuard no_grad;
