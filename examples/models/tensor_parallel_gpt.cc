@@ -81,8 +81,8 @@ Tensor TensorParallelGPTImpl::forward(const Tensor& idx) {
     const int64_t t = idx.size(1), n = group_->size(), piece = t / n;
     LOOM_CHECK(t % n == 0, "TensorParallelGPT: sequence parallel over ", n, " ranks needs a sequence length that ",
                "divides by them, got ", t);
-    Tensor positions = arange(static_cast<double>(group_->rank() * piece), static_cast<double>((group_->rank() + 1) * piece),
-                              1, {.dtype = kInt64, .device = idx.device()});
+    const Tensor positions =
+        parallel::sequence_positions(piece, *group_, parallel::SequenceSplit::kContiguous, idx.device());
     x = wte->forward(idx) + nn::functional::embedding(positions, parallel::copy_to_tensor_parallel(wpe->weight, group_));
   }
   x = parallel::dropout_on(*dropout, x, tokens_, *group_);
