@@ -12,9 +12,10 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   LOOM_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(),
              "context_parallel_attention: expected q, k, v of one shape (B, H, T/N, D), got ", q.shape(), ", ",
              k.shape(), ", ", v.shape());
-  // Every rank's keys and values, in sequence order.
-  const Tensor keys = in_sequence_order(gather_from_sequence_parallel(k, group, 2), *group, split, 2);
-  const Tensor values = in_sequence_order(gather_from_sequence_parallel(v, group, 2), *group, split, 2);
+  // Every rank's keys and values, in sequence order: one all-gather of both, side by side.
+  const int64_t head_dim = k.size(3);
+  const Tensor both = in_sequence_order(gather_from_sequence_parallel(cat({k, v}, 3), group, 2), *group, split, 2);
+  const Tensor keys = both.narrow(3, 0, head_dim), values = both.narrow(3, head_dim, head_dim);
   // Each of this rank's chunks attends to the keys up to its own last token.
   TensorList out;
   int64_t at = 0;
