@@ -45,14 +45,8 @@ inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
     loss.backward();  // keys' and values' gradients reduce-scattered; DDP averages the weights'
     const Tensor norm = optim::clip_grad_norm_(copy->parameters(), 0.5);
     opt_cp.step();
-    Tensor mean_loss = loss.detach().clone().reshape({1});  // of the ranks' tokens: the whole sequences'
-    group->all_reduce(mean_loss, ReduceOp::Avg)->wait();
-    EXPECT_NEAR(mean_loss.item(), expected.loss, 1e-12) << "step " << step;
-    EXPECT_NEAR(norm.item(), expected.norm, 1e-10 * expected.norm) << "step " << step;
-    double worst = 0;
-    const TensorList a = copy->parameters(), b = full->parameters();
-    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
-    EXPECT_LT(worst, 1e-10) << "rank " << group->rank() << ", step " << step;
+    expect_same_step(expected, {mean_over(*group, loss), norm.item()}, max_param_difference(*copy, *full),
+                     group->rank(), step);
   }
 }
 

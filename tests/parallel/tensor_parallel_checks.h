@@ -11,6 +11,7 @@
 #include "optim/optimizer.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/parallel/equivalence.h"
 #include "tests/test_util.h"
 
 namespace loom::parallel::testing {
@@ -46,10 +47,7 @@ inline models::TensorParallelGPT tp_gpt(const models::GPT& full, const std::shar
 inline double max_slice_difference(const models::GPT& full, const models::TensorParallelGPT& tp,
                                    const std::shared_ptr<ProcessGroup>& group) {
   models::TensorParallelGPT expected = tp_gpt(full, group, tp->tokens());
-  double worst = 0;
-  const TensorList a = tp->parameters(), b = expected->parameters();
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, loom::testing::max_rel_error(a[i], b[i]));
-  return worst;
+  return max_param_difference(*tp, *expected);
 }
 
 // One AdamW step of the unsharded GPT on the whole batch, its gradients
@@ -77,14 +75,21 @@ inline StepResult tensor_parallel_step(models::TensorParallelGPT& tp, optim::Opt
   return {loss.item(), norm.item()};
 }
 
+// The mean of every rank's `loss` in `group` (ranks that each took a share
+// of the batch or of the sequence: the whole's loss).
+inline double mean_over(ProcessGroup& group, const Tensor& loss) {
+  Tensor mean = loss.detach().clone().reshape({1});
+  group.all_reduce(mean, ReduceOp::Avg)->wait();
+  return mean.item();
+}
+
 // This rank's step (its loss, its clipped norm) against the reference, and
-// its slices against the reference's weights after it.
-inline void expect_same_step(const StepResult& expected, double loss, double norm, const models::GPT& full,
-                             const models::TensorParallelGPT& tp, const std::shared_ptr<ProcessGroup>& group,
+// the largest difference of its weights from the reference's after it.
+inline void expect_same_step(const StepResult& expected, const StepResult& mine, double weights_difference, int rank,
                              int step) {
-  EXPECT_NEAR(loss, expected.loss, 1e-12) << "step " << step;
-  EXPECT_NEAR(norm, expected.norm, 1e-10 * expected.norm) << "step " << step;
-  EXPECT_LT(max_slice_difference(full, tp, group), 1e-10) << "rank " << group->rank() << ", step " << step;
+  EXPECT_NEAR(mine.loss, expected.loss, 1e-12) << "step " << step;
+  EXPECT_NEAR(mine.norm, expected.norm, 1e-10 * expected.norm) << "step " << step;
+  EXPECT_LT(weights_difference, 1e-10) << "rank " << rank << ", step " << step;
 }
 
 // Forward (gathered logits and the loss from split logits), then three AdamW
@@ -108,7 +113,7 @@ inline void check_tp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
   for (int step = 0; step < 3; ++step) {
     const StepResult expected = reference_step(full, opt_full, idx, targets);
     const StepResult mine = tensor_parallel_step(tp, opt_tp, idx, targets);
-    expect_same_step(expected, mine.loss, mine.norm, full, tp, group, step);
+    expect_same_step(expected, mine, max_slice_difference(full, tp, group), group->rank(), step);
   }
   // Generation gathers the logits: every rank samples the same tokens as the full model
   // (sequence parallel: from windows of 1 to 6 tokens, padded to the ranks).
@@ -145,9 +150,8 @@ inline void check_data_x_tensor_parallel_matches_single_device(const std::shared
     loss.backward();  // DDP averages each slice's gradient over the data group
     const Tensor norm = tp->clip_grad_norm_(0.5);
     opt_tp.step();
-    Tensor mean_loss = loss.detach().clone().reshape({1});  // of the replicas' shares: the whole batch's
-    mesh.group("data")->all_reduce(mean_loss, ReduceOp::Avg)->wait();
-    expect_same_step(expected, mean_loss.item(), norm.item(), full, tp, tensor_group, step);
+    expect_same_step(expected, {mean_over(*mesh.group("data"), loss), norm.item()},
+                     max_slice_difference(full, tp, tensor_group), world->rank(), step);
   }
 }
 
@@ -171,7 +175,7 @@ inline void check_tp_gpt_with_dropout_matches_single_device(const std::shared_pt
     const StepResult expected = reference_step(full, opt_full, idx, targets);
     manual_seed(100 + step);  // the same masks
     const StepResult mine = tensor_parallel_step(tp, opt_tp, idx, targets);
-    expect_same_step(expected, mine.loss, mine.norm, full, tp, group, step);
+    expect_same_step(expected, mine, max_slice_difference(full, tp, group), group->rank(), step);
   }
   full->eval();  // the masks mattered: without them the loss differs
   Tensor no_dropout = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
