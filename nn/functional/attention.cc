@@ -30,10 +30,12 @@ bool fused_wanted(const Tensor& q) {
   return false;
 }
 
-// Whether the fused kernels take these tensors (else the composite runs).
-bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
+// Whether the fused kernels take these tensors and mask (else the composite runs).
+bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
-  return std::max(q.size(-1), v.size(-1)) <= backend_for(q.device()).attention_max_head_dim();
+  const Backend& backend = backend_for(q.device());
+  if (causal && q.size(-2) != k.size(-2) && !backend.attention_takes_fewer_causal_queries()) return false;
+  return std::max(q.size(-1), v.size(-1)) <= backend.attention_max_head_dim();
 }
 
 // (..., T, D) as (B, H, T, D) with stride 1 along D: 4-D tensors as they
@@ -118,9 +120,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // Leading dims that differ broadcast, which only the composite does.
   const bool same_batch = std::equal(q.shape().begin(), q.shape().end() - 2, k.shape().begin()) &&
                           std::equal(q.shape().begin(), q.shape().end() - 2, v.shape().begin());
-  // The CUDA kernels take causal masks over as many queries as keys only.
-  const bool square_or_cpu = !causal || tq == tk || q.device().is_cpu();
-  if (same_batch && square_or_cpu && fused_wanted(q) && fused_fits(q, k, v)) {
+  if (same_batch && fused_wanted(q) && fused_fits(q, k, v, causal)) {
     if (autocast_wants_low({q, k, v}))
       return fused_attention(autocast_to_low(q), autocast_to_low(k), autocast_to_low(v), scale, causal);
     return fused_attention(q, k, v, scale, causal);
