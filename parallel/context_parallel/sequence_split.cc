@@ -1,5 +1,7 @@
 #include "parallel/context_parallel/sequence_split.h"
 
+#include <map>
+
 #include "tensor/error.h"
 
 namespace loom::parallel {
@@ -33,12 +35,17 @@ Tensor sequence_positions(int64_t tokens, const ProcessGroup& group, SequenceSpl
 Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, SequenceSplit split, int64_t dim) {
   if (split == SequenceSplit::kContiguous) return gathered;
   const int n = group.size();
-  const int64_t tokens = gathered.size(dim) / n, chunk = tokens / 2;
-  TensorList chunks(2 * n);
-  for (int r = 0; r < n; ++r) {  // rank r's tokens: its chunks r and 2n-1-r, in that order
-    chunks[r] = gathered.narrow(dim, r * tokens, chunk);
-    chunks[2 * n - 1 - r] = gathered.narrow(dim, r * tokens + chunk, chunk);
+  const int64_t tokens = gathered.size(dim) / n;
+  std::map<int64_t, Tensor> by_position;  // every rank's chunks, by where they start in the sequence
+  for (int r = 0; r < n; ++r) {
+    int64_t at = r * tokens;  // rank r's tokens in the gathered tensor, its chunks side by side
+    for (const SequenceChunk& c : chunks_of_rank(r, n, tokens, split)) {
+      by_position[c.first] = gathered.narrow(dim, at, c.length);
+      at += c.length;
+    }
   }
+  TensorList chunks;
+  for (const auto& [first, chunk] : by_position) chunks.push_back(chunk);
   return cat(chunks, dim);
 }
 
