@@ -262,7 +262,11 @@ int main(int argc, char** argv) {
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
         StagePlan plan;
         if (writer) plan = plan_stages(w, config.devices);
-        if (config.group) parallel::share_boundaries(plan.boundaries, *config.group, config.device);
+        if (config.group) {
+          parallel::share_boundaries(plan.boundaries, *config.group, config.device);
+          parallel::share_part_times(plan.part_times, *config.group, config.device);
+        }
+        config.chunk_plans[1] = plan;
         StagePlan mesh_plan;  // hybrid: the P stages of the mesh's pipelines
         if (config.mesh_pipeline > 0) {
           if (writer) mesh_plan = plan_stages(w, config.mesh_pipeline);

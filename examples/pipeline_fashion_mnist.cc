@@ -146,9 +146,9 @@ int main(int argc, char** argv) {
         const std::vector<int>& cuts = plan.cuts;
         if (me.group->rank() == 0 && stages * chunks > 1)
           std::printf("cut before layers %s (by %s)\n", text(cuts).c_str(), balance.c_str());
-        if (kind == parallel::ScheduleKind::ZeroBubbleV && !plan.part_times.empty()) {
-          options.part_times = plan.part_times;  // the V scheduled for the parts' measured F, I and W
-          if (me.group->rank() == 0) std::printf("zb-v scheduled for the parts' measured pass times\n");
+        if (parallel::built_for_pass_times(kind) && !plan.part_times.empty()) {
+          options.part_times = plan.part_times;  // scheduled for the parts' measured F, I and W
+          if (me.group->rank() == 0) std::printf("%s scheduled for the parts' measured pass times\n", schedule.c_str());
         }
         const std::vector<nn::ModulePtr> parts = parallel::split_sequential(run.model, cuts);
         std::unique_ptr<parallel::Pipeline> in_process;

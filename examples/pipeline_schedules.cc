@@ -66,10 +66,10 @@ int main(int argc, char** argv) {
       const parallel::PassTimes times{.forward = 1.0 / v,
                                       .backward_input = (1 - weight_share) * backward_cost / v,
                                       .backward_weight = weight_share * backward_cost / v};
-      const parallel::PipelineSchedule schedule =
-          zb_v ? parallel::zero_bubble_v_schedule(stages, micro_batches, times)
-          : zb_h2 ? parallel::zero_bubble_h2_schedule(stages, micro_batches, times)
-                  : parallel::make_schedule(kind, stages, micro_batches, v);
+      const parallel::PipelineSchedule schedule = parallel::make_schedule(
+          kind, stages, micro_batches, v,
+          parallel::built_for_pass_times(kind) ? std::vector<parallel::PassTimes>(stages * v, times)
+                                               : std::vector<parallel::PassTimes>{});
       std::printf("%s", parallel::to_string(schedule).c_str());
       const parallel::SimulatedStep step =
           parallel::simulate_schedule(schedule, v, times, parallel::placement_of(kind));

@@ -120,9 +120,9 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
 parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c) {
   const parallel::ScheduleKind kind = parallel::schedule_kind(strategy);
   parallel::PipelineOptions options{.micro_batches = c.micro_batches, .schedule = kind, .chunks = chunks_of(strategy)};
-  // zb-v: the V scheduled for its parts' measured pass times.
+  // zb-h2, zb-v: scheduled for their parts' measured pass times.
   const auto plan = c.chunk_plans.find(options.chunks);
-  if (kind == parallel::ScheduleKind::ZeroBubbleV && plan != c.chunk_plans.end())
+  if (parallel::built_for_pass_times(kind) && plan != c.chunk_plans.end())
     options.part_times = plan->second.part_times;
   return options;
 }

@@ -42,10 +42,11 @@ struct CompareConfig {
   // given), and where hybrid's N stages are cut (plan_stages for N).
   int mesh_data = 0, mesh_pipeline = 0;
   std::vector<int> mesh_boundaries;
-  // Pipelines with several chunks a stage (interleaved, zb-v): [v] is the
-  // model cut into v parts per stage (plan_stages for that many; no
-  // boundaries when the model has too few children), with each part's pass
-  // times, which zb-v's schedule is built for.
+  // The pipelines' cuts: [v] is the model cut into v parts per stage
+  // (plan_stages for that many; no boundaries when the model has too few
+  // children), with each part's pass times, which the zb-h2 and zb-v
+  // schedules are built for. [1] is the plan of one part a stage; [2] and
+  // more are made only for the strategies that run several (interleaved, zb-v).
   std::map<int, StagePlan> chunk_plans;
 };
 

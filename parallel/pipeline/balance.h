@@ -38,8 +38,8 @@ ChildCosts time_children(const nn::Sequential& model, const Tensor& sample, int 
 
 // Each part's pass times when the children are cut at `boundaries`
 // (split_sequential's): its children's F, I and W added up, on the sample
-// batch (a schedule depends only on their ratios). Feeds
-// zero_bubble_v_schedule through PipelineOptions::part_times.
+// batch (a schedule depends only on their ratios). Feeds the list-scheduled
+// zero-bubble schedules (ZB-H2, ZB-V) through PipelineOptions::part_times.
 std::vector<PassTimes> part_pass_times(const ChildCosts& costs, const std::vector<int>& boundaries);
 
 // balanced_boundaries of time_children: `parts` stages of about equal time.

@@ -198,7 +198,11 @@ PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, const std
 
 PipelineSchedule zero_bubble_h2_schedule(int stages, int micro_batches, PassTimes times) {
   LOOM_CHECK(stages >= 1, "zero_bubble_h2_schedule: need at least one stage, got ", stages);
-  return build_list_schedule(stages, micro_batches, std::vector<PassTimes>(stages, times), zero_bubble_h2_rule(stages));
+  return zero_bubble_h2_schedule(stages, micro_batches, std::vector<PassTimes>(stages, times));
+}
+
+PipelineSchedule zero_bubble_h2_schedule(int stages, int micro_batches, const std::vector<PassTimes>& part_times) {
+  return build_list_schedule(stages, micro_batches, part_times, zero_bubble_h2_rule(stages));
 }
 
 }  // namespace loom::parallel

@@ -45,9 +45,10 @@ struct PipelineOptions {
   int micro_batches = 4;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int chunks = 1;  // model chunks per stage: any for Interleaved1F1B, 2 for ZeroBubbleV, else 1
-  // ZeroBubbleV only: each part's pass times (p * chunks, in the model's
-  // order; measured: balance.h's part_pass_times), which the schedule is
-  // built for; empty: equal passes. Every rank must be given the same.
+  // ZeroBubbleH2 and ZeroBubbleV only (built_for_pass_times): each part's
+  // pass times (p * chunks, in the model's order; measured: balance.h's
+  // part_pass_times), which the schedule is built for; empty: equal passes.
+  // Every rank must be given the same.
   std::vector<PassTimes> part_times{};
 };
 

@@ -126,19 +126,25 @@ int chunks_for(ScheduleKind kind, int interleaved) {
   return kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
 }
 
+bool built_for_pass_times(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleH2 || kind == ScheduleKind::ZeroBubbleV;
+}
+
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks,
                                const std::vector<PassTimes>& part_times) {
   const int wanted = chunks_for(kind);
   LOOM_CHECK(chunks == wanted || kind == ScheduleKind::Interleaved1F1B, "make_schedule: the ", schedule_name(kind),
              " schedule runs ", wanted == 2 ? "two chunks" : "one chunk", " per stage, got ", chunks);
-  LOOM_CHECK(part_times.empty() || kind == ScheduleKind::ZeroBubbleV, "make_schedule: part_times are for the zb-v "
-             "schedule, not ", schedule_name(kind));
+  LOOM_CHECK(part_times.empty() || built_for_pass_times(kind), "make_schedule: part_times are for the zb-h2 and "
+             "zb-v schedules, not ", schedule_name(kind));
   switch (kind) {
     case ScheduleKind::GPipe: return gpipe_schedule(stages, micro_batches);
     case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, micro_batches);
     case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b_schedule(stages, chunks, micro_batches);
     case ScheduleKind::ZeroBubbleH1: return zero_bubble_h1_schedule(stages, micro_batches);
-    case ScheduleKind::ZeroBubbleH2: return zero_bubble_h2_schedule(stages, micro_batches);
+    case ScheduleKind::ZeroBubbleH2:
+      return part_times.empty() ? zero_bubble_h2_schedule(stages, micro_batches)
+                                : zero_bubble_h2_schedule(stages, micro_batches, part_times);
     case ScheduleKind::ZeroBubbleV:
       return part_times.empty() ? zero_bubble_v_schedule(stages, micro_batches)
                                 : zero_bubble_v_schedule(stages, micro_batches, part_times);

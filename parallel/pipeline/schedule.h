@@ -102,6 +102,8 @@ PipelineSchedule zero_bubble_h1_schedule(int stages, int micro_batches);
 // waits at the end. With equal passes it idles only while the first
 // micro-batch comes down and the last one's gradient goes back up.
 PipelineSchedule zero_bubble_h2_schedule(int stages, int micro_batches, PassTimes times = {});
+// The same for stages whose passes take different times (p of them).
+PipelineSchedule zero_bubble_h2_schedule(int stages, int micro_batches, const std::vector<PassTimes>& part_times);
 
 // ZB-V (Qi et al., the V schedule of "Zero Bubble Pipeline Parallelism"):
 // two chunks a stage, placed in a V, with split backwards, built by list
@@ -122,9 +124,13 @@ PipelineSchedule zero_bubble_v_schedule(int stages, int micro_batches, const std
 // interleaved schedule as many as asked (`interleaved`), the others 1.
 int chunks_for(ScheduleKind kind, int interleaved = 2);
 
+// Whether `kind` is list-scheduled for its parts' pass times (ZeroBubbleH2,
+// ZeroBubbleV); the others have one order whatever the times.
+bool built_for_pass_times(ScheduleKind kind);
+
 // `chunks`: Interleaved1F1B takes any, the others chunks_for(kind).
-// `part_times`, for ZeroBubbleV only: each part's pass times to build it
-// for (empty: equal passes).
+// `part_times`, for the kinds built_for_pass_times: each part's pass times
+// to build it for (empty: equal passes).
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1,
                                const std::vector<PassTimes>& part_times = {});
 const char* schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"

@@ -520,7 +520,15 @@ TEST(Pipeline, ZeroBubbleVScheduledForPartTimesEqualsSingleDevice) {
   auto parts = [] { return parallel::split_sequential(parallel::testing::pipeline_models().second, {1, 3, 6}); };
   EXPECT_THROW_MSG(parallel::Pipeline(parts(), std::vector<Device>(4, Device::cpu()),
                                       {.schedule = ScheduleKind::OneFOneB, .part_times = times}),
-                   "part_times are for the zb-v schedule, not 1f1b");
+                   "part_times are for the zb-h2 and zb-v schedules, not 1f1b");
+  // ZB-H2 too is built for its stages' times.
+  parallel::Pipeline h2(parallel::split_sequential(parallel::testing::pipeline_models().second, {1, 3, 6}),
+                        std::vector<Device>(4, Device::cpu()),
+                        {.micro_batches = 6, .schedule = ScheduleKind::ZeroBubbleH2, .part_times = times});
+  EXPECT_EQ(h2.schedule(), parallel::zero_bubble_h2_schedule(4, 6, times));
+  EXPECT_EQ(parallel::make_schedule(ScheduleKind::ZeroBubbleH2, 4, 6, 1, times),
+            parallel::zero_bubble_h2_schedule(4, 6, times));
+  EXPECT_NE(h2.schedule(), parallel::zero_bubble_h2_schedule(4, 6)) << "the times should change the order";
   EXPECT_THROW_MSG(parallel::Pipeline(parts(), std::vector<Device>(2, Device::cpu()),
                                       {.schedule = ScheduleKind::ZeroBubbleV, .chunks = 2,
                                        .part_times = {times[0], times[1]}}),
