@@ -10,8 +10,9 @@
 // fp16 with a GradScaler), as torch_reference.py does with torch.autocast.
 // float32 products and convolutions on the GPU are exact FP32 unless --tf32;
 // torch_reference.py sets PyTorch's switches alike (its cuDNN default is TF32).
-// --blas cublaslt adds the Linear layers' bias in cuBLASLt's epilogue
-// (tensor/blas_library.h); --attention picks the attention kernel.
+// --blas picks the library of the Linear layers' products (tensor/blas_library.h;
+// by default cuBLASLt, which adds the bias in its epilogue); --attention picks
+// the attention kernel.
 // The timed steps lie between two device synchronisations, after --warmup
 // untimed ones; the line names the GPU.
 //
@@ -97,7 +98,8 @@ Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 1
 int main(int argc, char** argv) {
   return run_program("train_bench", [&] {
     Flags flags("Time training steps of loom's benchmark models");
-    std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto", blas = "cublas";
+    std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto",
+                blas = blas_library_name(preferred_blas_library());
     int steps = 20, warmup = 3, threads = 0;
     bool tf32 = false;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));

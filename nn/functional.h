@@ -56,7 +56,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // Which kernel scaled_dot_product_attention runs, process-wide (PyTorch's
 // torch.backends.cuda.enable_flash_sdp / enable_math_sdp).
 enum class AttentionKernel {
-  kAuto,       // fused on the CPU; composite on CUDA until its fused kernels have run on a GPU
+  kAuto,       // fused wherever the kernels take the call, else the composite (as PyTorch picks)
   kFused,      // one op each way, the (T, T) scores never stored (FlashAttention's algorithm)
   kComposite,  // matmul, attention_softmax, matmul: the scores and weights stored for backward
 };

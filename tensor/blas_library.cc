@@ -8,7 +8,7 @@ namespace {
 // Process-wide, as the PyTorch setting it mirrors (STYLE.md allows global
 // state when it is the point).
 std::atomic<BlasLibrary>& preferred() {
-  static std::atomic<BlasLibrary> library{BlasLibrary::kCublas};
+  static std::atomic<BlasLibrary> library{BlasLibrary::kCublasLt};
   return library;
 }
 

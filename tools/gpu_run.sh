@@ -12,6 +12,8 @@
 #                         steps, default 500; lstm_lm)
 #     --no-bench          skip the benchmarks
 #     --filter REGEX      only test binaries whose name matches REGEX
+#     --bench-filter REGEX  only the benchmark steps whose name matches REGEX (as
+#                         bench.txt names them: "cuda_bench", "gpt bf16 (torch, round 2)")
 #     --sanitize[=TOOL]   run the tests under compute-sanitizer (memcheck by default;
 #                         also racecheck, synccheck, initcheck) with loom's caching
 #                         allocator off (LOOM_CUDA_NO_CACHING=1), so that the tool sees
@@ -34,8 +36,10 @@
 #   first, then the toolkit's, then the carried libraries), runs the test binaries
 #   (--jobs at a time; the MPI ones under mpirun -np 2, two ranks sharing the GPU), the
 #   examples and the benchmarks (cuda_bench, NCCL on one rank, compare_parallel on the
-#   GPU, compare_torch against the machine's PyTorch, gpt under bf16 and fp16 autocast
-#   on both sides in three alternating rounds, a kernel profile of the gpt step under ncu), inside the time budget. On a GPU machine a skipped test is a failure (it
+#   GPU, compare_torch against the machine's PyTorch, gpt in fp32 and under bf16 and
+#   fp16 autocast on both sides in three alternating rounds, kernel profiles of loom's
+#   and PyTorch's gpt step under ncu), inside the time budget. On a GPU machine a
+#   skipped test is a failure (it
 #   did not run what it is there for), except those that need more GPUs than the
 #   machine has, or caching and asynchrony under --sanitize. Results: summary.txt (a line per binary,
 #   written as each ends, so a run cut short still returns it) and results.tgz (every
@@ -52,7 +56,7 @@ else
 fi
 
 usage() {
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -165,12 +169,13 @@ EOF
 }
 
 run() {
-  local sanitize="" filter="." tests=1 bench=1 examples=1 budget="${LOOM_GPU_BUDGET:-540}" jobs=6
+  local sanitize="" filter="." bench_filter="." tests=1 bench=1 examples=1 budget="${LOOM_GPU_BUDGET:-540}" jobs=6
   while [ $# -gt 0 ]; do
     case "$1" in
       --sanitize) sanitize=memcheck ;;
       --sanitize=*) sanitize="${1#--sanitize=}" ;;
       --filter) shift; filter="${1:-.}" ;;
+      --bench-filter) shift; bench_filter="${1:-.}" ;;
       --no-tests) tests=0 ;;
       --no-bench) bench=0 ;;
       --no-examples) examples=0 ;;
@@ -188,12 +193,15 @@ run() {
 
   # Logs go to a scratch folder; $OUT gets summary.txt as it grows and results.tgz at the end.
   local ret="${OUT:-}" out="$gpu_dir/out/$(date +%Y%m%d-%H%M%S)" work="$gpu_dir/unpacked"
-  rm -rf "$work" && mkdir -p "$work" "$out/tests" || exit 1
+  mkdir -p "$out/tests" || exit 1
   local summary="$out/summary.txt"
   [ -n "$ret" ] && summary="$ret/summary.txt"
   # shellcheck disable=SC2064
   trap "[ -n '$ret' ] && { cp '$summary' '$out/' 2>/dev/null; tar -C '$out' -czf '$ret/results.tgz' . 2>/dev/null; }" EXIT
-  tar -C "$work" -xJf "$gpu_dir/bundle.tar.xz" || exit 1
+  # Unpacked once per bundle: later runs in the same call (the sanitizers) reuse it.
+  if ! cmp -s "$work/MANIFEST" "$gpu_dir/MANIFEST"; then
+    rm -rf "$work" && mkdir -p "$work" && tar -C "$work" -xJf "$gpu_dir/bundle.tar.xz" || exit 1
+  fi
   cp "$work/MANIFEST" "$out/MANIFEST"
 
   local gpus
@@ -340,6 +348,7 @@ run() {
     local b="$out/bench.txt"
     bench_step() {  # bench_step NAME CAP OUTPUT COMMAND...
       local what="$1" cap="$2" to="$3"; shift 3
+      [[ "$what" =~ $bench_filter ]] || return 0
       if [ "$(left)" -lt 45 ]; then echo "$what NOT RUN: time budget spent" >> "$b"; return; fi
       timeout -k 5 "$(clip "$cap")" "$@" >> "$to" 2>> "$b"
       local rc=$?
@@ -361,20 +370,20 @@ run() {
     (cd "$work" && export LOOM_BIN="$work/bin" && bench_step "compare_torch (cuda)" 300 "$out/compare_torch.jsonl" \
       bash bench/compare_torch.sh cuda 20)
     # PyTorch's step varied by 38% between calls on the H200 (2026-11-26):
-    # three rounds, loom and PyTorch alternating, for each 16-bit precision.
+    # three rounds, loom and PyTorch alternating, for each precision.
     local round precision
     for round in 1 2 3; do
-      for precision in bf16 fp16; do
+      for precision in fp32 bf16 fp16; do
         bench_step "gpt $precision (loom, round $round)" 60 "$out/compare_torch.jsonl" \
           "$work/bin/train_bench" --model gpt --device cuda --steps 20 --precision "$precision"
         bench_step "gpt $precision (torch, round $round)" 90 "$out/compare_torch.jsonl" \
           python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 20 --precision "$precision"
       done
     done
-    # The fused attention kernels (tensor/cuda/attention.cu) and cuBLASLt's
-    # bias epilogue (tensor/cuda/matmul_lt.cc), neither run on a GPU when
-    # written, against the gpt step's defaults (composite attention, cuBLAS
-    # and an add), alternating, in float32 and under bf16 autocast.
+    # The gpt step's defaults (the fused attention kernels, tensor/cuda/attention.cu,
+    # and cuBLASLt's bias epilogue, tensor/cuda/matmul_lt.cc) against what they
+    # replaced (the composite attention, cuBLAS and an add), each pair, alternating,
+    # in float32 and under bf16 autocast.
     local attention blas
     for round in 1 2 3; do
       for attention in composite fused; do
@@ -409,13 +418,13 @@ PY
         "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0
       python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_raw.csv" --top 30 > "$out/profile_gpt.txt" 2>> "$b" &&
         head -n 12 "$out/profile_gpt.txt" | sed 's/^/profile: /' >> "$b"
-      # The same step with the fused attention kernels and cuBLASLt's bias epilogue.
-      bench_step "profile gpt fused attention, cublaslt (ncu)" 200 "$out/profile_gpt_fused_raw.csv" "$ncu" \
+      # PyTorch's step, the same way: where the two spend their time differently.
+      bench_step "profile gpt torch (ncu)" 200 "$out/profile_gpt_torch_raw.csv" "$ncu" \
         --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-        "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0 --attention fused --blas cublaslt
-      python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_fused_raw.csv" --top 30 \
-        > "$out/profile_gpt_fused.txt" 2>> "$b" &&
-        head -n 12 "$out/profile_gpt_fused.txt" | sed 's/^/profile fused: /' >> "$b"
+        python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 1 --warmup 0
+      python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_torch_raw.csv" --top 30 \
+        > "$out/profile_gpt_torch.txt" 2>> "$b" &&
+        head -n 12 "$out/profile_gpt_torch.txt" | sed 's/^/profile torch: /' >> "$b"
     else
       echo "profile gpt NOT RUN: no ncu on this machine" >> "$b"
     fi

@@ -25,7 +25,7 @@ bool fused_wanted(const Tensor& q) {
   switch (attention_kernel()) {
     case AttentionKernel::kComposite: return false;
     case AttentionKernel::kFused: return true;
-    case AttentionKernel::kAuto: return q.device().is_cpu();  // the CUDA kernels have not yet run on a GPU
+    case AttentionKernel::kAuto: return true;  // wherever the fused kernels fit (fused_fits)
   }
   return false;
 }

@@ -120,7 +120,7 @@ class PreferBlas {
 // CPU in float64.
 TEST(CudaAddmm, BothBlasLibrariesAddTheBiasRow) {
   LOOM_REQUIRE_CUDA();
-  ASSERT_EQ(preferred_blas_library(), BlasLibrary::kCublas) << "cuBLAS is the default until cuBLASLt's path has run";
+  ASSERT_EQ(preferred_blas_library(), BlasLibrary::kCublasLt) << "cuBLASLt is the default (tensor/blas_library.h)";
   struct Case {
     int64_t m, k, n;
   };
