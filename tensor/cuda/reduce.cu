@@ -168,18 +168,8 @@ __global__ void __launch_bounds__(kReduceBlock)
     const int64_t begin = static_cast<int64_t>(blockIdx.y) * per_split;
     const int64_t end = begin + per_split < plan.reduced ? begin + per_split : plan.reduced;
     const typename Op::In* base = in + in_offset;
-    // Four loads in flight before the sum needs them: one at a time left the
-    // memory idle (a sum over everything read at 70% of a copy's rate on the
-    // H200). The elements are combined in the same order as one at a time.
-    int64_t r = begin + lane;
-    for (; r + 3 * G < end; r += 4 * G) {
-      typename Op::In v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = base[reduced_offset(plan, r + i * G)];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc = Op::combine(acc, Op::project(v[i], r + i * G));
-    }
-    for (; r < end; r += G) acc = Op::combine(acc, Op::project(base[reduced_offset(plan, r)], r));
+    for (int64_t r = begin + lane; r < end; r += G)
+      acc = Op::combine(acc, Op::project(base[reduced_offset(plan, r)], r));
   }
   acc = group_reduce<Op, G>(acc);  // every thread takes part: no early exit above
   if (lane == 0 && output < plan.outputs) {
