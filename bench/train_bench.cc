@@ -12,7 +12,8 @@
 // torch_reference.py sets PyTorch's switches alike (its cuDNN default is TF32).
 // --blas picks the library of the Linear layers' products (tensor/blas_library.h;
 // by default cuBLASLt, which adds the bias in its epilogue); --attention picks
-// the attention kernel.
+// the attention kernel, --attention-backward atomic lets its CUDA backward add
+// dq with atomics (nn::functional::set_deterministic_attention(false)).
 // The timed steps lie between two device synchronisations, after --warmup
 // untimed ones; the line names the GPU.
 //
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   return run_program("train_bench", [&] {
     Flags flags("Time training steps of loom's benchmark models");
     std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto",
+                attention_backward = "deterministic",
                 blas = blas_library_name(preferred_blas_library());
     int steps = 20, warmup = 3, threads = 0;
     bool tf32 = false;
@@ -110,6 +112,9 @@ int main(int argc, char** argv) {
               "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); parameters stay fp32",
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
+    flags.add("--attention-backward", attention_backward,
+              "deterministic, or atomic: the fused CUDA backward adds dq with atomics (float32, float64)", Scope::Run,
+              CLI::IsMember({"deterministic", "atomic"}));
     flags.add("--attention", attention, "auto, fused or composite: the kernel of the attention layers (nn/functional.h)",
               Scope::Run, CLI::IsMember({"auto", "fused", "composite"}));
     flags.add("--blas", blas,
@@ -124,6 +129,7 @@ int main(int argc, char** argv) {
     set_allow_tf32(tf32);
     if (!device.is_cuda()) blas = "eigen";  // the CPU has its own GEMM either way
     set_preferred_blas_library(blas == "cublaslt" ? BlasLibrary::kCublasLt : BlasLibrary::kCublas);
+    nn::functional::set_deterministic_attention(attention_backward == "deterministic");
     nn::functional::set_attention_kernel(attention == "fused"       ? nn::functional::AttentionKernel::kFused
                                          : attention == "composite" ? nn::functional::AttentionKernel::kComposite
                                                                     : nn::functional::AttentionKernel::kAuto);
@@ -166,12 +172,14 @@ int main(int argc, char** argv) {
     const double malloc_calls = double(bench::malloc_calls() - malloc_calls_before) / steps;
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
-                "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"blas\": \"%s\", \"steps\": %d, "
+                "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"attention_backward\": \"%s\", "
+                "\"blas\": \"%s\", \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
                 "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
-                tf32 ? "true" : "false", attention.c_str(), blas.c_str(), steps, omp_get_max_threads(), 1000 * seconds / steps,
+                tf32 ? "true" : "false", attention.c_str(), attention_backward.c_str(), blas.c_str(), steps,
+                omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls, waits, peak_mb);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {

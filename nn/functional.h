@@ -65,6 +65,17 @@ enum class AttentionKernel {
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
 
+// Whether the fused attention's backward gives the same bits on every run
+// (PyTorch: torch.use_deterministic_algorithms), process-wide. On CUDA in
+// float32 and float64, false runs one kernel that computes the attention
+// weights once and adds each key tile's share of dq with atomics
+// (FlashAttention-2's backward; PyTorch's default), instead of a second
+// kernel that computes them again for dq. true by default: the one-kernel
+// path has run only under the CPU emulator so far (docs/gpu-status.md).
+// The CPU and the 16-bit tensor-core kernels are deterministic either way.
+void set_deterministic_attention(bool deterministic);
+bool deterministic_attention();
+
 // The kernel for a scope, the previous one restored at its end (PyTorch's
 // torch.nn.attention.sdpa_kernel); process-wide, as the setting is.
 class AttentionKernelGuard {

@@ -70,6 +70,10 @@ struct SoftmaxParams {
 struct AttentionParams {
   double scale = 1;
   bool causal = false;
+  // false lets the backward sum dq's pieces in whatever order they come
+  // (CUDA, float32 and float64: atomics, one kernel fewer); the last bits
+  // of dq may then differ between runs. The CPU's is deterministic either way.
+  bool deterministic = true;
 };
 
 // Convolution geometry (NCHW), as torch.nn.Conv2d's arguments.

@@ -380,20 +380,16 @@ run() {
           python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 20 --precision "$precision"
       done
     done
-    # The gpt step's defaults (the fused attention kernels, tensor/cuda/attention.cu,
-    # and cuBLASLt's bias epilogue, tensor/cuda/matmul_lt.cc) against what they
-    # replaced (the composite attention, cuBLAS and an add), each pair, alternating,
-    # in float32 and under bf16 autocast.
-    local attention blas
+    # The fused attention's backward with dq added by atomics (one kernel
+    # fewer, tensor/cuda/attention_kernels.cuh; written 2026-11-27 without a
+    # GPU) against the deterministic default, alternating, in float32. (The
+    # defaults against the composite attention and cuBLAS with an add:
+    # docs/benchmarks.md, 2026-11-27.)
+    local backward
     for round in 1 2 3; do
-      for attention in composite fused; do
-        for blas in cublas cublaslt; do
-          for precision in fp32 bf16; do
-            bench_step "gpt $precision attention $attention $blas (loom, round $round)" 60 "$out/compare_torch.jsonl" \
-              "$work/bin/train_bench" --model gpt --device cuda --steps 20 --precision "$precision" \
-              --attention "$attention" --blas "$blas"
-          done
-        done
+      for backward in deterministic atomic; do
+        bench_step "gpt fp32 attention backward $backward (loom, round $round)" 60 "$out/compare_torch.jsonl" \
+          "$work/bin/train_bench" --model gpt --device cuda --steps 20 --attention-backward "$backward"
       done
     done
     # Each training line in brief (ms a step, loom's host waits), into the summary.
@@ -405,6 +401,8 @@ for line in open(sys.argv[1]):
         waits = f", {d['host_waits_per_step']} host waits" if "host_waits_per_step" in d else ""
         attention = f" {d['attention']:9}" if "attention" in d else " " * 10
         blas = f" {d['blas']:8}" if "blas" in d else " " * 9
+        if d.get("attention_backward", "deterministic") != "deterministic":
+            attention = f" {d['attention'] + '+' + d['attention_backward']:9}"
         print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4}{attention}{blas} {d['ms_per_step']:8.3f} ms{waits}")
 PY
     # Where the gpt step's GPU time goes, kernel by kernel (issue #12): one

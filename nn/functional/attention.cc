@@ -20,6 +20,7 @@ namespace loom::nn::functional {
 namespace {
 
 std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::kAuto};
+std::atomic<bool> g_deterministic_attention{true};
 
 bool fused_wanted(const Tensor& q) {
   switch (attention_kernel()) {
@@ -60,7 +61,7 @@ Tensor empty_in_layout_of(const Tensor& like, int64_t last_dim) {
 Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale, bool causal) {
   const DType dtype = promoted_floating_dtype("scaled_dot_product_attention", {q_in, k_in, v_in});
   const Tensor q = as_heads(q_in, dtype), k = as_heads(k_in, dtype), v = as_heads(v_in, dtype);
-  const AttentionParams params{.scale = scale, .causal = causal};
+  const AttentionParams params{.scale = scale, .causal = causal, .deterministic = deterministic_attention()};
   Tensor out = empty_in_layout_of(q, v.size(3));
   Tensor logsumexp = empty({q.size(0), q.size(1), q.size(2)},
                            {.dtype = dtype == kFloat64 ? kFloat64 : kFloat32, .device = q.device()});
@@ -103,6 +104,8 @@ Tensor causal_attention_to_longer_keys(const Tensor& q, const Tensor& k, const T
 
 void set_attention_kernel(AttentionKernel kernel) { g_attention_kernel.store(kernel); }
 AttentionKernel attention_kernel() { return g_attention_kernel.load(); }
+void set_deterministic_attention(bool deterministic) { g_deterministic_attention.store(deterministic); }
+bool deterministic_attention() { return g_deterministic_attention.load(); }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   LOOM_CHECK(q.defined() && k.defined() && v.defined(), "scaled_dot_product_attention: got an undefined tensor");

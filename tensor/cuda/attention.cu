@@ -9,7 +9,10 @@
 // (registers and shared tiles are sized by it), and the smaller one that
 // holds both D and Dv runs. The backward takes one temporary from the caching
 // allocator, delta (B, H, Tq), in the compute type; it goes back to the cache
-// for later work on this stream only, so nothing waits on the host.
+// for later work on this stream only, so nothing waits on the host. When the
+// caller allows a nondeterministic backward (AttentionParams), float32 and
+// float64 run the dk/dv kernel that adds dq's shares with atomics into dq,
+// zeroed first, instead of the dq kernel.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -165,6 +168,20 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
     with_head_bound(n, [&](auto head) {
       using Kernels = AttentionKernels<S, T, decltype(head)::value>;
       const T scale = T(p.scale);
+      if constexpr (!Kernels::kTensorCores) {
+        if (!p.deterministic) {
+          constexpr int shared = attention_dkdv_shared_bytes<T, decltype(head)::value>();
+          auto* kernel = attention_dkdv_dq_kernel<T, decltype(head)::value>;
+          allow_shared_bytes(kernel, shared);
+          this->fill(dq, 0);
+          kernel<<<tile_grid(n.keys, Kernels::kRows, heads, batch), Kernels::kThreads, shared, ctx.stream>>>(
+              operand<const T>(q), operand<const T>(k), operand<const T>(v), operand<const T>(dout),
+              data_of<const T>(logsumexp), data_of<const T>(delta), operand<T>(dk), operand<T>(dv), operand<T>(dq), n,
+              scale, p.causal);
+          LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+          return;
+        }
+      }
       constexpr int dkdv_shared = Kernels::dkdv_shared();
       auto* dkdv_kernel = Kernels::dkdv();
       allow_shared_bytes(dkdv_kernel, dkdv_shared);

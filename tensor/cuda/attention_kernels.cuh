@@ -26,6 +26,13 @@
 // Every output element is written by one thread: no atomics, so results
 // are deterministic. The dk/dv and dq kernels each recompute the scores
 // rather than share them through memory or atomics.
+//   dk, dv, dq  (keys, float and double only): the dk/dv kernel that also
+//            writes dS with queries as rows over P (once dv is done with
+//            it) and adds dS K, the tile's share of dq, into dq with
+//            atomics (FlashAttention-2's backward, and PyTorch's): the
+//            scores are computed once, but the order in which the key
+//            tiles' shares meet varies from run to run, and with it dq's
+//            last bits.
 //
 // Operands have any strides but a contiguous last dim; S is the storage type
 // and T the compute type (float for 16-bit and float32), as in half.cuh:
@@ -374,12 +381,35 @@ __global__ void __launch_bounds__(kAttentionThreads)
   if (lane == 0) delta[(static_cast<int64_t>(b) * n.heads + h) * n.queries + row] = sum;
 }
 
-// grid (ceil(Tk / tile), H, B): dk and dv for a tile of keys.
-template <typename S, typename T, int HEAD>
-__global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attention_dkdv_shared_bytes<T, HEAD>()>())
-    attention_dkdv_kernel(AttentionOperand<const S> q, AttentionOperand<const S> k, AttentionOperand<const S> v,
-                          AttentionOperand<const S> dout, const T* logsumexp, const T* delta, AttentionOperand<S> dk,
-                          AttentionOperand<S> dv, AttentionSizes n, T scale, bool causal) {
+// dq[row][col] += factor acc for the thread's rows (from `first_row`) and
+// columns, with atomics: other blocks add their shares of the same rows.
+template <int HEAD, typename T>
+__device__ __forceinline__ void add_rows_atomically(T* matrix, int64_t row_stride, int first_row, int rows, int width,
+                                                    T factor, const OutputPiece<T, HEAD>& acc) {
+  constexpr int R = micro_tile<T>();
+  const int tx = threadIdx.x % 16;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int row = first_row + i;
+    if (row >= rows) break;
+#pragma unroll
+    for (int g = 0; g < HEAD / 64; ++g)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = 64 * g + 4 * tx + c;
+        if (col < width) atomicAdd(matrix + row * row_stride + col, acc[i][4 * g + c] * factor);
+      }
+  }
+}
+
+// dk and dv for a tile of keys (block blockIdx.x); with ATOMIC_DQ also the
+// tile's share of dq, added into dq_sum (zero before the first block).
+template <typename S, typename T, int HEAD, bool ATOMIC_DQ>
+__device__ __forceinline__ void dkdv_for_key_tile(AttentionOperand<const S> q, AttentionOperand<const S> k,
+                                                  AttentionOperand<const S> v, AttentionOperand<const S> dout,
+                                                  const T* logsumexp, const T* delta, AttentionOperand<S> dk,
+                                                  AttentionOperand<S> dv, AttentionOperand<T> dq_sum, AttentionSizes n,
+                                                  T scale, bool causal) {
   constexpr int R = micro_tile<T>(), TILE = attention_tile<T>();
   constexpr int HP = head_pitch<HEAD>(), SP = score_pitch<T>();
   T* k_tile = dynamic_shared<T>();
@@ -415,7 +445,7 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
       delta_tile[r] = inside ? delta[head_row + first_query + r] : T(0);
     }
     __syncthreads();
-    ScorePiece<T> s, dp;  // [key i][query j]
+    ScorePiece<T> s, dp;  // [key i][query j]; dp becomes dS
     dot_tile<HEAD>(k_tile + ty * R * HP, q_tile + tx * HP, n.qk_dim, s);
     dot_tile<HEAD>(v_tile + ty * R * HP, dout_tile + tx * HP, n.v_dim, dp);
 #pragma unroll
@@ -425,15 +455,50 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
         const int key = first_row + i, column = tx + 16 * j, query = first_query + column;
         const bool seen = query < n.queries && (!causal || key <= query);
         const T p = seen ? math::exp(scale * s[i][j] - lse_tile[column]) : T(0);
+        dp[i][j] = p * (dp[i][j] - delta_tile[column]);
         p_tile[(ty * R + i) * SP + column] = p;
-        ds_tile[(ty * R + i) * SP + column] = p * (dp[i][j] - delta_tile[column]);
+        ds_tile[(ty * R + i) * SP + column] = dp[i][j];
       }
     __syncthreads();
     accumulate_product<HEAD>(p_tile + ty * R * SP, dout_tile + 4 * tx, dv_acc);
     accumulate_product<HEAD>(ds_tile + ty * R * SP, q_tile + 4 * tx, dk_acc);
+    if constexpr (ATOMIC_DQ) {
+      __syncthreads();  // dv's readers are done with p_tile: dS goes there with queries as rows
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) p_tile[(tx + 16 * j) * SP + ty * R + i] = dp[i][j];
+      __syncthreads();
+      OutputPiece<T, HEAD> dq_share;
+      clear<HEAD>(dq_share);
+      accumulate_product<HEAD>(p_tile + ty * R * SP, k_tile + 4 * tx, dq_share);
+      add_rows_atomically<HEAD>(dq_sum.head(b, h), dq_sum.row_stride, first_query + ty * R, n.queries, n.qk_dim, scale,
+                                dq_share);
+    }
   }
   store_rows<HEAD>(dk.head(b, h), dk.row_stride, first_row, n.keys, n.qk_dim, scale, dk_acc);
   store_rows<HEAD>(dv.head(b, h), dv.row_stride, first_row, n.keys, n.v_dim, T(1), dv_acc);
+}
+
+// grid (ceil(Tk / tile), H, B): dk and dv for a tile of keys.
+template <typename S, typename T, int HEAD>
+__global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attention_dkdv_shared_bytes<T, HEAD>()>())
+    attention_dkdv_kernel(AttentionOperand<const S> q, AttentionOperand<const S> k, AttentionOperand<const S> v,
+                          AttentionOperand<const S> dout, const T* logsumexp, const T* delta, AttentionOperand<S> dk,
+                          AttentionOperand<S> dv, AttentionSizes n, T scale, bool causal) {
+  dkdv_for_key_tile<S, T, HEAD, false>(q, k, v, dout, logsumexp, delta, dk, dv, AttentionOperand<T>{}, n, scale,
+                                       causal);
+}
+
+// grid (ceil(Tk / tile), H, B): dk and dv for a tile of keys, and its share
+// of dq added into dq (zero before the launch) with atomics. S is T: float
+// or double.
+template <typename T, int HEAD>
+__global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attention_dkdv_shared_bytes<T, HEAD>()>())
+    attention_dkdv_dq_kernel(AttentionOperand<const T> q, AttentionOperand<const T> k, AttentionOperand<const T> v,
+                             AttentionOperand<const T> dout, const T* logsumexp, const T* delta, AttentionOperand<T> dk,
+                             AttentionOperand<T> dv, AttentionOperand<T> dq, AttentionSizes n, T scale, bool causal) {
+  dkdv_for_key_tile<T, T, HEAD, true>(q, k, v, dout, logsumexp, delta, dk, dv, dq, n, scale, causal);
 }
 
 // grid (ceil(Tq / tile), H, B): dq for a tile of queries.

@@ -3,7 +3,8 @@
 // logsumexp) and backward (dq, dk, dv), causal or not, with sequences that
 // end mid-tile, head dims that are not multiples of 4 (or 16), and heads
 // interleaved in memory as a GPT lays them out. The SIMT kernels
-// (tensor/cuda/attention_kernels.cuh) run in float; the tensor-core kernels
+// (tensor/cuda/attention_kernels.cuh) run in float, their backward both ways
+// (dq by its own kernel, or added by the dk/dv kernel with atomics); the tensor-core kernels
 // (tensor/cuda/attention_tensor_core.cuh) in bfloat16 storage, against the
 // reference computed from the same bfloat16 inputs. Needs no GPU.
 
@@ -235,10 +236,26 @@ struct Outputs {
 
 unsigned blocks(int rows, int per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); }
 
-// The four SIMT kernels in float, launched as tensor/cuda/attention.cu does.
+// How the backward computes dq: its own kernel, or shares added by the
+// dk/dv kernel with atomics (float only).
+enum class Backward { kSeparateDq, kAtomicDq };
+
+template <typename E>
+std::vector<Backward> backwards_of() {
+  if constexpr (std::is_same_v<E, float>)
+    return {Backward::kSeparateDq, Backward::kAtomicDq};
+  else
+    return {Backward::kSeparateDq};
+}
+
+const char* name_of(Backward backward) {
+  return backward == Backward::kAtomicDq ? "dq added with atomics" : "dq by its own kernel";
+}
+
+// The SIMT kernels in float, launched as tensor/cuda/attention.cu does.
 template <int HEAD>
 void run_kernels(const Case& t, const Operand<float>& q, const Operand<float>& k, const Operand<float>& v,
-                 const Operand<float>& dout, Outputs<float>& o) {
+                 const Operand<float>& dout, Outputs<float>& o, Backward backward) {
   const AttentionSizes n{t.heads, t.queries, t.keys, t.qk_dim, t.v_dim};
   const unsigned heads = t.heads, batch = t.batch;
   const int tile = attention_tile<float>();
@@ -249,6 +266,18 @@ void run_kernels(const Case& t, const Operand<float>& q, const Operand<float>& k
   emulate_launch({blocks(t.queries, kDeltaRowsPerBlock), heads, batch}, kAttentionThreads, 0,
                  attention_delta_kernel<float, float>, o.out.view<const float>(), dout.view<const float>(),
                  o.delta.data(), n);
+  if (backward == Backward::kAtomicDq) {
+    for (int b = 0; b < o.dq.batch; ++b)  // as the backend fills dq (and only dq) with zeros first
+      for (int h = 0; h < o.dq.heads; ++h)
+        for (int r = 0; r < o.dq.rows; ++r)
+          for (int c = 0; c < o.dq.width; ++c) o.dq.at(b, h, r, c) = 0;
+    emulate_launch({blocks(t.keys, tile), heads, batch}, kAttentionThreads,
+                   attention_dkdv_shared_bytes<float, HEAD>(), attention_dkdv_dq_kernel<float, HEAD>,
+                   q.view<const float>(), k.view<const float>(), v.view<const float>(), dout.view<const float>(),
+                   o.logsumexp(), o.delta.data(), o.dk.view<float>(), o.dv.view<float>(), o.dq.view<float>(), n,
+                   t.scale, t.causal);
+    return;
+  }
   emulate_launch({blocks(t.keys, tile), heads, batch}, kAttentionThreads, attention_dkdv_shared_bytes<float, HEAD>(),
                  attention_dkdv_kernel<float, float, HEAD>, q.view<const float>(), k.view<const float>(),
                  v.view<const float>(), dout.view<const float>(), o.logsumexp(), o.delta.data(), o.dk.view<float>(),
@@ -263,7 +292,7 @@ void run_kernels(const Case& t, const Operand<float>& q, const Operand<float>& k
 // tensor/cuda/attention.cu does.
 template <int HEAD>
 void run_kernels(const Case& t, const Operand<BFloat16>& q, const Operand<BFloat16>& k, const Operand<BFloat16>& v,
-                 const Operand<BFloat16>& dout, Outputs<BFloat16>& o) {
+                 const Operand<BFloat16>& dout, Outputs<BFloat16>& o, Backward /*only kSeparateDq*/) {
   using S = BFloat16;
   const AttentionSizes n{t.heads, t.queries, t.keys, t.qk_dim, t.v_dim};
   const unsigned heads = t.heads, batch = t.batch;
@@ -285,11 +314,11 @@ void run_kernels(const Case& t, const Operand<BFloat16>& q, const Operand<BFloat
 
 template <typename E>
 void run_and_compare(const Case& t, const Operand<E>& q, const Operand<E>& k, const Operand<E>& v,
-                     const Operand<E>& dout, Outputs<E>& o) {
+                     const Operand<E>& dout, Outputs<E>& o, Backward backward) {
   if (std::max(t.qk_dim, t.v_dim) <= 64)
-    run_kernels<64>(t, q, k, v, dout, o);
+    run_kernels<64>(t, q, k, v, dout, o, backward);
   else
-    run_kernels<128>(t, q, k, v, dout, o);
+    run_kernels<128>(t, q, k, v, dout, o, backward);
   const Tolerance tolerance = std::is_same_v<E, float> ? kFloatTolerance : kBFloat16Tolerance;
   const Expected e = naive_attention(t, q, k, v, dout);
   expect_close(values_of(o.out), e.out, tolerance, "out");
@@ -308,8 +337,11 @@ void check_separate_projections(const Case& t) {
   const Operand<E> q = q_memory.operand(t.qk_dim), k = k_memory.operand(t.qk_dim), v = v_memory.operand(t.v_dim),
                    dout = dout_memory.operand(t.v_dim);
   for (const Operand<E>& x : {q, k, v, dout}) randomize(x, rng);
-  Outputs<E> o(t, 0);
-  run_and_compare(t, q, k, v, dout, o);
+  for (Backward backward : backwards_of<E>()) {
+    SCOPED_TRACE(name_of(backward));
+    Outputs<E> o(t, 0);
+    run_and_compare(t, q, k, v, dout, o, backward);
+  }
 }
 
 // q, k, v as the GPT layer makes them: slices of one (B, T, 3, H, D) projection.
@@ -320,8 +352,11 @@ void check_fused_projection(const Case& t) {
   const Operand<E> q = qkv_memory.operand(t.qk_dim, 0), k = qkv_memory.operand(t.qk_dim, 1),
                    v = qkv_memory.operand(t.v_dim, 2), dout = dout_memory.operand(t.v_dim);
   for (const Operand<E>& x : {q, k, v, dout}) randomize(x, rng);
-  Outputs<E> o(t, 0);
-  run_and_compare(t, q, k, v, dout, o);
+  for (Backward backward : backwards_of<E>()) {
+    SCOPED_TRACE(name_of(backward));
+    Outputs<E> o(t, 0);
+    run_and_compare(t, q, k, v, dout, o, backward);
+  }
 }
 
 // Inputs and outputs with rows longer than their elements, between guard
@@ -340,13 +375,16 @@ void check_touches_only_operands() {
     const Operand<E> q = qkv_memory.operand(t.qk_dim, 1), k = k_memory.operand(t.qk_dim), v = v_memory.operand(t.v_dim),
                      dout = dout_memory.operand(t.v_dim);
     for (const Operand<E>& x : {q, k, v, dout}) randomize(x, rng);
-    Outputs<E> o(t, 3);
-    run_and_compare(t, q, k, v, dout, o);
-    EXPECT_TRUE(o.out_memory.untouched_outside(o.out));
-    EXPECT_TRUE(o.dq_memory.untouched_outside(o.dq));
-    EXPECT_TRUE(o.dk_memory.untouched_outside(o.dk));
-    EXPECT_TRUE(o.dv_memory.untouched_outside(o.dv));
-    EXPECT_TRUE(o.logsumexp_guards_untouched());
+    for (Backward backward : backwards_of<E>()) {
+      SCOPED_TRACE(name_of(backward));
+      Outputs<E> o(t, 3);
+      run_and_compare(t, q, k, v, dout, o, backward);
+      EXPECT_TRUE(o.out_memory.untouched_outside(o.out));
+      EXPECT_TRUE(o.dq_memory.untouched_outside(o.dq));
+      EXPECT_TRUE(o.dk_memory.untouched_outside(o.dk));
+      EXPECT_TRUE(o.dv_memory.untouched_outside(o.dv));
+      EXPECT_TRUE(o.logsumexp_guards_untouched());
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "autograd/node.h"
 #include "nn/nn.h"
@@ -102,6 +103,61 @@ TEST_P(CudaFusedAttention, MatchesTheCpu) {
     expect_near(on_gpu.dk, on_cpu.dk, dtype, tol, "dk");
     expect_near(on_gpu.dv, on_cpu.dv, dtype, tol, "dv");
   }
+}
+
+// The setting for a scope, as the tests need it.
+class DeterministicAttention {
+ public:
+  explicit DeterministicAttention(bool deterministic) : saved_(F::deterministic_attention()) {
+    F::set_deterministic_attention(deterministic);
+  }
+  ~DeterministicAttention() { F::set_deterministic_attention(saved_); }
+
+ private:
+  bool saved_;
+};
+
+// The backward that adds dq's shares with atomics (float32 and float64)
+// against the same CPU reference. That it ran, and not the dq kernel, shows
+// in float32's bits: the key tiles' shares of dq are rounded and summed in
+// another order, so dq differs in its last bits from the deterministic
+// path's (which the two-tile and four-tile cases have). The 16-bit
+// tensor-core kernels have one backward, so there the setting changes no bit.
+TEST_P(CudaFusedAttention, AtomicDqMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
+  const double tol = dtype == kFloat64 ? 1e-10 : dtype == kFloat32 ? 2e-4 : dtype == kBFloat16 ? 2e-2 : 4e-3;
+  bool some_dq_differs = false;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(describe(c));
+    const Attended deterministic = attend(c, gpu_device(), dtype);
+    Attended on_gpu = [&] {
+      DeterministicAttention atomics(false);
+      return attend(c, gpu_device(), dtype);
+    }();
+    Attended on_cpu = attend(c, Device::cpu(), kFloat64);
+    expect_near(on_gpu.out, on_cpu.out, dtype, tol, "out");
+    expect_near(on_gpu.dq, on_cpu.dq, dtype, tol, "dq");
+    expect_near(on_gpu.dk, on_cpu.dk, dtype, tol, "dk");
+    expect_near(on_gpu.dv, on_cpu.dv, dtype, tol, "dv");
+    some_dq_differs = some_dq_differs || (on_gpu.dq - deterministic.dq).abs().max().item() > 0;
+  }
+  if (dtype == kFloat32) EXPECT_TRUE(some_dq_differs) << "dq the same bits both ways: did the atomic path run?";
+  if (is_16bit_floating(dtype)) EXPECT_FALSE(some_dq_differs) << "the tensor-core kernels ignore the setting";
+}
+
+// By default the backward gives the same bits on every run.
+TEST_P(CudaFusedAttention, DeterministicBackwardRepeatsItsBits) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  ASSERT_TRUE(F::deterministic_attention());
+  F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
+  const Case c{2, 6, 256, 256, 64, 64, true, true};
+  const Attended first = attend(c, gpu_device(), dtype), second = attend(c, gpu_device(), dtype);
+  for (auto [a, b, what] : {std::tuple{first.dq, second.dq, "dq"}, std::tuple{first.dk, second.dk, "dk"},
+                            std::tuple{first.dv, second.dv, "dv"}})
+    EXPECT_EQ((a.to(kFloat64) - b.to(kFloat64)).abs().max().item(), 0.0) << what;
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedAttention, ::testing::Values(kFloat64, kFloat32, kBFloat16, kFloat16),

@@ -11,8 +11,8 @@
 // blockIdx, blockDim, gridDim, __syncthreads (a barrier of the block),
 // __syncwarp and __shfl_xor_sync (called by every lane of a warp together),
 // the block's dynamic shared memory (filled with NaN, since a GPU does not
-// clear it, so that reading what no thread wrote shows), and the few
-// intrinsics of tensor/cuda/device_math.cuh. Kernels may not use static
+// clear it, so that reading what no thread wrote shows), atomicAdd, and the
+// few intrinsics of tensor/cuda/device_math.cuh. Kernels may not use static
 // __shared__ arrays.
 //
 // For the tensor-core kernels (tensor/cuda/attention_tensor_core.cuh):
@@ -125,6 +125,17 @@ T __shfl_xor_sync(unsigned /*member_mask*/, T value, int lane_mask) {
   std::memcpy(&result, warp.slots[lane ^ lane_mask], sizeof(T));
   warp.barrier.wait();
   return result;
+}
+
+// One lock for every address: threads that add to the same element each
+// see the other's sum, as on a GPU.
+template <typename T>
+T atomicAdd(T* address, T value) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  const T old = *address;
+  *address = old + value;
+  return old;
 }
 
 inline void* emulated_dynamic_shared() { return loom::cuda::emulation::current_block->shared.data(); }

@@ -153,6 +153,22 @@ TEST(FusedAttention, SettingPicksTheKernel) {
   EXPECT_EQ(broadcast.shape(), Shape({2, 2, 5, 4}));
 }
 
+// The CPU's backward is deterministic either way: allowing otherwise
+// (for CUDA's atomic dq) changes no bit here, and the setting is read back.
+TEST(FusedAttention, CpuIgnoresTheNondeterministicSetting) {
+  ASSERT_TRUE(F::deterministic_attention()) << "deterministic by default";
+  Tensor q = leaf64({2, 3, 70, 8}, 51), k = leaf64({2, 3, 70, 8}, 52), v = leaf64({2, 3, 70, 8}, 53);
+  Tensor dout = leaf64({2, 3, 70, 8}, 54).detach();
+  const Result deterministic = run(AttentionKernel::kFused, q, k, v, true, dout);
+  F::set_deterministic_attention(false);
+  EXPECT_FALSE(F::deterministic_attention());
+  const Result relaxed = run(AttentionKernel::kFused, q, k, v, true, dout);
+  F::set_deterministic_attention(true);
+  for (auto [a, b] : {std::pair{deterministic.dq, relaxed.dq}, std::pair{deterministic.dk, relaxed.dk},
+                      std::pair{deterministic.dv, relaxed.dv}, std::pair{deterministic.out, relaxed.out}})
+    EXPECT_EQ((a - b).abs().max().item(), 0.0);
+}
+
 // bfloat16 and float16 compute in float32 and round once: within a 16-bit
 // rounding of the float32 result. Under autocast, float32 inputs run in the
 // autocast dtype and their gradients come back in float32.
