@@ -248,12 +248,11 @@ __device__ __forceinline__ void accumulate_product(const T* w, const T* m, Outpu
   }
 }
 
-// Stores the thread's piece of an output (its rows from `first_row`), times
-// `factor`, rounded once; rows past `rows` and columns past `width` are not
-// written.
-template <int HEAD, typename S, typename T>
-__device__ __forceinline__ void store_rows(S* matrix, int64_t row_stride, int first_row, int rows, int width, T factor,
-                                           const OutputPiece<T, HEAD>& acc) {
+// visit(row, col, value) for each element of the thread's piece of an
+// output (its rows from `first_row`) inside `rows` and `width`.
+template <int HEAD, typename T, typename Visit>
+__device__ __forceinline__ void for_each_element(int first_row, int rows, int width, const OutputPiece<T, HEAD>& acc,
+                                                 Visit&& visit) {
   constexpr int R = micro_tile<T>();
   const int tx = threadIdx.x % 16;
 #pragma unroll
@@ -265,9 +264,27 @@ __device__ __forceinline__ void store_rows(S* matrix, int64_t row_stride, int fi
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = 64 * g + 4 * tx + c;
-        if (col < width) matrix[row * row_stride + col] = narrow_to<S>(acc[i][4 * g + c] * factor);
+        if (col < width) visit(row, col, acc[i][4 * g + c]);
       }
   }
+}
+
+// Stores the thread's piece of an output, times `factor`, rounded once;
+// rows past `rows` and columns past `width` are not written.
+template <int HEAD, typename S, typename T>
+__device__ __forceinline__ void store_rows(S* matrix, int64_t row_stride, int first_row, int rows, int width, T factor,
+                                           const OutputPiece<T, HEAD>& acc) {
+  for_each_element<HEAD>(first_row, rows, width, acc,
+                         [&](int row, int col, T x) { matrix[row * row_stride + col] = narrow_to<S>(x * factor); });
+}
+
+// Adds the thread's piece, times `factor`, into an output with atomics:
+// other blocks add their shares of the same rows.
+template <int HEAD, typename T>
+__device__ __forceinline__ void add_rows_atomically(T* matrix, int64_t row_stride, int first_row, int rows, int width,
+                                                    T factor, const OutputPiece<T, HEAD>& acc) {
+  for_each_element<HEAD>(first_row, rows, width, acc,
+                         [&](int row, int col, T x) { atomicAdd(matrix + row * row_stride + col, x * factor); });
 }
 
 // The keys [0, end) that queries [first_query, first_query + tile) attend
@@ -379,27 +396,6 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
   for (int mask = 16; mask > 0; mask >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, mask);
   if (lane == 0) delta[(static_cast<int64_t>(b) * n.heads + h) * n.queries + row] = sum;
-}
-
-// dq[row][col] += factor acc for the thread's rows (from `first_row`) and
-// columns, with atomics: other blocks add their shares of the same rows.
-template <int HEAD, typename T>
-__device__ __forceinline__ void add_rows_atomically(T* matrix, int64_t row_stride, int first_row, int rows, int width,
-                                                    T factor, const OutputPiece<T, HEAD>& acc) {
-  constexpr int R = micro_tile<T>();
-  const int tx = threadIdx.x % 16;
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int row = first_row + i;
-    if (row >= rows) break;
-#pragma unroll
-    for (int g = 0; g < HEAD / 64; ++g)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = 64 * g + 4 * tx + c;
-        if (col < width) atomicAdd(matrix + row * row_stride + col, acc[i][4 * g + c] * factor);
-      }
-  }
 }
 
 // dk and dv for a tile of keys (block blockIdx.x); with ATOMIC_DQ also the
