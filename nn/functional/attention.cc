@@ -22,7 +22,7 @@ namespace {
 std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::kAuto};
 std::atomic<bool> g_deterministic_attention{true};
 
-bool fused_wanted(const Tensor& q) {
+bool fused_wanted() {
   switch (attention_kernel()) {
     case AttentionKernel::kComposite: return false;
     case AttentionKernel::kFused: return true;
@@ -123,7 +123,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // Leading dims that differ broadcast, which only the composite does.
   const bool same_batch = std::equal(q.shape().begin(), q.shape().end() - 2, k.shape().begin()) &&
                           std::equal(q.shape().begin(), q.shape().end() - 2, v.shape().begin());
-  if (same_batch && fused_wanted(q) && fused_fits(q, k, v, causal)) {
+  if (same_batch && fused_wanted() && fused_fits(q, k, v, causal)) {
     if (autocast_wants_low({q, k, v}))
       return fused_attention(autocast_to_low(q), autocast_to_low(k), autocast_to_low(v), scale, causal);
     return fused_attention(q, k, v, scale, causal);
