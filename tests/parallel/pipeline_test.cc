@@ -1,6 +1,7 @@
 // Pipeline schedules and the single-process pipeline: schedule orders,
-// equivalence with single-device training, measured activation memory and
-// bubble, failure handling; and layer-split model parallelism.
+// equivalence with single-device training, measured activation memory,
+// failure handling; and layer-split model parallelism. The bubbles measured
+// on the wall clock: pipeline_bubble_test.cc.
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
 
@@ -24,6 +25,8 @@ namespace {
 using parallel::ScheduleKind;
 using parallel::testing::max_param_difference;
 using parallel::testing::PipelineCase;
+using parallel::testing::expect_peaks_as_simulated;
+using parallel::testing::sleep_pipeline;
 using parallel::testing::sum_loss;
 namespace F = nn::functional;
 
@@ -421,23 +424,6 @@ INSTANTIATE_TEST_SUITE_P(
                       PipelineCase{ScheduleKind::ZeroBubbleH2, {1, 3, 6}, 6},
                       PipelineCase{ScheduleKind::ZeroBubbleH2, {2, 5}, 5, 10}));
 
-parallel::Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms, int chunks = 1,
-                                  int weight_ms = 0) {
-  std::vector<nn::ModulePtr> parts;
-  for (int i = 0; i < stages * chunks; ++i)
-    parts.push_back(std::make_shared<parallel::testing::SleepStageImpl>(ms, weight_ms));
-  return parallel::Pipeline(parts, std::vector<Device>(stages, Device::cpu()),
-                            {.micro_batches = micro_batches, .schedule = kind, .chunks = chunks});
-}
-
-// Each stage held as many micro-batches at once as the ideal machine's
-// simulation says (counted as the stage stores and frees them).
-void expect_peaks_as_simulated(const parallel::PipelineStats& measured, const parallel::SimulatedStep& simulated) {
-  ASSERT_EQ(measured.stages.size(), simulated.peak_in_flight.size());
-  for (size_t s = 0; s < measured.stages.size(); ++s)
-    EXPECT_EQ(measured.stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
-}
-
 TEST(PipelineMemory, PeakActivationsArePStagesFor1F1BAndMForGPipe) {
   const int p = 4, m = 8;
   auto one_f_one_b = sleep_pipeline(p, m, ScheduleKind::OneFOneB, 1);
@@ -448,53 +434,6 @@ TEST(PipelineMemory, PeakActivationsArePStagesFor1F1BAndMForGPipe) {
     EXPECT_EQ(one_f_one_b.stats().stages[s].peak_in_flight, p - s) << "stage " << s;  // at most p
     EXPECT_EQ(gpipe.stats().stages[s].peak_in_flight, m) << "stage " << s;
   }
-}
-
-// The measured idle fraction of balanced stages against (p - 1) / (m + p - 1).
-// Each pass sleeps 40 ms, so thread hand-offs (well under a millisecond) are
-// small against the 5-point margin.
-TEST(PipelineBubble, MeasuredIdleFractionMatchesTheory) {
-  for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 3}}) {
-    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-      auto pipe = sleep_pipeline(p, m, kind, 40);
-      pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
-      EXPECT_NEAR(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m), 0.05)
-          << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
-    }
-  }
-}
-
-// Interleaved, two chunks of half a stage's work each (20 ms a pass): the
-// idle fraction falls to (p - 1) / (2m + p - 1), and each stage holds the
-// activations the ideal machine's simulation says it holds (counted as the
-// stage stores and frees them).
-TEST(PipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
-  const int p = 4, m = 8, v = 2;
-  auto pipe = sleep_pipeline(p, m, ScheduleKind::Interleaved1F1B, 20, v);
-  pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
-  EXPECT_NEAR(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m, v), 0.05);
-  EXPECT_LT(pipe.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
-  expect_peaks_as_simulated(pipe.stats(),
-                            parallel::simulate_schedule(parallel::interleaved_one_f_one_b_schedule(p, v, m), v));
-}
-
-// ZB-H1 with F, I and W of 40 ms each: the stages idle (p - 1) / (3m + p - 1)
-// of the step, against 1F1B's (p - 1) / (m + p - 1) for the same stages, and
-// hold what the simulation says (F to W). With 20 ms passes, thread wake-ups
-// on a loaded machine (14 test binaries on 16 cores) added 0.06 to the bubble.
-TEST(PipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
-  const int p = 4, m = 8;
-  auto zb = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleH1, 40, 1, 40);
-  zb.train_step(ones({m, 2}), zeros({m}), sum_loss);
-  auto one_f_one_b = sleep_pipeline(p, m, ScheduleKind::OneFOneB, 40, 1, 40);
-  one_f_one_b.train_step(ones({m, 2}), zeros({m}), sum_loss);
-  EXPECT_NEAR(zb.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m), 0.05);
-  EXPECT_NEAR(one_f_one_b.stats().bubble_fraction, parallel::ideal_bubble_fraction(p, m), 0.05);
-  EXPECT_LT(zb.stats().bubble_fraction, one_f_one_b.stats().bubble_fraction - 0.1);
-  std::printf("measured bubble: zb-h1 %.3f (theory %.3f), 1f1b %.3f (theory %.3f)\n", zb.stats().bubble_fraction,
-              parallel::ideal_zero_bubble_h1_fraction(p, m), one_f_one_b.stats().bubble_fraction,
-              parallel::ideal_bubble_fraction(p, m));
-  expect_peaks_as_simulated(zb.stats(), parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m)));
 }
 
 // ZB-H2's stages hold what its simulation says: up to 2p - 1 micro-batches
@@ -534,22 +473,6 @@ TEST(Pipeline, ZeroBubbleVScheduledForPartTimesEqualsSingleDevice) {
                                       {.schedule = ScheduleKind::ZeroBubbleV, .chunks = 2,
                                        .part_times = {times[0], times[1]}}),
                    "2 parts' pass times for 2 stages (4 parts)");
-}
-
-// ZB-V with F, I and W of 20 ms each (a chunk pass): the stages
-// idle only while the first micro-batch comes down, (p - 1) / (6m + p - 1)
-// of the step, half of ZB-H1's (p - 1) / (3m + p - 1) with equal passes,
-// and hold what the simulation says.
-TEST(PipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
-  const int p = 4, m = 8;
-  auto zbv = sleep_pipeline(p, m, ScheduleKind::ZeroBubbleV, 20, 2, 20);
-  zbv.train_step(ones({m, 2}), zeros({m}), sum_loss);
-  const double theory = (p - 1.0) / (6.0 * m + p - 1);
-  EXPECT_NEAR(zbv.stats().bubble_fraction, theory, 0.04);
-  EXPECT_LT(zbv.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m));
-  std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", zbv.stats().bubble_fraction, theory);
-  expect_peaks_as_simulated(zbv.stats(), parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2, parallel::PassTimes{},
-                                                                     parallel::Placement::V));
 }
 
 // Each stage records its passes, in its row's order, inside the step; the

@@ -4,13 +4,19 @@
 // learnable scale. Its backward is selective (autograd/node.h): `ms` for the
 // input's gradient, `weight_ms` more for the scale's, so a split backward's I
 // and W passes (zero-bubble schedules) take those times.
+// sleep_pipeline builds an in-process pipeline of such stages on the CPU.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "autograd/node.h"
 #include "nn/nn.h"
+#include "parallel/pipeline/pipeline.h"
 
 namespace loom::parallel::testing {
 
@@ -45,5 +51,23 @@ class SleepStageImpl : public nn::Cloneable<SleepStageImpl> {
 
 // The loss the sleep-stage tests use: the output's sum (targets unused).
 inline Tensor sum_loss(const Tensor& out, const Tensor&) { return out.sum(); }
+
+// `stages` CPU stages of `chunks` sleeping parts each, `ms` a pass (and
+// `weight_ms` for a split backward's W pass).
+inline Pipeline sleep_pipeline(int stages, int micro_batches, ScheduleKind kind, int ms, int chunks = 1,
+                               int weight_ms = 0) {
+  std::vector<nn::ModulePtr> parts;
+  for (int i = 0; i < stages * chunks; ++i) parts.push_back(std::make_shared<SleepStageImpl>(ms, weight_ms));
+  return Pipeline(parts, std::vector<Device>(stages, Device::cpu()),
+                  {.micro_batches = micro_batches, .schedule = kind, .chunks = chunks});
+}
+
+// Each stage held as many micro-batches at once as the ideal machine's
+// simulation says (counted as the stage stores and frees them).
+inline void expect_peaks_as_simulated(const PipelineStats& measured, const SimulatedStep& simulated) {
+  ASSERT_EQ(measured.stages.size(), simulated.peak_in_flight.size());
+  for (size_t s = 0; s < measured.stages.size(); ++s)
+    EXPECT_EQ(measured.stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+}
 
 }  // namespace loom::parallel::testing
