@@ -1,5 +1,7 @@
-// The single-process pipeline's idle time measured on the wall clock, with
-// stages that sleep through their passes, against each schedule's theory.
+// Pipelines' idle time measured on the wall clock, with stages that sleep
+// through their passes, against each schedule's theory: the single-process
+// Pipeline, and DistributedPipeline over rank threads (each rank's busy time
+// against the longest rank's step).
 // The only pipeline tests that read a clock: Bazel runs this target alone
 // (tags "exclusive"), since other tests' threads delay the stages' wake-ups
 // and add to the measured bubble (14 binaries on 16 cores added 0.06 to
@@ -8,7 +10,9 @@
 
 #include <cstdio>
 #include <utility>
+#include <vector>
 
+#include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
 #include "tests/parallel/sleep_stage.h"
 
@@ -17,6 +21,7 @@ namespace {
 
 using parallel::ScheduleKind;
 using parallel::testing::expect_peaks_as_simulated;
+using parallel::testing::run_sleep_pipeline;
 using parallel::testing::sleep_pipeline;
 using parallel::testing::sum_loss;
 
@@ -79,8 +84,87 @@ TEST(PipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
   EXPECT_NEAR(zbv.stats().bubble_fraction, theory, 0.04);
   EXPECT_LT(zbv.stats().bubble_fraction, parallel::ideal_zero_bubble_h1_fraction(p, m));
   std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", zbv.stats().bubble_fraction, theory);
-  expect_peaks_as_simulated(zbv.stats(), parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2, parallel::PassTimes{},
-                                                                     parallel::Placement::V));
+  expect_peaks_as_simulated(zbv.stats(), parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2,
+                                                                     parallel::PassTimes{}, parallel::Placement::V));
+}
+
+// ---- DistributedPipeline over rank threads ----
+
+// Each rank's busy time against the longest rank's step: the idle fraction
+// of balanced stages is (p - 1) / (m + p - 1). Each pass sleeps 40 ms, so
+// message hand-offs (well under a millisecond) are small against 5 points.
+TEST(DistributedPipelineBubble, MeasuredIdleFractionMatchesTheory) {
+  for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 3}}) {
+    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+      double step = 0;
+      std::vector<parallel::StageStats> stats = run_sleep_pipeline(p, m, kind, 40, &step);
+      double bubble = 0;
+      for (const parallel::StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+      EXPECT_NEAR(bubble, parallel::ideal_bubble_fraction(p, m), 0.05)
+          << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
+    }
+  }
+}
+
+// Interleaved over ranks, two chunks of half a stage's work each (20 ms a
+// pass): the idle fraction falls to (p - 1) / (2m + p - 1), and each rank
+// holds the activations the ideal machine's simulation says it holds.
+TEST(DistributedPipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
+  const int p = 4, m = 8, v = 2;
+  double step = 0;
+  std::vector<parallel::StageStats> stats = run_sleep_pipeline(p, m, ScheduleKind::Interleaved1F1B, 20, &step, v);
+  double bubble = 0;
+  for (const parallel::StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+  EXPECT_NEAR(bubble, parallel::ideal_bubble_fraction(p, m, v), 0.05);
+  EXPECT_LT(bubble, parallel::ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
+  const parallel::SimulatedStep simulated =
+      parallel::simulate_schedule(parallel::interleaved_one_f_one_b_schedule(p, v, m), v);
+  for (int s = 0; s < p; ++s) EXPECT_EQ(stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+}
+
+// ZB-H1 over ranks, F, I and W of 20 ms each: (p - 1) / (3m + p - 1) idle,
+// against 1F1B's (p - 1) / (m + p - 1) with the same stages.
+TEST(DistributedPipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
+  const int p = 4, m = 8;
+  auto bubble_of = [&](ScheduleKind kind, std::vector<parallel::StageStats>* stats) {
+    double step = 0;
+    *stats = run_sleep_pipeline(p, m, kind, 20, &step, 1, 20);
+    double bubble = 0;
+    for (const parallel::StageStats& s : *stats) bubble += (1 - s.busy_seconds / step) / p;
+    return bubble;
+  };
+  std::vector<parallel::StageStats> zb_stats, one_f_one_b_stats;
+  const double zb = bubble_of(ScheduleKind::ZeroBubbleH1, &zb_stats);
+  const double one_f_one_b = bubble_of(ScheduleKind::OneFOneB, &one_f_one_b_stats);
+  EXPECT_NEAR(zb, parallel::ideal_zero_bubble_h1_fraction(p, m), 0.05);
+  EXPECT_LT(zb, one_f_one_b - 0.1);
+  const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m));
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(zb_stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+    EXPECT_EQ(zb_stats[s].bytes_sent, one_f_one_b_stats[s].bytes_sent) << "rank " << s << ": the same messages";
+  }
+}
+
+// ZB-V over ranks, F, I and W of 20 ms each (a chunk pass): idle
+// only while the first micro-batch comes down, (p - 1) / (6m + p - 1); each
+// rank holds what the simulation says; the last rank's turn is not sent: of
+// its [1, 2] float32 tensors, the end ranks send an activation and a gradient
+// a micro-batch, the middle ones two of each.
+TEST(DistributedPipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
+  const int p = 4, m = 8;
+  double step = 0;
+  std::vector<parallel::StageStats> stats = run_sleep_pipeline(p, m, ScheduleKind::ZeroBubbleV, 20, &step, 2, 20);
+  double bubble = 0;
+  for (const parallel::StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+  std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", bubble, parallel::zero_bubble_v_lower_bound(p, m));
+  EXPECT_NEAR(bubble, parallel::zero_bubble_v_lower_bound(p, m), 0.04);
+  EXPECT_LT(bubble, parallel::ideal_zero_bubble_h1_fraction(p, m));
+  const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_v_schedule(p, m), 2,
+                                                                        parallel::PassTimes{}, parallel::Placement::V);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(stats[s].peak_in_flight, simulated.peak_in_flight[s]) << "rank " << s;
+    EXPECT_EQ(stats[s].bytes_sent, (s == 0 || s == p - 1 ? 2 : 4) * m * 2 * 4) << "rank " << s;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -16,7 +17,9 @@
 
 #include "autograd/node.h"
 #include "nn/nn.h"
+#include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/pipeline.h"
+#include "tests/parallel/thread_ranks.h"
 
 namespace loom::parallel::testing {
 
@@ -68,6 +71,24 @@ inline void expect_peaks_as_simulated(const PipelineStats& measured, const Simul
   ASSERT_EQ(measured.stages.size(), simulated.peak_in_flight.size());
   for (size_t s = 0; s < measured.stages.size(); ++s)
     EXPECT_EQ(measured.stages[s].peak_in_flight, simulated.peak_in_flight[s]) << "stage " << s;
+}
+
+// p rank threads of sleeping stages (`chunks` sleeping parts each), one
+// step: each rank's stats, and the longest rank's step time if asked.
+inline std::vector<StageStats> run_sleep_pipeline(int p, int m, ScheduleKind kind, int ms,
+                                                  double* longest_step = nullptr, int chunks = 1, int weight_ms = 0) {
+  std::vector<StageStats> stats(p);
+  std::vector<double> steps(p);
+  run_rank_threads(p, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    std::vector<nn::ModulePtr> parts;
+    for (int c = 0; c < chunks; ++c) parts.push_back(std::make_shared<SleepStageImpl>(ms, weight_ms));
+    DistributedPipeline pipe(parts, group, {.micro_batches = m, .schedule = kind, .chunks = chunks});
+    pipe.train_step(ones({m, 2}), zeros({m}), sum_loss);
+    stats[rank] = pipe.stats();
+    steps[rank] = pipe.step_seconds();
+  });
+  if (longest_step) *longest_step = *std::max_element(steps.begin(), steps.end());
+  return stats;
 }
 
 }  // namespace loom::parallel::testing
