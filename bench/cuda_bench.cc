@@ -4,7 +4,8 @@
 //     same size (GB/s counting bytes read + written; goal: >= 85% of the copy);
 //   - softmax over rows of 4096 floats (goal: >= 70% of the copy's GB/s);
 //   - sums of 2^28 floats: along rows of 4096, down columns of 4096 and over
-//     everything (GB/s of the bytes read; goal: >= 80% of the copy's GB/s);
+//     everything (GB/s of the bytes read; goal: >= 80% of the copy's GB/s),
+//     and CUB's sum over everything (cub::DeviceReduce) beside loom's;
 //   - a 4096^3 float32 matmul through loom vs cuBLAS called directly
 //     (TFLOP/s; goal: >= 95% of cuBLAS), exact FP32 and TF32;
 //   - host-to-device copies from pinned and from pageable memory (GB/s).
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cub_reference.h"
 #include "examples/common/program.h"
 #include "tensor/backend.h"
 #include "tensor/cuda/event.h"
@@ -164,12 +166,29 @@ void bench_sums(double copy_gbps) {
          return std::abs(y.item() - sum(exact).item()) / sum(abs(exact)).item();
        }},
   };
+  double loom_all_ms = 0;
   for (const Case& c : cases) {
     Tensor y;
     const double ms = median_ms([&] { y = c.run(); });
+    if (std::string(c.name) == "sum_all") loom_all_ms = ms;
     report({c.name, "GBps", bytes / ms / 1e6, copy_gbps, 0.80, "d2d_memcpy",
             "\"ms\":" + std::to_string(ms) + "," + check_field(c.error(y), 1e-4)});
   }
+  // CUB's sum over everything: what NVIDIA's own reduction reaches on this
+  // GPU, against the copy and as the reference for loom's.
+  const int64_t n = rows * cols;
+  const size_t scratch_bytes = bench::cub_sum_scratch_bytes(n);
+  Tensor scratch = empty({static_cast<int64_t>(scratch_bytes) + 1}, {.dtype = kUInt8, .device = kGpu});
+  Tensor cub_out = empty({1}, {.device = kGpu});
+  cudaStream_t stream = cuda::current_stream(0).handle();
+  const double cub_ms = median_ms([&] {
+    BENCH_CHECK(bench::cub_sum(static_cast<const float*>(x.raw_data()), static_cast<float*>(cub_out.raw_data()), n,
+                               scratch.raw_data(), scratch_bytes, stream));
+  });
+  const double agreement = std::abs(cub_out.item() - sum(x).item()) / sum(abs(x)).item();
+  report({"sum_all_cub", "GBps", bytes / cub_ms / 1e6, copy_gbps, 0, "d2d_memcpy",
+          "\"ms\":" + std::to_string(cub_ms) + ",\"loom_over_cub\":" + std::to_string(cub_ms / loom_all_ms) + "," +
+              check_field(agreement, 1e-5)});
 }
 
 void bench_matmul() {

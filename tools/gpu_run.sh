@@ -38,7 +38,7 @@
 #   examples and the benchmarks (cuda_bench, NCCL on one rank, compare_parallel on the
 #   GPU, compare_torch against the machine's PyTorch, gpt in fp32 and under bf16 and
 #   fp16 autocast on both sides in three alternating rounds, kernel profiles of loom's
-#   and PyTorch's gpt step under ncu), inside the time budget. On a GPU machine a
+#   and PyTorch's gpt and lstm steps under ncu), inside the time budget. On a GPU machine a
 #   skipped test is a failure (it
 #   did not run what it is there for), except those that need more GPUs than the
 #   machine has, or caching and asynchrony under --sanitize. Results: summary.txt (a line per binary,
@@ -405,26 +405,33 @@ for line in open(sys.argv[1]):
             attention = f" {d['attention'] + '+' + d['attention_backward']:9}"
         print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4}{attention}{blas} {d['ms_per_step']:8.3f} ms{waits}")
 PY
-    # Where the gpt step's GPU time goes, kernel by kernel (issue #12): one
-    # step under Nsight Compute, each kernel timed once, caches left as the
-    # step leaves them, summed by kernel name.
+    # Where a step's GPU time goes, kernel by kernel (issue #12): one training
+    # step of loom's and of PyTorch's under Nsight Compute, each kernel timed
+    # once, caches left as the step leaves them, summed by kernel name into
+    # profile_MODEL.txt and profile_MODEL_torch.txt: where the two differ.
     local ncu
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+    profile() {  # profile MODEL loom|torch
+      local model="$1" side="$2" file="profile_$1" label="$1" program
+      if [ "$side" = torch ]; then
+        file="${file}_torch" label="$model torch" program=(python3 "$work/bench/torch_reference.py")
+      else
+        program=("$work/bin/train_bench")
+      fi
+      bench_step "profile $label (ncu)" 200 "$out/${file}_raw.csv" "$ncu" --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+        "${program[@]}" --model "$model" --device cuda --steps 1 --warmup 0
+      [ -s "$out/${file}_raw.csv" ] || return 0
+      python3 "$work/bench/kernel_profile.py" "$out/${file}_raw.csv" --top 30 > "$out/$file.txt" 2>> "$b" &&
+        head -n 12 "$out/$file.txt" | sed "s/^/profile $label: /" >> "$b"
+    }
     if [ -n "$ncu" ]; then
-      bench_step "profile gpt (ncu)" 200 "$out/profile_gpt_raw.csv" "$ncu" --clock-control none \
-        --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-        "$work/bin/train_bench" --model gpt --device cuda --steps 1 --warmup 0
-      python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_raw.csv" --top 30 > "$out/profile_gpt.txt" 2>> "$b" &&
-        head -n 12 "$out/profile_gpt.txt" | sed 's/^/profile: /' >> "$b"
-      # PyTorch's step, the same way: where the two spend their time differently.
-      bench_step "profile gpt torch (ncu)" 200 "$out/profile_gpt_torch_raw.csv" "$ncu" \
-        --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-        python3 "$work/bench/torch_reference.py" --model gpt --device cuda --steps 1 --warmup 0
-      python3 "$work/bench/kernel_profile.py" "$out/profile_gpt_torch_raw.csv" --top 30 \
-        > "$out/profile_gpt_torch.txt" 2>> "$b" &&
-        head -n 12 "$out/profile_gpt_torch.txt" | sed 's/^/profile torch: /' >> "$b"
+      local model side
+      for model in gpt lstm; do
+        for side in loom torch; do profile "$model" "$side"; done
+      done
     else
-      echo "profile gpt NOT RUN: no ncu on this machine" >> "$b"
+      echo "profiles NOT RUN: no ncu on this machine" >> "$b"
     fi
     sed 's/^/# bench: /' "$b" >> "$summary"
   fi
