@@ -12,8 +12,9 @@
 #                         steps, default 500; lstm_lm)
 #     --no-bench          skip the benchmarks
 #     --filter REGEX      only test binaries whose name matches REGEX
-#     --bench-filter REGEX  only the benchmark steps whose name matches REGEX (as
-#                         bench.txt names them: "cuda_bench", "gpt bf16 (torch, round 2)")
+#     --bench-filter REGEX  only the benchmark steps whose name matches REGEX, an
+#                         extended regex (as bench.txt names them: "cuda_bench",
+#                         'gpt bf16 \(torch, round 2\)', 'profile (gpt|lstm)')
 #     --sanitize[=TOOL]   run the tests under compute-sanitizer (memcheck by default;
 #                         also racecheck, synccheck, initcheck) with loom's caching
 #                         allocator off (LOOM_CUDA_NO_CACHING=1), so that the tool sees
@@ -56,7 +57,7 @@ else
 fi
 
 usage() {
-  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -346,6 +347,7 @@ run() {
 
   if [ "$bench" = 1 ]; then
     local b="$out/bench.txt"
+    : > "$b"
     bench_step() {  # bench_step NAME CAP OUTPUT COMMAND...
       local what="$1" cap="$2" to="$3"; shift 3
       [[ "$what" =~ $bench_filter ]] || return 0
@@ -393,7 +395,7 @@ run() {
       done
     done
     # Each training line in brief (ms a step, loom's host waits), into the summary.
-    python3 - "$out/compare_torch.jsonl" >> "$b" 2>&1 <<'PY'
+    [ -s "$out/compare_torch.jsonl" ] && python3 - "$out/compare_torch.jsonl" >> "$b" 2>&1 <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line) if line.startswith("{") else {}
