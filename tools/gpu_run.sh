@@ -304,6 +304,7 @@ run() {
     wait
     # The MPI test programs: two ranks sharing the GPU, one program at a time.
     for bin in "$work"/bin/*_test_bin; do
+      [ -e "$bin" ] || continue  # none in the bundle: the pattern itself
       name=$(basename "$bin")
       [[ "$name" =~ $filter ]] || continue
       if [ -n "$sanitize" ]; then continue; fi  # compute-sanitizer under mpirun: not set up
