@@ -14,6 +14,9 @@ struct DrawFrame {
 };
 thread_local std::vector<DrawFrame> t_draw_frames;
 
+// This thread's own default generator, while a ThreadDefaultGenerator lives.
+thread_local Generator* t_default_generator = nullptr;
+
 }  // namespace
 
 Draw Generator::draw() {
@@ -52,9 +55,17 @@ double Generator::next_double() {
 }
 
 Generator& default_generator() {
+  if (t_default_generator != nullptr) return *t_default_generator;
   static Generator generator(0);
   return generator;
 }
+
+ThreadDefaultGenerator::ThreadDefaultGenerator(uint64_t seed) : generator_(seed), previous_(t_default_generator) {
+  t_default_generator = &generator_;
+}
+ThreadDefaultGenerator::~ThreadDefaultGenerator() { t_default_generator = previous_; }
+
+bool thread_has_own_default_generator() { return t_default_generator != nullptr; }
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 

@@ -82,9 +82,33 @@ class DrawReplay {
   DrawReplay& operator=(const DrawReplay&) = delete;
 };
 
-// The process-wide default generator, used when an op is given none. It is
-// shared by all threads on purpose (as torch.manual_seed's is).
+// The default generator, used when an op is given none: the process's,
+// shared by all threads on purpose (as torch.manual_seed's is), except on a
+// thread that holds a ThreadDefaultGenerator. manual_seed seeds that one.
 Generator& default_generator();
 void manual_seed(uint64_t seed);
+
+// While it lives, this thread's default generator is one of its own, seeded
+// `seed` (a fresh process's is seeded 0); other threads keep theirs. A rank
+// thread then draws as a process of its own would: tensor and context
+// parallelism over rank threads need it for dropout, where every rank must
+// draw the masks the others draw (each rank thread holding one, seeded alike).
+//
+//   ThreadDefaultGenerator own;       // at the top of a rank thread
+//   manual_seed(1234);                // this thread's generator only
+class ThreadDefaultGenerator {
+ public:
+  explicit ThreadDefaultGenerator(uint64_t seed = 0);
+  ~ThreadDefaultGenerator();
+  ThreadDefaultGenerator(const ThreadDefaultGenerator&) = delete;
+  ThreadDefaultGenerator& operator=(const ThreadDefaultGenerator&) = delete;
+
+ private:
+  Generator generator_;
+  Generator* previous_;
+};
+
+// Whether this thread's default generator is its own (a ThreadDefaultGenerator lives).
+bool thread_has_own_default_generator();
 
 }  // namespace loom

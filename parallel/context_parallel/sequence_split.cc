@@ -3,6 +3,7 @@
 #include <map>
 
 #include "tensor/error.h"
+#include "tensor/generator.h"
 
 namespace loom::parallel {
 
@@ -50,9 +51,11 @@ Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, Sequ
 }
 
 void check_ranks_draw_alike(const char* model, double p, const ProcessGroup& group) {
-  LOOM_CHECK(p == 0 || group.size() == 1 || group.backend().rfind("threads", 0) != 0, model, ": dropout ", p,
-             " in training needs one process per rank (mpirun): the ", group.size(),
-             " rank threads of this process share one generator, so their masks would differ");
+  const bool rank_threads = group.size() > 1 && group.backend().rfind("threads", 0) == 0;
+  LOOM_CHECK(p == 0 || !rank_threads || thread_has_own_default_generator(), model, ": dropout ", p,
+             " in training over ", group.size(), " rank threads needs each to draw as a process would: hold a ",
+             "ThreadDefaultGenerator on each rank thread, seeded alike (tensor/generator.h), or run one process ",
+             "per rank (mpirun); sharing the process's generator, the ranks' masks would differ");
 }
 
 Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const ProcessGroup& group, SequenceSplit split) {

@@ -44,8 +44,9 @@ Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const Process
 
 // Dropout at probability p in training over `group` is only right when every
 // rank draws the numbers the others draw, from a generator of its own seeded
-// alike: one process a rank. Rank threads of one process share its
-// generator, so `model` refuses it over them, naming mpirun.
+// alike: one process a rank, or rank threads each holding a
+// ThreadDefaultGenerator (tensor/generator.h). Rank threads sharing the
+// process's generator are refused, with a message naming both ways.
 void check_ranks_draw_alike(const char* model, double p, const ProcessGroup& group);
 
 }  // namespace loom::parallel

@@ -97,9 +97,21 @@ TEST(ContextParallelGpt, SequencesLongerThanTheBlockAndDropoutOverThreadsAreErro
     models::ContextParallelGPT zigzag(models::GPT(testing::tp_config()), group, SequenceSplit::kZigZag);
     EXPECT_THROW_MSG(zigzag->forward(zeros({1, 3}, {.dtype = kInt64})),
                      "a rank's 3 tokens do not make two equal chunks");
-    EXPECT_THROW_MSG(cp->forward(zeros({1, 4}, {.dtype = kInt64})), "needs one process per rank (mpirun)");
+    EXPECT_THROW_MSG(cp->forward(zeros({1, 4}, {.dtype = kInt64})), "hold a ThreadDefaultGenerator on each rank thread");
     cp->eval();
     EXPECT_EQ(cp->forward(zeros({1, 4}, {.dtype = kInt64})).size(1), 4);
+  });
+}
+
+// Rank threads each holding a generator of their own, seeded alike, draw
+// the dropout masks one device draws over the whole sequence (zig-zag).
+TEST(ContextParallelGpt, DropoutOverRankThreadsWithTheirOwnGeneratorsMatchesSingleDevice) {
+  models::GPTConfig config = testing::tp_config();
+  config.dropout = 0.2;
+  testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    ThreadDefaultGenerator own;
+    testing::ReferenceAndCopy models = testing::reference_and_copy(config);
+    testing::check_cp_gpt_matches_single_device(group, models, SequenceSplit::kZigZag, /*reseed=*/true);
   });
 }
 

@@ -155,11 +155,11 @@ inline void check_data_x_tensor_parallel_matches_single_device(const std::shared
   }
 }
 
-// With dropout (training mode): ranks of one process each, seeded alike,
-// draw the masks the unsharded GPT draws from the same seed, in either
-// layout (sequence sharded, each rank draws the whole sequence's mask and
-// keeps its tokens' part), so the weights stay equal step after step. Rank
-// threads share one generator and cannot run this.
+// With dropout (training mode): ranks of one process each, or rank threads
+// each holding a ThreadDefaultGenerator, seeded alike, draw the masks the
+// unsharded GPT draws from the same seed, in either layout (sequence
+// sharded, each rank draws the whole sequence's mask and keeps its tokens'
+// part), so the weights stay equal step after step.
 inline void check_tp_gpt_with_dropout_matches_single_device(const std::shared_ptr<ProcessGroup>& group,
                                                             TokenLayout tokens) {
   models::GPTConfig config = tp_config();

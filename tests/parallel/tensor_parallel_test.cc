@@ -198,18 +198,32 @@ TEST(DataByTensorParallel, TwoByTwoMatchesSingleDevice) {
         });
 }
 
-// Rank threads share the process's generator: their dropout masks would
-// differ, so training with dropout over them is refused; evaluation runs.
-TEST(TensorParallel, DropoutOverRankThreadsIsAnError) {
+// Rank threads sharing the process's generator would draw different
+// dropout masks, so training with dropout over them is refused, naming the
+// ways out; evaluation runs.
+TEST(TensorParallel, DropoutOverRankThreadsSharingAGeneratorIsAnError) {
   models::GPTConfig config = testing::tp_config();
   config.dropout = 0.1;
   testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
     models::TensorParallelGPT tp(config, group);
     const Tensor idx = zeros({1, 8}, {.dtype = kInt64});
-    EXPECT_THROW_MSG(tp->forward(idx), "needs one process per rank (mpirun)");
+    EXPECT_THROW_MSG(tp->forward(idx), "hold a ThreadDefaultGenerator on each rank thread, seeded alike");
+    EXPECT_THROW_MSG(tp->forward(idx), "or run one process per rank (mpirun)");
     tp->eval();
     EXPECT_EQ(tp->forward(idx).size(2), 8);
   });
+}
+
+// Rank threads that each hold a generator of their own draw as processes
+// do: with dropout, both token layouts match one device step by step.
+TEST(TensorParallel, DropoutOverRankThreadsWithTheirOwnGeneratorsMatchesSingleDevice) {
+  for (TokenLayout tokens : {TokenLayout::kReplicated, TokenLayout::kSequenceSharded}) {
+    SCOPED_TRACE(tokens == TokenLayout::kReplicated ? "tokens replicated" : "tokens sequence sharded");
+    testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+      ThreadDefaultGenerator own;
+      testing::check_tp_gpt_with_dropout_matches_single_device(group, tokens);
+    });
+  }
 }
 
 TEST(TensorParallel, SizesThatDoNotDivideAreErrors) {

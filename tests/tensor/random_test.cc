@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -96,6 +98,46 @@ TEST(Random, RecordedDrawsReplayWithoutAdvancingTheGenerator) {
   DrawReplay replay(inner);
   rand({1});
   EXPECT_THROW_MSG(rand({1}), "draws more random numbers than its forward did (1 draws)");
+}
+
+// A thread holding a ThreadDefaultGenerator draws from its own: two such
+// threads seeded alike draw the same numbers whatever the other threads do,
+// and the process's generator neither moves nor is reseeded meanwhile. When
+// it ends, the thread's default is the one it had before (they nest).
+TEST(Random, ThreadDefaultGeneratorIsTheThreadsOwn) {
+  manual_seed(7);
+  const GeneratorState process_before = default_generator().state();
+  EXPECT_FALSE(thread_has_own_default_generator());
+  std::vector<double> drawn[2];
+  std::thread threads[2];
+  for (int t = 0; t < 2; ++t)
+    threads[t] = std::thread([&, t] {
+      ThreadDefaultGenerator own;
+      EXPECT_TRUE(thread_has_own_default_generator());
+      manual_seed(1234);
+      drawn[t] = values(randn({256}));
+    });
+  randn({64});  // the process's generator, meanwhile
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(drawn[0], drawn[1]);
+  Generator alike(1234);
+  EXPECT_EQ(drawn[0], values(randn({256}, {}, &alike)));
+  EXPECT_EQ(default_generator().seed(), 7u) << "a thread's manual_seed reseeded the process's generator";
+  EXPECT_EQ(default_generator().state().offset, process_before.offset + 1) << "only this thread's one draw";
+  {
+    ThreadDefaultGenerator outer(5);
+    const Tensor from_outer = rand({8});
+    {
+      ThreadDefaultGenerator inner(6);
+      Generator six(6);
+      EXPECT_EQ(values(rand({8})), values(rand({8}, {}, &six)));
+    }
+    Generator five(5);
+    rand({8}, {}, &five);  // outer drew once already
+    EXPECT_EQ(values(rand({8})), values(rand({8}, {}, &five))) << "the outer generator after the inner one ended";
+  }
+  EXPECT_FALSE(thread_has_own_default_generator());
+  EXPECT_EQ(default_generator().seed(), 7u);
 }
 
 }  // namespace
