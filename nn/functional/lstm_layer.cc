@@ -122,7 +122,7 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   if (autograd::needs_grad({gates, w, h_first, c_first})) {
     auto tape = std::make_shared<LstmLayerTape>(
         LstmLayerTape{autograd::SavedTensor(w), autograd::SavedTensor(h_first), autograd::SavedTensor(c_first),
-                      autograd::SavedTensor(hs), cells, activations});
+                      autograd::SavedTensor(hs), cells, activations, /*dgates_for_weight=*/Tensor()});
     // Selective: a split backward takes the recurrence (the gates' gradient)
     // first and weight_hh's product later.
     autograd::record_selective("LstmLayerBackward", {gates, w, h_first, c_first}, {result.output, result.h, result.c},

@@ -176,7 +176,9 @@ TEST(SplitBackward, LayerNormGivesItsScaleAndShiftGradientsInTheSecondPass) {
     autograd::WeightGradients later = autograd::backward_inputs_first({plain()}, {}, {x});
     EXPECT_EQ(max_rel_error(x.grad(), dx), 0.0) << "affine " << affine;
     later.compute();
-    if (affine) EXPECT_LT(max_rel_error(shift.grad(), dshift), 1e-14);
+    if (affine) {
+      EXPECT_LT(max_rel_error(shift.grad(), dshift), 1e-14);
+    }
   }
 }
 

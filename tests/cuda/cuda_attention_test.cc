@@ -143,8 +143,12 @@ TEST_P(CudaFusedAttention, AtomicDqMatchesTheCpu) {
     expect_near(on_gpu.dv, on_cpu.dv, dtype, tol, "dv");
     some_dq_differs = some_dq_differs || (on_gpu.dq - deterministic.dq).abs().max().item() > 0;
   }
-  if (dtype == kFloat32) EXPECT_TRUE(some_dq_differs) << "dq the same bits both ways: did the atomic path run?";
-  if (is_16bit_floating(dtype)) EXPECT_FALSE(some_dq_differs) << "the tensor-core kernels ignore the setting";
+  if (dtype == kFloat32) {
+    EXPECT_TRUE(some_dq_differs) << "dq the same bits both ways: did the atomic path run?";
+  }
+  if (is_16bit_floating(dtype)) {
+    EXPECT_FALSE(some_dq_differs) << "the tensor-core kernels ignore the setting";
+  }
 }
 
 // By default the backward gives the same bits on every run.

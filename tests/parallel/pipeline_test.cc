@@ -337,12 +337,15 @@ TEST(Schedule, ZeroBubbleH2FinishesBetweenTheFloorAndZeroBubbleH1) {
         const double floor = parallel::one_step_lower_bound(p, m, 1, times);
         EXPECT_GE(step.bubble_fraction, floor - 1e-12) << what;
         if (m < p) continue;
-        if (times.forward == times.backward_weight && times.forward == times.backward_input)
+        if (times.forward == times.backward_weight && times.forward == times.backward_input) {
           EXPECT_NEAR(step.bubble_fraction, floor, 1e-12) << what;
+        }
         if (m == p) continue;
         const double h1 = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m), 1, times).bubble_fraction;
         EXPECT_LE(step.bubble_fraction, h1 + 1e-12) << what;
-        if (p > 1 && times.backward_weight < times.forward) EXPECT_LT(step.bubble_fraction, h1) << what;
+        if (p > 1 && times.backward_weight < times.forward) {
+          EXPECT_LT(step.bubble_fraction, h1) << what;
+        }
       }
   EXPECT_DOUBLE_EQ(parallel::one_step_lower_bound(4, 8, 1), 3.0 / 27);  // idle 3 F of a step 24 F + 3 F
   EXPECT_EQ(parallel::schedule_kind("zb-h2"), ScheduleKind::ZeroBubbleH2);
