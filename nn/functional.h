@@ -89,6 +89,21 @@ class AttentionKernelGuard {
   AttentionKernel previous_;
 };
 
+// The deterministic-attention setting for a scope, the previous one restored
+// at its end; process-wide, as the setting is.
+class DeterministicAttentionGuard {
+ public:
+  explicit DeterministicAttentionGuard(bool deterministic) : previous_(deterministic_attention()) {
+    set_deterministic_attention(deterministic);
+  }
+  ~DeterministicAttentionGuard() { set_deterministic_attention(previous_); }
+  DeterministicAttentionGuard(const DeterministicAttentionGuard&) = delete;
+  DeterministicAttentionGuard& operator=(const DeterministicAttentionGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // One LSTM step's pointwise part, fused (PyTorch's _thnn_fused_lstm_cell):
 // input_gates and hidden_gates (B, 4H) are x W_ih^T + b_ih and h W_hh^T + b_hh
 // (gate order i, f, g, o), c_prev (B, H). Returns {h, c}:

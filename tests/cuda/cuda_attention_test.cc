@@ -105,18 +105,6 @@ TEST_P(CudaFusedAttention, MatchesTheCpu) {
   }
 }
 
-// The setting for a scope, as the tests need it.
-class DeterministicAttention {
- public:
-  explicit DeterministicAttention(bool deterministic) : saved_(F::deterministic_attention()) {
-    F::set_deterministic_attention(deterministic);
-  }
-  ~DeterministicAttention() { F::set_deterministic_attention(saved_); }
-
- private:
-  bool saved_;
-};
-
 // The backward that adds dq's shares with atomics (float32 and float64)
 // against the same CPU reference. That it ran, and not the dq kernel, shows
 // in float32's bits: the key tiles' shares of dq are rounded and summed in
@@ -133,7 +121,7 @@ TEST_P(CudaFusedAttention, AtomicDqMatchesTheCpu) {
     SCOPED_TRACE(describe(c));
     const Attended deterministic = attend(c, gpu_device(), dtype);
     Attended on_gpu = [&] {
-      DeterministicAttention atomics(false);
+      F::DeterministicAttentionGuard atomics(false);
       return attend(c, gpu_device(), dtype);
     }();
     Attended on_cpu = attend(c, Device::cpu(), kFloat64);

@@ -154,16 +154,19 @@ TEST(FusedAttention, SettingPicksTheKernel) {
 }
 
 // The CPU's backward is deterministic either way: allowing otherwise
-// (for CUDA's atomic dq) changes no bit here, and the setting is read back.
+// (for CUDA's atomic dq) changes no bit here; the guard sets the setting
+// and gives the previous one back.
 TEST(FusedAttention, CpuIgnoresTheNondeterministicSetting) {
   ASSERT_TRUE(F::deterministic_attention()) << "deterministic by default";
   Tensor q = leaf64({2, 3, 70, 8}, 51), k = leaf64({2, 3, 70, 8}, 52), v = leaf64({2, 3, 70, 8}, 53);
   Tensor dout = leaf64({2, 3, 70, 8}, 54).detach();
   const Result deterministic = run(AttentionKernel::kFused, q, k, v, true, dout);
-  F::set_deterministic_attention(false);
-  EXPECT_FALSE(F::deterministic_attention());
-  const Result relaxed = run(AttentionKernel::kFused, q, k, v, true, dout);
-  F::set_deterministic_attention(true);
+  const Result relaxed = [&] {
+    F::DeterministicAttentionGuard relax(false);
+    EXPECT_FALSE(F::deterministic_attention());
+    return run(AttentionKernel::kFused, q, k, v, true, dout);
+  }();
+  EXPECT_TRUE(F::deterministic_attention()) << "the guard restores the setting it found";
   for (auto [a, b] : {std::pair{deterministic.dq, relaxed.dq}, std::pair{deterministic.dk, relaxed.dk},
                       std::pair{deterministic.dv, relaxed.dv}, std::pair{deterministic.out, relaxed.out}})
     EXPECT_EQ((a - b).abs().max().item(), 0.0);
