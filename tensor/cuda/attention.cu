@@ -169,8 +169,8 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
       using Kernels = AttentionKernels<S, T, decltype(head)::value>;
       const T scale = T(p.scale);
       if constexpr (!Kernels::kTensorCores) {
-        if (!p.deterministic) {
-          constexpr int shared = attention_dkdv_shared_bytes<T, decltype(head)::value>();
+        if (!p.deterministic) {  // the dk/dv kernel's tiles, and dq's shares added into dq
+          constexpr int shared = Kernels::dkdv_shared();
           auto* kernel = attention_dkdv_dq_kernel<T, decltype(head)::value>;
           allow_shared_bytes(kernel, shared);
           this->fill(dq, 0);
