@@ -90,17 +90,27 @@ TEST(PipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
 
 // ---- DistributedPipeline over rank threads ----
 
+// One step of p rank threads of sleeping stages: each rank's stats, and the
+// ranks' mean idle fraction, each rank's busy time against the longest
+// rank's step.
+struct RankThreadsStep {
+  std::vector<parallel::StageStats> stats;
+  double bubble = 0;
+};
+RankThreadsStep rank_threads_step(int p, int m, ScheduleKind kind, int ms, int chunks = 1, int weight_ms = 0) {
+  double step = 0;
+  RankThreadsStep r{run_sleep_pipeline(p, m, kind, ms, &step, chunks, weight_ms)};
+  for (const parallel::StageStats& s : r.stats) r.bubble += (1 - s.busy_seconds / step) / p;
+  return r;
+}
+
 // Each rank's busy time against the longest rank's step: the idle fraction
 // of balanced stages is (p - 1) / (m + p - 1). Each pass sleeps 40 ms, so
 // message hand-offs (well under a millisecond) are small against 5 points.
 TEST(DistributedPipelineBubble, MeasuredIdleFractionMatchesTheory) {
   for (auto [p, m] : {std::pair{4, 8}, std::pair{3, 3}}) {
     for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-      double step = 0;
-      std::vector<parallel::StageStats> stats = run_sleep_pipeline(p, m, kind, 40, &step);
-      double bubble = 0;
-      for (const parallel::StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
-      EXPECT_NEAR(bubble, parallel::ideal_bubble_fraction(p, m), 0.05)
+      EXPECT_NEAR(rank_threads_step(p, m, kind, 40).bubble, parallel::ideal_bubble_fraction(p, m), 0.05)
           << "p=" << p << " m=" << m << (kind == ScheduleKind::GPipe ? " GPipe" : " 1F1B");
     }
   }
@@ -111,10 +121,7 @@ TEST(DistributedPipelineBubble, MeasuredIdleFractionMatchesTheory) {
 // holds the activations the ideal machine's simulation says it holds.
 TEST(DistributedPipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
   const int p = 4, m = 8, v = 2;
-  double step = 0;
-  std::vector<parallel::StageStats> stats = run_sleep_pipeline(p, m, ScheduleKind::Interleaved1F1B, 20, &step, v);
-  double bubble = 0;
-  for (const parallel::StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+  const auto [stats, bubble] = rank_threads_step(p, m, ScheduleKind::Interleaved1F1B, 20, v);
   EXPECT_NEAR(bubble, parallel::ideal_bubble_fraction(p, m, v), 0.05);
   EXPECT_LT(bubble, parallel::ideal_bubble_fraction(p, m) - 0.05) << "no better than 1F1B";
   const parallel::SimulatedStep simulated =
@@ -126,16 +133,8 @@ TEST(DistributedPipelineBubble, InterleavingTwoChunksShrinksTheBubble) {
 // against 1F1B's (p - 1) / (m + p - 1) with the same stages.
 TEST(DistributedPipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
   const int p = 4, m = 8;
-  auto bubble_of = [&](ScheduleKind kind, std::vector<parallel::StageStats>* stats) {
-    double step = 0;
-    *stats = run_sleep_pipeline(p, m, kind, 20, &step, 1, 20);
-    double bubble = 0;
-    for (const parallel::StageStats& s : *stats) bubble += (1 - s.busy_seconds / step) / p;
-    return bubble;
-  };
-  std::vector<parallel::StageStats> zb_stats, one_f_one_b_stats;
-  const double zb = bubble_of(ScheduleKind::ZeroBubbleH1, &zb_stats);
-  const double one_f_one_b = bubble_of(ScheduleKind::OneFOneB, &one_f_one_b_stats);
+  const auto [zb_stats, zb] = rank_threads_step(p, m, ScheduleKind::ZeroBubbleH1, 20, 1, 20);
+  const auto [one_f_one_b_stats, one_f_one_b] = rank_threads_step(p, m, ScheduleKind::OneFOneB, 20, 1, 20);
   EXPECT_NEAR(zb, parallel::ideal_zero_bubble_h1_fraction(p, m), 0.05);
   EXPECT_LT(zb, one_f_one_b - 0.1);
   const parallel::SimulatedStep simulated = parallel::simulate_schedule(parallel::zero_bubble_h1_schedule(p, m));
@@ -152,10 +151,7 @@ TEST(DistributedPipelineBubble, ZeroBubbleH1FillsTheWaitsWithWeightGradients) {
 // a micro-batch, the middle ones two of each.
 TEST(DistributedPipelineBubble, ZeroBubbleVIdlesOnlyWhileTheFirstMicroBatchComesDown) {
   const int p = 4, m = 8;
-  double step = 0;
-  std::vector<parallel::StageStats> stats = run_sleep_pipeline(p, m, ScheduleKind::ZeroBubbleV, 20, &step, 2, 20);
-  double bubble = 0;
-  for (const parallel::StageStats& s : stats) bubble += (1 - s.busy_seconds / step) / p;
+  const auto [stats, bubble] = rank_threads_step(p, m, ScheduleKind::ZeroBubbleV, 20, 2, 20);
   std::printf("measured bubble: zb-v %.3f (theory %.3f)\n", bubble, parallel::zero_bubble_v_lower_bound(p, m));
   EXPECT_NEAR(bubble, parallel::zero_bubble_v_lower_bound(p, m), 0.04);
   EXPECT_LT(bubble, parallel::ideal_zero_bubble_h1_fraction(p, m));
