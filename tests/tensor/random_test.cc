@@ -126,14 +126,14 @@ TEST(Random, ThreadDefaultGeneratorIsTheThreadsOwn) {
   EXPECT_EQ(default_generator().state().offset, process_before.offset + 1) << "only this thread's one draw";
   {
     ThreadDefaultGenerator outer(5);
-    const Tensor from_outer = rand({8});
+    rand({8});  // the outer generator's first draw
     {
       ThreadDefaultGenerator inner(6);
       Generator six(6);
       EXPECT_EQ(values(rand({8})), values(rand({8}, {}, &six)));
     }
     Generator five(5);
-    rand({8}, {}, &five);  // outer drew once already
+    rand({8}, {}, &five);  // as the outer generator drew once
     EXPECT_EQ(values(rand({8})), values(rand({8}, {}, &five))) << "the outer generator after the inner one ended";
   }
   EXPECT_FALSE(thread_has_own_default_generator());
