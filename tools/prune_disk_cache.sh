@@ -18,7 +18,9 @@ used=$(bytes_in "$cache")
 excess=$((used - cap / 2))
 echo "setup: the disk cache $cache holds $((used >> 20)) MB, over $cap_mb MB: dropping its oldest entries"
 # "mtime size path", oldest first; drop files until `excess` bytes are gone.
+# awk reads to the end: leaving early would kill sort with SIGPIPE, and
+# pipefail would fail the script (and setup.sh) once the list outgrows a pipe.
 find "$cache" -type f -printf '%T@ %s %p\n' | sort -n |
-  awk -v excess="$excess" '{ if (dropped >= excess) exit; dropped += $2; sub(/^[^ ]+ [^ ]+ /, ""); print }' |
+  awk -v excess="$excess" 'dropped < excess { dropped += $2; sub(/^[^ ]+ [^ ]+ /, ""); print }' |
   while IFS= read -r file; do rm -f -- "$file"; done
 echo "setup: the disk cache now holds $(($(bytes_in "$cache") >> 20)) MB"

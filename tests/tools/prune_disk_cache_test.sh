@@ -24,4 +24,15 @@ mkdir big
 for i in 1 2 3; do truncate -s 3G "big/blob$i"; touch -d "2026-01-01 00:0$i:00" "big/blob$i"; done
 LOOM_DISK_CACHE=big LOOM_DISK_CACHE_MB=8192 "$prune" > big.log
 [ "$(ls big)" = "blob3" ] || { echo "expected only the newest 3 GB entry to stay, got: $(ls big)"; cat big.log; exit 1; }
+# A cache of many entries, whose list outgrows a pipe's buffer (64 KB)
+# after the dropped ones: 4000 entries of 1 KB with long paths, capped at
+# 3 MB. The script must read the list to its end and exit 0 (it once left
+# early, sort died of SIGPIPE, and pipefail failed setup.sh with it).
+many="many/cas/a_directory_whose_long_name_makes_each_line_of_the_list_long"
+mkdir -p "$many"
+(cd "$many" && head -c 4096000 /dev/zero | split -b 1024 -a 4 - entry_with_a_long_name_)
+LOOM_DISK_CACHE=many LOOM_DISK_CACHE_MB=3 "$prune" > many.log || { echo "failed on a long list:"; cat many.log; exit 1; }
+left=$(find many -type f | wc -l)
+[ "$left" -le 1536 ] && [ "$left" -gt 0 ] || { echo "expected at most 1.5 MB of 1 KB entries to stay, got $left"; exit 1; }
+grep -q "now holds" many.log || { cat many.log; exit 1; }
 echo PASS
