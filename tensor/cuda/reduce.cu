@@ -6,9 +6,10 @@
 // so that a unit-stride dim, if any, is innermost. Then one of two kernels:
 //  - rows: the reduced elements of one output are contiguous. A warp (for up
 //    to 4096 elements) or a 256-thread block (for more) reads them
-//    coalesced and combines them with shuffles; when there are too few
-//    outputs to fill the GPU (a full sum), each output's range is split over
-//    several blocks, whose partial results a second kernel combines.
+//    coalesced, 16 bytes a load where the range starts 16-byte aligned, and
+//    combines them with shuffles; when there are too few outputs to fill the
+//    GPU (a full sum), each output's range is split over several blocks,
+//    whose partial results a second kernel combines, a warp an output.
 //  - columns: outputs are adjacent in memory (a sum over dim 0), or there are
 //    only a few elements per output. Each thread walks one output's elements,
 //    neighbouring threads reading neighbouring addresses; eight threads share
@@ -33,6 +34,7 @@ namespace loom::cuda {
 namespace {
 
 constexpr int kReduceBlock = 256;
+constexpr int64_t kPieceAlign = 16;  // elements: a piece of a split row starts a whole number of packs in
 
 // ---- what is combined ----
 
@@ -152,8 +154,41 @@ __device__ __forceinline__ typename Op::Acc group_reduce(typename Op::Acc v) {
 
 // ---- kernels ----
 
+// Sixteen bytes of consecutive elements, read with one load.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+// Combines elements [r, end) of a contiguous range that starts 16-byte
+// aligned, as whole packs (two loads in flight a thread), and moves r past
+// them; the caller combines what is left one element at a time. Wide loads
+// keep enough bytes in flight to reach the memory's bandwidth.
+template <typename Op, int G>
+__device__ __forceinline__ void combine_packs(typename Op::Acc& acc, const typename Op::In* base, int64_t& r,
+                                              int64_t end, int lane) {
+  using P = Pack<typename Op::In>;
+  const P* packs = reinterpret_cast<const P*>(base + r);
+  const int64_t count = (end - r) / P::kSize;
+  for (int64_t i = lane; i < count; i += 2 * G) {
+    const bool second = i + G < count;
+    const P a = packs[i];
+    P b;
+    if (second) b = packs[i + G];
+#pragma unroll
+    for (int j = 0; j < P::kSize; ++j) acc = Op::combine(acc, Op::project(a.v[j], r + i * P::kSize + j));
+    if (second) {
+#pragma unroll
+      for (int j = 0; j < P::kSize; ++j) acc = Op::combine(acc, Op::project(b.v[j], r + (i + G) * P::kSize + j));
+    }
+  }
+  r += count * P::kSize;
+}
+
 // Groups of G threads each reduce one output's contiguous range, or the
-// blockIdx.y-th piece of it.
+// blockIdx.y-th piece of it (pieces are whole packs long, so that each
+// starts aligned where its range does).
 template <typename Op, int G>
 __global__ void __launch_bounds__(kReduceBlock)
     reduce_rows(const typename Op::In* in, typename Op::Out* out, typename Op::Acc* partial,
@@ -165,9 +200,11 @@ __global__ void __launch_bounds__(kReduceBlock)
   int64_t in_offset = 0, out_offset = 0;
   if (output < plan.outputs) {
     kept_offsets(plan, output, in_offset, out_offset);
-    const int64_t begin = static_cast<int64_t>(blockIdx.y) * per_split;
+    int64_t begin = static_cast<int64_t>(blockIdx.y) * per_split;
     const int64_t end = begin + per_split < plan.reduced ? begin + per_split : plan.reduced;
     const typename Op::In* base = in + in_offset;
+    if (plan.reduced_dims == 1 && reinterpret_cast<uintptr_t>(base + begin) % 16 == 0)
+      combine_packs<Op, G>(acc, base, begin, end, lane);
     for (int64_t r = begin + lane; r < end; r += G)
       acc = Op::combine(acc, Op::project(base[reduced_offset(plan, r)], r));
   }
@@ -207,19 +244,35 @@ __global__ void __launch_bounds__(kReduceBlock)
   }
 }
 
-// Combines the `splits` partial results of each output.
+// Combines the `splits` partial results of each output, a warp an output
+// (outputs are few wherever there are splits).
 template <typename Op>
-__global__ void reduce_partials(const typename Op::Acc* partial, typename Op::Out* out, ReducePlan plan,
-                                int64_t splits) {
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t output = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; output < plan.outputs;
-       output += threads) {
-    typename Op::Acc acc = Op::identity();
-    for (int64_t s = 0; s < splits; ++s) acc = Op::combine(acc, partial[s * plan.outputs + output]);
+__global__ void __launch_bounds__(kReduceBlock)
+    reduce_partials(const typename Op::Acc* partial, typename Op::Out* out, ReducePlan plan, int64_t splits) {
+  const int lane = threadIdx.x % 32;
+  const int64_t output = static_cast<int64_t>(blockIdx.x) * (kReduceBlock / 32) + threadIdx.x / 32;
+  typename Op::Acc acc = Op::identity();
+  if (output < plan.outputs)
+    for (int64_t s = lane; s < splits; s += 32) acc = Op::combine(acc, partial[s * plan.outputs + output]);
+  acc = group_reduce<Op, 32>(acc);
+  if (lane == 0 && output < plan.outputs) {
     int64_t in_offset, out_offset;
     kept_offsets(plan, output, in_offset, out_offset);
     out[out_offset] = Op::finish(acc);
   }
+}
+
+// How many blocks of reduce_rows fit on a multiprocessor at once (its
+// registers decide), asked once: a split row launches that many a
+// multiprocessor, one full wave, without a second, partly idle one.
+template <typename Op, int G>
+int resident_row_blocks() {
+  static const int blocks = [] {
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reduce_rows<Op, G>, kReduceBlock, 0));
+    return std::max(n, 1);
+  }();
+  return blocks;
 }
 
 template <typename Op>
@@ -229,8 +282,6 @@ void launch_reduce(const Tensor& a, const Tensor& out, const ReducePlan& plan) {
   const auto* in = static_cast<const typename Op::In*>(a.raw_data());
   auto* result = static_cast<typename Op::Out*>(out.raw_data());
   const int64_t outputs = plan.outputs, reduced = plan.reduced;
-  // Enough blocks to keep every multiprocessor busy.
-  const int64_t target_blocks = static_cast<int64_t>(ctx.multiprocessors) * 8;
   const bool rows = plan.reduced_dims > 0 && plan.reduced_strides[0] == 1 && reduced >= 32;
 
   int64_t blocks = 0, splits = 1, per_piece = 0;
@@ -238,11 +289,15 @@ void launch_reduce(const Tensor& a, const Tensor& out, const ReducePlan& plan) {
   if (rows) {
     group = reduced >= 4096 ? kReduceBlock : 32;
     blocks = ceil_div(outputs, kReduceBlock / group);
-    if (group == kReduceBlock && blocks < target_blocks)  // each piece at least 4096 elements
-      splits = std::min<int64_t>({ceil_div(target_blocks, blocks), ceil_div(reduced, 4096), 65535});
-    per_piece = ceil_div(reduced, splits);
+    if (group == kReduceBlock) {
+      const int64_t full_wave = int64_t{ctx.multiprocessors} * resident_row_blocks<Op, kReduceBlock>();
+      if (blocks < full_wave)  // each piece at least 4096 elements
+        splits = std::min<int64_t>({ceil_div(full_wave, blocks), ceil_div(reduced, 4096), 65535});
+    }
+    per_piece = ceil_div(ceil_div(reduced, splits), kPieceAlign) * kPieceAlign;
     splits = ceil_div(reduced, per_piece);
   } else {
+    const int64_t target_blocks = int64_t{ctx.multiprocessors} * 8;  // enough to keep every multiprocessor busy
     blocks = ceil_div(outputs, 32);
     if (blocks < target_blocks && reduced > 8 * 64)  // each slice at least 64 elements
       splits = std::min<int64_t>({ceil_div(target_blocks, blocks), ceil_div(reduced, 8 * 64), 65535});
@@ -265,7 +320,8 @@ void launch_reduce(const Tensor& a, const Tensor& out, const ReducePlan& plan) {
     reduce_columns<Op><<<grid, dim3(32, 8), 0, ctx.stream>>>(in, result, partial, plan, per_piece);
   LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   if (splits > 1) {
-    reduce_partials<Op><<<ctx.grid(outputs), kBlockSize, 0, ctx.stream>>>(partial, result, plan, splits);
+    reduce_partials<Op><<<static_cast<unsigned>(ceil_div(outputs, kReduceBlock / 32)), kReduceBlock, 0, ctx.stream>>>(
+        partial, result, plan, splits);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
   }
   // `scratch` goes back to the cache here; only work queued later on this

@@ -84,6 +84,12 @@ TEST_P(Cuda16Bit, ReductionsMatchTheCpu) {
   expect_close(gpu(a).sum({0}), a.sum({0}), tol(), "sum of columns");
   expect_close(gpu(a).max({1}), a.max({1}), 0, "max");
   expect_equal(gpu(a).argmax(1).cpu(), a.argmax(1), "argmax");
+  // Long rows, split over blocks and read 8 to a load: the first starts on a
+  // 16-byte boundary, the others off one.
+  Tensor rows = rand({3, 50001}, 6);
+  expect_close(gpu(rows).sum({1}), rows.sum({1}), tol(), "sum of long rows");
+  expect_close(gpu(rows).min({1}), rows.min({1}), 0, "min of long rows");
+  expect_equal(gpu(rows).argmax(1).cpu(), rows.argmax(1), "argmax of long rows");
 }
 
 // Softmax over rows held by a warp, by a block, too long for registers, and

@@ -112,6 +112,31 @@ TEST_P(CudaReduce, NanPropagatesAndIsFoundFirst) {
   EXPECT_TRUE(std::isnan(sum(gpu(with_nan)).item()));
 }
 
+// Contiguous ranges are read 16 bytes a load from a 16-byte boundary on, and
+// element by element where a range starts off one: every start modulo the
+// pack, for one long range split over blocks and for rows of both widths.
+TEST_P(CudaReduce, RangesStartingOnAndOffSixteenByteBoundaries) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  const int64_t n = (1 << 20) + 3;
+  Tensor x = random({n}, dtype, 8);
+  const Tensor x_gpu = gpu(x);
+  for (int64_t start = 0; start < 5; ++start) {
+    const std::string what = " from element " + std::to_string(start);
+    const Tensor tail = x.narrow(0, start, n - start), tail_gpu = x_gpu.narrow(0, start, n - start);
+    expect_close(sum(tail_gpu), sum(tail), kTol, "sum" + what);
+    expect_equal(amax(tail_gpu), amax(tail), "amax" + what);
+    expect_equal(argmin(tail_gpu, 0), argmin(tail, 0), "argmin" + what);
+  }
+  for (int64_t row : {int64_t{50001}, int64_t{1001}}) {  // a block a row (split), a warp a row
+    Tensor rows = random({7, row}, dtype, 9);
+    const std::string what = " of rows of " + std::to_string(row);
+    expect_close(sum(gpu(rows), {1}), sum(rows, {1}), kTol, "sum" + what);
+    expect_equal(amin(gpu(rows), {1}), amin(rows, {1}), "amin" + what);
+    expect_equal(argmax(gpu(rows), 1), argmax(rows, 1), "argmax" + what);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaReduce, ::testing::Values(kFloat32, kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
 
@@ -128,6 +153,11 @@ TEST(CudaReduceIntegers, SumsAndExtremaOfIntegersAndBools) {
     expect_equal(amin(gpu(i), dims), amin(i, dims), "int64 amin");
   }
   expect_equal(argmax(gpu(u), 0), argmax(u, 0), "uint8 argmax");
+  // One long range of bytes, 16 to a load, from an aligned start and not.
+  Tensor long_u = random({(1 << 20) + 5}, kFloat64, 10, 0, 255).to(kUInt8);
+  for (int64_t start : {0, 3})
+    expect_equal(sum(gpu(long_u).narrow(0, start, long_u.numel() - start)),
+                 sum(long_u.narrow(0, start, long_u.numel() - start)), "long uint8 sum from " + std::to_string(start));
 }
 
 // Row lengths around every switch of the softmax kernels: warp (<= 1024),
