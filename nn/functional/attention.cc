@@ -20,7 +20,7 @@ namespace loom::nn::functional {
 namespace {
 
 std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::kAuto};
-std::atomic<bool> g_deterministic_attention{true};
+std::atomic<bool> g_deterministic_attention{false};  // PyTorch's default too
 
 bool fused_wanted() {
   switch (attention_kernel()) {
@@ -58,6 +58,26 @@ Tensor empty_in_layout_of(const Tensor& like, int64_t last_dim) {
   return empty({b, h, t, last_dim}, like.options());
 }
 
+// Empty dq, dk and dv. When q, k and v are the three thirds of one
+// projection's rows ((B, T, 3, H, D) in memory: the attention layers split
+// their qkv output so), the gradients are the thirds of one new buffer laid
+// out alike, and split's backward takes that buffer as the projection's
+// gradient without a copy (tensor/ops/join.cc). Else each as its input, by
+// empty_in_layout_of.
+TensorList empty_gradients(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3), row = 3 * h * d;
+  const bool thirds = k.shape() == q.shape() && v.shape() == q.shape() && k.strides() == q.strides() &&
+                      v.strides() == q.strides() && k.storage() == q.storage() && v.storage() == q.storage() &&
+                      q.stride(3) == 1 && q.stride(1) == d && q.stride(2) == row && q.stride(0) == t * row &&
+                      k.storage_offset() == q.storage_offset() + h * d &&
+                      v.storage_offset() == k.storage_offset() + h * d;
+  if (!thirds) return {empty_in_layout_of(q, d), empty_in_layout_of(k, k.size(3)), empty_in_layout_of(v, v.size(3))};
+  const Tensor buffer = empty({b, t, 3, h, d}, q.options());
+  TensorList grads;
+  for (int64_t i = 0; i < 3; ++i) grads.push_back(buffer.select(2, i).transpose(1, 2));
+  return grads;
+}
+
 Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale, bool causal) {
   const DType dtype = promoted_floating_dtype("scaled_dot_product_attention", {q_in, k_in, v_in});
   const Tensor q = as_heads(q_in, dtype), k = as_heads(k_in, dtype), v = as_heads(v_in, dtype);
@@ -75,10 +95,10 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
           // The kernels read dout as q's dtype with a contiguous last dim.
           Tensor dout = g[0].to(q.dtype());
           if (dout.stride(3) != 1) dout = dout.contiguous();
-          Tensor dq = empty_in_layout_of(q, q.size(3)), dk = empty_in_layout_of(k, k.size(3)),
-                 dv = empty_in_layout_of(v, v.size(3));
-          backend_for(q.device()).attention_backward(q, k, v, so.get(), dout, logsumexp, params, dq, dk, dv);
-          return TensorList{dq, dk, dv};
+          TensorList grads = empty_gradients(q, k, v);
+          backend_for(q.device()).attention_backward(q, k, v, so.get(), dout, logsumexp, params, grads[0], grads[1],
+                                                     grads[2]);
+          return grads;
         });
   if (q_in.dim() == 4) return out;
   std::vector<int64_t> shape = q_in.shape().vec();

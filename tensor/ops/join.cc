@@ -1,5 +1,9 @@
 // Joining and splitting along a dim: cat (one copy per input into slices of
 // the output), stack, split, unbind and chunk (views).
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -57,8 +61,49 @@ Tensor stack(const TensorList& tensors, int64_t dim) {
   return cat(expanded, d);
 }
 
+namespace {
+
+// Whether a layout reaches no element twice: walked from the smallest
+// stride, each dim steps past everything the smaller ones span. (Enough, not
+// necessary; the layouts that reach here are permuted dense ones.)
+bool non_overlapping(const Shape& shape, const Strides& strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return true;
+    if (shape[d] != 1) dims.emplace_back(strides[d], shape[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // one past the furthest element the dims so far reach
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return false;
+    span = stride * (size - 1) + span;
+  }
+  return true;
+}
+
+// The parts' gradients as one view of shape `whole`, when they already lie
+// side by side along `dim` in one buffer, each where cat would put it (the
+// fused attention's backward writes dq, dk and dv so, for q, k and v split
+// from one projection); else undefined.
+Tensor side_by_side(const TensorList& grads, int dim, const Shape& whole, DType dtype) {
+  const Tensor& first = grads[0];
+  if (!first.defined()) return {};
+  int64_t offset = first.storage_offset();
+  for (const Tensor& g : grads) {
+    if (!g.defined() || g.storage() != first.storage() || g.strides() != first.strides() || g.dtype() != dtype ||
+        g.storage_offset() != offset)
+      return {};
+    offset += g.size(dim) * first.stride(dim);
+  }
+  if (!non_overlapping(whole, first.strides())) return {};
+  return as_strided(first, whole, first.strides(), first.storage_offset());
+}
+
+}  // namespace
+
 // The parts are views; one node records all of them, so that the backward
-// is a single cat instead of one full-size zero tensor per part.
+// is a single cat instead of one full-size zero tensor per part, and no copy
+// at all when their gradients arrive side by side in one buffer.
 TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim_in) {
   const int dim = wrap_dim(dim_in, x.dim(), "split");
   int64_t total = 0;
@@ -78,6 +123,7 @@ TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim
   }
   if (autograd::needs_grad(x))
     autograd::record("SplitBackward", {x}, parts, [sizes, dim, shape = x.shape(), options = x.options()](const TensorList& g) {
+      if (Tensor whole = side_by_side(g, dim, shape, options.dtype); whole.defined()) return TensorList{whole};
       TensorList filled;  // parts that got no gradient contribute zeros
       for (size_t i = 0; i < g.size(); ++i) {
         Shape part = shape;

@@ -108,6 +108,28 @@ TEST(Backward, GradFunctionLeavesDotGradAlone) {
   expect_values(autograd::grad({b}, {a})[0], {6, 12});
 }
 
+// split's backward puts its parts' gradients together with one copy, or
+// none when they arrive side by side in one buffer, each where it belongs.
+TEST(Backward, SplitTakesGradientsSideBySideWithoutACopy) {
+  Tensor x = from_vector<double>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).requires_grad_();
+  Tensor y = x * 2.0;
+  TensorList parts = split(y, {1, 3}, 1);
+  Tensor buffer = from_vector<double>({10, 20, 30, 40, 50, 60, 70, 80}, {2, 4});
+  TensorList in_place = {buffer.narrow(1, 0, 1), buffer.narrow(1, 1, 3)};
+  Tensor dy = autograd::grad(parts, {y}, in_place, /*retain_graph=*/true)[0];
+  EXPECT_EQ(dy.storage(), buffer.storage());
+  expect_values(dy, {10, 20, 30, 40, 50, 60, 70, 80});
+  // Pieces of one buffer, but not where the parts lie (the second part's
+  // gradient starts one column in): copied where they belong.
+  TensorList shifted = {buffer.narrow(1, 0, 1), buffer.narrow(1, 0, 3)};
+  dy = autograd::grad(parts, {y}, shifted, /*retain_graph=*/true)[0];
+  EXPECT_NE(dy.storage(), buffer.storage());
+  expect_values(dy, {10, 10, 20, 30, 50, 50, 60, 70});
+  // Pieces of separate tensors: copied too.
+  dy = autograd::grad(parts, {y}, {in_place[0].clone(), in_place[1].clone()})[0];
+  expect_values(dy, {10, 20, 30, 40, 50, 60, 70, 80});
+}
+
 // AddBackward sends one gradient tensor to both of its inputs, and a leaf's
 // own backward gets the caller's tensor: a leaf's .grad() must be its own,
 // or the next accumulation into one leaf would change the other (or the

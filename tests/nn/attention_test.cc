@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "nn/nn.h"
@@ -135,6 +136,26 @@ TEST(FusedAttention, HeadsOfOneProjectionStaySideBySide) {
   EXPECT_LT(max_rel_error(fused_grad, composite_grad), 1e-12);
 }
 
+// ... and its gradients come back as the thirds of one buffer laid out as
+// the projection, which split's backward passes on as the projection's
+// gradient: the same memory, no copy.
+TEST(FusedAttention, GradientOfOneProjectionArrivesWithoutACopy) {
+  const int64_t b = 2, t = 5, heads = 2, d = 3, c = heads * d;
+  F::AttentionKernelGuard fused(AttentionKernel::kFused);
+  Tensor x = leaf64({b, t, 3 * c}, 33);
+  Tensor projection = x * 1.0;  // not a leaf: autograd::grad hands back its gradient as it arrived
+  TensorList parts = split(projection, c, 2);
+  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
+  Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), true);
+  Tensor loss = (y.transpose(1, 2).reshape({b, t, c}) * leaf64({b, t, c}, 34).detach()).sum();
+  TensorList g = autograd::grad({loss}, {parts[0], parts[2], projection});
+  EXPECT_EQ(g[0].storage(), g[2].storage()) << "dq's memory is the projection's gradient";
+  EXPECT_EQ(g[1].storage(), g[2].storage());
+  EXPECT_TRUE(g[2].is_contiguous());
+  EXPECT_EQ(max_rel_error(g[2].narrow(2, 0, c), g[0]), 0.0);
+  EXPECT_EQ(max_rel_error(g[2].narrow(2, 2 * c, c), g[1]), 0.0);
+}
+
 TEST(FusedAttention, SettingPicksTheKernel) {
   Tensor q = leaf64({1, 2, 5, 4}, 41), k = leaf64({1, 2, 5, 4}, 42), v = leaf64({1, 2, 5, 4}, 43);
   auto last_op = [&](AttentionKernel kernel) {
@@ -157,16 +178,16 @@ TEST(FusedAttention, SettingPicksTheKernel) {
 // (for CUDA's atomic dq) changes no bit here; the guard sets the setting
 // and gives the previous one back.
 TEST(FusedAttention, CpuIgnoresTheNondeterministicSetting) {
-  ASSERT_TRUE(F::deterministic_attention()) << "deterministic by default";
+  ASSERT_FALSE(F::deterministic_attention()) << "nondeterministic by default, as in PyTorch";
   Tensor q = leaf64({2, 3, 70, 8}, 51), k = leaf64({2, 3, 70, 8}, 52), v = leaf64({2, 3, 70, 8}, 53);
   Tensor dout = leaf64({2, 3, 70, 8}, 54).detach();
-  const Result deterministic = run(AttentionKernel::kFused, q, k, v, true, dout);
-  const Result relaxed = [&] {
-    F::DeterministicAttentionGuard relax(false);
-    EXPECT_FALSE(F::deterministic_attention());
+  const Result relaxed = run(AttentionKernel::kFused, q, k, v, true, dout);
+  const Result deterministic = [&] {
+    F::DeterministicAttentionGuard strict(true);
+    EXPECT_TRUE(F::deterministic_attention());
     return run(AttentionKernel::kFused, q, k, v, true, dout);
   }();
-  EXPECT_TRUE(F::deterministic_attention()) << "the guard restores the setting it found";
+  EXPECT_FALSE(F::deterministic_attention()) << "the guard restores the setting it found";
   for (auto [a, b] : {std::pair{deterministic.dq, relaxed.dq}, std::pair{deterministic.dk, relaxed.dk},
                       std::pair{deterministic.dv, relaxed.dv}, std::pair{deterministic.out, relaxed.out}})
     EXPECT_EQ((a - b).abs().max().item(), 0.0);
