@@ -12,8 +12,8 @@
 // torch_reference.py sets PyTorch's switches alike (its cuDNN default is TF32).
 // --blas picks the library of the Linear layers' products (tensor/blas_library.h;
 // by default cuBLASLt, which adds the bias in its epilogue); --attention picks
-// the attention kernel, --attention-backward atomic lets its CUDA backward add
-// dq with atomics (nn::functional::set_deterministic_attention(false)).
+// the attention kernel, --attention-backward deterministic keeps its CUDA
+// backward from adding dq with atomics (nn::functional::set_deterministic_attention).
 // The timed steps lie between two device synchronisations, after --warmup
 // untimed ones; the line names the GPU.
 //
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   return run_program("train_bench", [&] {
     Flags flags("Time training steps of loom's benchmark models");
     std::string model = "cnn", device_name = "cpu", precision = "fp32", attention = "auto",
-                attention_backward = "deterministic",
+                attention_backward = "atomic",
                 blas = blas_library_name(preferred_blas_library());
     int steps = 20, warmup = 3, threads = 0;
     bool tf32 = false;
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
     flags.add("--attention-backward", attention_backward,
-              "deterministic, or atomic: the fused CUDA backward adds dq with atomics (float32, float64)", Scope::Run,
+              "atomic (the default: the fused CUDA backward adds dq with atomics in float32, float64) or deterministic", Scope::Run,
               CLI::IsMember({"deterministic", "atomic"}));
     flags.add("--attention", attention, "auto, fused or composite: the kernel of the attention layers (nn/functional.h)",
               Scope::Run, CLI::IsMember({"auto", "fused", "composite"}));

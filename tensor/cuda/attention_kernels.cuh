@@ -27,9 +27,9 @@
 // are deterministic. The dk/dv and dq kernels each recompute the scores
 // rather than share them through memory or atomics.
 //   dk, dv, dq  (keys, float and double only): the dk/dv kernel that also
-//            writes dS with queries as rows over P (once dv is done with
-//            it) and adds dS K, the tile's share of dq, into dq with
-//            atomics (FlashAttention-2's backward, and PyTorch's): the
+//            reads its dS^T tile transposed and adds dS K, the tile's
+//            share of dq, into dq with atomics (FlashAttention-2's
+//            backward, and PyTorch's): the
 //            scores are computed once, but the order in which the key
 //            tiles' shares meet varies from run to run, and with it dq's
 //            last bits.
@@ -248,6 +248,34 @@ __device__ __forceinline__ void accumulate_product(const T* w, const T* m, Outpu
   }
 }
 
+// The same product with the score tile stored transposed, w_t[k][row] (the
+// thread's first row at `w_t`): the dk/dv kernel's dS^T read as dS for dq,
+// with no second copy in shared memory.
+template <int HEAD, typename T>
+__device__ __forceinline__ void accumulate_transposed_product(const T* w_t, const T* m, OutputPiece<T, HEAD>& acc) {
+  constexpr int R = micro_tile<T>(), pitch = head_pitch<HEAD>(), w_pitch = score_pitch<T>();
+#pragma unroll 4
+  for (int k = 0; k < attention_tile<T>(); ++k) {
+    T weights[R];  // the thread's rows' weights of key k: R consecutive elements
+    if constexpr (R == 4) {
+      const Quad<T> column = load_quad(w_t + k * w_pitch);
+#pragma unroll
+      for (int i = 0; i < R; ++i) weights[i] = column.v[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < R; ++i) weights[i] = w_t[k * w_pitch + i];
+    }
+#pragma unroll
+    for (int g = 0; g < HEAD / 64; ++g) {
+      const Quad<T> x = load_quad(m + k * pitch + 64 * g);
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[i][4 * g + c] += weights[i] * x.v[c];
+    }
+  }
+}
+
 // visit(row, col, value) for each element of the thread's piece of an
 // output (its rows from `first_row`) inside `rows` and `width`.
 template <int HEAD, typename T, typename Visit>
@@ -458,16 +486,10 @@ __device__ __forceinline__ void dkdv_for_key_tile(AttentionOperand<const S> q, A
     __syncthreads();
     accumulate_product<HEAD>(p_tile + ty * R * SP, dout_tile + 4 * tx, dv_acc);
     accumulate_product<HEAD>(ds_tile + ty * R * SP, q_tile + 4 * tx, dk_acc);
-    if constexpr (ATOMIC_DQ) {
-      __syncthreads();  // dv's readers are done with p_tile: dS goes there with queries as rows
-#pragma unroll
-      for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int j = 0; j < R; ++j) p_tile[(tx + 16 * j) * SP + ty * R + i] = dp[i][j];
-      __syncthreads();
+    if constexpr (ATOMIC_DQ) {  // dq's share: dS (dS^T read transposed) times the key tile
       OutputPiece<T, HEAD> dq_share;
       clear<HEAD>(dq_share);
-      accumulate_product<HEAD>(p_tile + ty * R * SP, k_tile + 4 * tx, dq_share);
+      accumulate_transposed_product<HEAD>(ds_tile + ty * R, k_tile + 4 * tx, dq_share);
       add_rows_atomically<HEAD>(dq_sum.head(b, h), dq_sum.row_stride, first_query + ty * R, n.queries, n.qk_dim, scale,
                                 dq_share);
     }

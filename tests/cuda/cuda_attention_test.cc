@@ -84,10 +84,13 @@ void expect_near(const Tensor& from_gpu, const Tensor& reference, DType dtype, d
 
 class CudaFusedAttention : public ::testing::TestWithParam<DType> {};
 
+// The deterministic backward (a dk/dv kernel and a dq kernel); the default's
+// atomic dq: AtomicDqMatchesTheCpu.
 TEST_P(CudaFusedAttention, MatchesTheCpu) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
   F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
+  F::DeterministicAttentionGuard strict(true);
   // float32 sums in other orders than Eigen. The 16-bit kernels round the
   // attention weights and dS to 16 bits for the tensor cores (as
   // FlashAttention-2), on top of the outputs' own rounding.
@@ -119,7 +122,10 @@ TEST_P(CudaFusedAttention, AtomicDqMatchesTheCpu) {
   bool some_dq_differs = false;
   for (const Case& c : kCases) {
     SCOPED_TRACE(describe(c));
-    const Attended deterministic = attend(c, gpu_device(), dtype);
+    const Attended deterministic = [&] {
+      F::DeterministicAttentionGuard strict(true);
+      return attend(c, gpu_device(), dtype);
+    }();
     Attended on_gpu = [&] {
       F::DeterministicAttentionGuard atomics(false);
       return attend(c, gpu_device(), dtype);
@@ -139,11 +145,11 @@ TEST_P(CudaFusedAttention, AtomicDqMatchesTheCpu) {
   }
 }
 
-// By default the backward gives the same bits on every run.
+// Asked to be deterministic, the backward gives the same bits on every run.
 TEST_P(CudaFusedAttention, DeterministicBackwardRepeatsItsBits) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
-  ASSERT_TRUE(F::deterministic_attention());
+  F::DeterministicAttentionGuard strict(true);
   F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
   const Case c{2, 6, 256, 256, 64, 64, true, true};
   const Attended first = attend(c, gpu_device(), dtype), second = attend(c, gpu_device(), dtype);
@@ -163,6 +169,32 @@ TEST(CudaFusedAttentionLayout, OutputKeepsTheHeadsSideBySide) {
   const Case c{2, 6, 256, 256, 64, 64, true, true};
   Attended r = attend(c, gpu_device(), kFloat32);
   EXPECT_TRUE(r.out.transpose(1, 2).is_contiguous());
+}
+
+// q, k and v split from one (B, T, 3C) projection, as the attention layers
+// do, get their gradients as the thirds of one buffer, which becomes the
+// projection's gradient (nn/functional/attention.cc): against the CPU, with
+// either backward, in float32 and on the tensor cores.
+TEST(CudaFusedAttentionLayout, GradientOfOneProjectionMatchesTheCpu) {
+  LOOM_REQUIRE_CUDA();
+  F::AttentionKernelGuard fused(F::AttentionKernel::kFused);
+  const int64_t b = 2, t = 70, heads = 3, d = 40, c = heads * d;
+  const Tensor qkv = random({b, t, 3 * c}, kFloat64, 11), dout = random({b, t, c}, kFloat64, 12);
+  auto gradient = [&](const Device& device, DType dtype) {
+    Tensor x = qkv.to(dtype).to(device).requires_grad_();
+    TensorList parts = split(x, c, 2);
+    auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
+    Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), true);
+    (y.transpose(1, 2).reshape({b, t, c}) * dout.to(dtype).to(device)).sum().backward();
+    return x.grad();
+  };
+  const Tensor reference = gradient(Device::cpu(), kFloat64);
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "atomic dq");
+    F::DeterministicAttentionGuard setting(deterministic);
+    expect_near(gradient(gpu_device(), kFloat32), reference, kFloat32, 2e-4, "float32");
+    expect_near(gradient(gpu_device(), kBFloat16), reference, kBFloat16, 2e-2, "bfloat16");
+  }
 }
 
 // Head dims over 128 do not fit the CUDA kernels: the composite runs, with
