@@ -384,9 +384,9 @@ run() {
       done
     done
     # The fused attention's backward with dq added by atomics (one kernel
-    # fewer, tensor/cuda/attention_kernels.cuh; written 2026-11-27 without a
-    # GPU) against the deterministic default, alternating, in float32. (The
-    # defaults against the composite attention and cuBLAS with an add:
+    # fewer, tensor/cuda/attention_kernels.cuh; the default since 2026-11-27)
+    # against the deterministic one, alternating, in float32. (The defaults
+    # against the composite attention and cuBLAS with an add:
     # docs/benchmarks.md, 2026-11-27.)
     local backward
     for round in 1 2 3; do
