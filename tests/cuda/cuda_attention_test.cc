@@ -181,7 +181,7 @@ TEST(CudaFusedAttentionLayout, GradientOfOneProjectionMatchesTheCpu) {
   const int64_t b = 2, t = 70, heads = 3, d = 40, c = heads * d;
   const Tensor qkv = random({b, t, 3 * c}, kFloat64, 11), dout = random({b, t, c}, kFloat64, 12);
   auto gradient = [&](const Device& device, DType dtype) {
-    Tensor x = qkv.to(dtype).to(device).requires_grad_();
+    Tensor x = qkv.to(dtype).to(device).detach().requires_grad_();  // a leaf of its own, not qkv
     TensorList parts = split(x, c, 2);
     auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
     Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), true);
