@@ -10,11 +10,16 @@
 // Dims that are contiguous for every operand are merged and size-1 dims
 // dropped (merge_dims, which the CPU's loops.h runs too), so most calls end
 // up one-dimensional.
-// Then there are two kernels:
+// Then there are three kernels:
 //  - contiguous: every operand is dense or a broadcast scalar (stride 0 in
 //    the one dim left). Threads move 4 elements per access (16-byte float4
 //    loads and stores when the pointers allow) and keep two such accesses
 //    per operand in flight: this is the bandwidth-bound fast path.
+//  - rows: the innermost dim is contiguous (or broadcast) for every operand
+//    and at least a warp long, the outer dims anything (a slice of each
+//    row, a head's columns of a projection, cat's destinations). A warp
+//    takes a row: its offsets come by division once a row, not once an
+//    element.
 //  - strided: anything else; each element's offsets come from its linear
 //    index by division over the (merged) dims.
 #pragma once
@@ -133,6 +138,42 @@ __global__ void elementwise_strided(MergedLayout<NIN + 1> layout, int64_t n, F f
   }
 }
 
+template <typename F, int NIN, typename Out, typename A, typename B, typename C>
+__global__ void elementwise_rows(MergedLayout<NIN + 1> layout, int64_t rows, F f) {
+  constexpr int N = NIN + 1;
+  const int64_t inner = layout.sizes[0];
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
+    int64_t offset[N];
+    element_offsets(layout, row * inner, offset);  // the row's first element
+    char* p[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = layout.base[k] + offset[k];
+#pragma unroll 4
+    for (int64_t i = lane; i < inner; i += 32) {
+      A a{};
+      B b{};
+      C c{};
+      if constexpr (NIN >= 1) a = *reinterpret_cast<const A*>(p[1] + i * layout.strides[0][1]);
+      if constexpr (NIN >= 2) b = *reinterpret_cast<const B*>(p[2] + i * layout.strides[0][2]);
+      if constexpr (NIN >= 3) c = *reinterpret_cast<const C*>(p[3] + i * layout.strides[0][3]);
+      reinterpret_cast<Out*>(p[0])[i] = invoke<NIN, Out>(f, a, b, c);
+    }
+  }
+}
+
+// Whether the rows kernel takes a layout: a warp or more along an innermost
+// dim that every operand steps through densely (out) or densely or not at all
+// (the inputs), with outer dims left.
+template <int N>
+bool rows_fit(const MergedLayout<N>& layout, const int64_t (&element)[4]) {
+  if (layout.dims < 2 || layout.sizes[0] < 32) return false;
+  for (int k = 0; k < N; ++k)
+    if (layout.strides[0][k] != element[k] && (k == 0 || layout.strides[0][k] != 0)) return false;
+  return true;
+}
+
 // out[i] = f(inputs[0][i], ...) for every element i of out, on out's device
 // and current stream. A, B, C are the inputs' element types (unused ones stay char).
 template <int NIN, typename Out, typename A = char, typename B = char, typename C = char, typename F>
@@ -168,6 +209,9 @@ void launch_elementwise(const Tensor& out, const std::array<const Tensor*, NIN>&
     args.vectorized = aligned;
     const int64_t items = aligned ? ceil_div(n, kVec * kUnroll) : n;
     elementwise_contiguous<F, NIN, Out, A, B, C><<<ctx.grid(items), kBlockSize, 0, ctx.stream>>>(args, n, f);
+  } else if (rows_fit(layout, element)) {
+    const int64_t rows = n / layout.sizes[0];
+    elementwise_rows<F, NIN, Out, A, B, C><<<ctx.grid(rows * 32), kBlockSize, 0, ctx.stream>>>(layout, rows, f);
   } else {
     elementwise_strided<F, NIN, Out, A, B, C><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(layout, n, f);
   }

@@ -180,6 +180,32 @@ TEST_P(CudaFloatOps, TernaryAndInPlaceOpsMatchTheCpu) {
   EXPECT_EQ(sum(target.slice(1, 1, 82, 2)).item(), 0.0) << "wrote outside the view";
 }
 
+// The columns of one head of a (rows, 3 x 40) projection, as a narrow view
+// (the rows kernel: contiguous rows, strided between them), written with no
+// input, one and three, and read; nothing outside the view changes. The
+// extra column puts most rows' starts off 16-byte boundaries.
+TEST_P(CudaFloatOps, OpsOnTheRowsOfAWiderTensor) {
+  LOOM_REQUIRE_CUDA();
+  const DType dtype = GetParam();
+  Tensor x = random({300, 40}, dtype, 4), y = random({300, 40}, dtype, 5), m = random({300, 40}, dtype, 6);
+  Tensor wide = full({300, 3 * 40 + 1}, -7.0, {.dtype = dtype, .device = testing::gpu_device()});
+  Tensor head = wide.narrow(1, 41, 40);
+  {
+    NoGradGuard no_grad;
+    head.fill_(2.0);
+    expect_close(head.contiguous(), full({300, 40}, 2.0, {.dtype = dtype}), 0, "fill of the rows");
+    head.copy_(gpu(x));
+    head.addcmul_(gpu(y), gpu(m), 0.5);
+  }
+  const Tensor expected = x + y * m * 0.5;
+  expect_close(head.contiguous(), expected, tolerance(dtype), "rows written through a view");
+  expect_close(exp(head), exp(expected), tolerance(dtype), "rows read through a view");
+  for (const Tensor& outside : {wide.narrow(1, 0, 41), wide.narrow(1, 81, 40)}) {
+    EXPECT_EQ(amax(outside).item(), -7.0) << "wrote outside the view";
+    EXPECT_EQ(amin(outside).item(), -7.0) << "wrote outside the view";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFloatOps, ::testing::Values(kFloat32, kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); });
 
