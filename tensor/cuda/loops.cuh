@@ -18,8 +18,9 @@
 //  - rows: the innermost dim is contiguous (or broadcast) for every operand
 //    and at least a warp long, the outer dims anything (a slice of each
 //    row, a head's columns of a projection, cat's destinations). A warp
-//    takes a row: its offsets come by division once a row, not once an
-//    element.
+//    takes 256 elements of a row (so that a few long rows still fill the
+//    GPU), eight loads a lane in flight: offsets come by division once a
+//    segment, not once an element.
 //  - strided: anything else; each element's offsets come from its linear
 //    index by division over the (merged) dims.
 #pragma once
@@ -138,27 +139,39 @@ __global__ void elementwise_strided(MergedLayout<NIN + 1> layout, int64_t n, F f
   }
 }
 
+constexpr int kRowSegment = 32 * 8;  // elements of a row a warp takes at once: 8 accesses a lane in flight
+
+// A warp a segment of a row; `segments` a row.
 template <typename F, int NIN, typename Out, typename A, typename B, typename C>
-__global__ void elementwise_rows(MergedLayout<NIN + 1> layout, int64_t rows, F f) {
+__global__ void elementwise_rows(MergedLayout<NIN + 1> layout, int64_t rows, int64_t segments, F f) {
   constexpr int N = NIN + 1;
   const int64_t inner = layout.sizes[0];
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
+  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; item < rows * segments;
+       item += warps) {
+    const int64_t row = item / segments, first = (item - row * segments) * kRowSegment;
     int64_t offset[N];
     element_offsets(layout, row * inner, offset);  // the row's first element
     char* p[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = layout.base[k] + offset[k];
-#pragma unroll 4
-    for (int64_t i = lane; i < inner; i += 32) {
-      A a{};
-      B b{};
-      C c{};
-      if constexpr (NIN >= 1) a = *reinterpret_cast<const A*>(p[1] + i * layout.strides[0][1]);
-      if constexpr (NIN >= 2) b = *reinterpret_cast<const B*>(p[2] + i * layout.strides[0][2]);
-      if constexpr (NIN >= 3) c = *reinterpret_cast<const C*>(p[3] + i * layout.strides[0][3]);
-      reinterpret_cast<Out*>(p[0])[i] = invoke<NIN, Out>(f, a, b, c);
+    A a[8] = {};
+    B b[8] = {};
+    C c[8] = {};
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {  // all loads first, so that they are in flight together
+      const int64_t i = first + lane + 32 * u;
+      if (i >= inner) break;
+      if constexpr (NIN >= 1) a[u] = *reinterpret_cast<const A*>(p[1] + i * layout.strides[0][1]);
+      if constexpr (NIN >= 2) b[u] = *reinterpret_cast<const B*>(p[2] + i * layout.strides[0][2]);
+      if constexpr (NIN >= 3) c[u] = *reinterpret_cast<const C*>(p[3] + i * layout.strides[0][3]);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int64_t i = first + lane + 32 * u;
+      if (i >= inner) break;
+      reinterpret_cast<Out*>(p[0])[i] = invoke<NIN, Out>(f, a[u], b[u], c[u]);
     }
   }
 }
@@ -210,8 +223,9 @@ void launch_elementwise(const Tensor& out, const std::array<const Tensor*, NIN>&
     const int64_t items = aligned ? ceil_div(n, kVec * kUnroll) : n;
     elementwise_contiguous<F, NIN, Out, A, B, C><<<ctx.grid(items), kBlockSize, 0, ctx.stream>>>(args, n, f);
   } else if (rows_fit(layout, element)) {
-    const int64_t rows = n / layout.sizes[0];
-    elementwise_rows<F, NIN, Out, A, B, C><<<ctx.grid(rows * 32), kBlockSize, 0, ctx.stream>>>(layout, rows, f);
+    const int64_t rows = n / layout.sizes[0], segments = ceil_div(layout.sizes[0], kRowSegment);
+    elementwise_rows<F, NIN, Out, A, B, C>
+        <<<ctx.grid(rows * segments * 32), kBlockSize, 0, ctx.stream>>>(layout, rows, segments, f);
   } else {
     elementwise_strided<F, NIN, Out, A, B, C><<<ctx.grid(n), kBlockSize, 0, ctx.stream>>>(layout, n, f);
   }
