@@ -262,14 +262,14 @@ __global__ void __launch_bounds__(kReduceBlock)
   }
 }
 
-// How many blocks of reduce_rows fit on a multiprocessor at once (its
-// registers decide), asked once: a split row launches that many a
+// How many blocks of the block-a-row kernel fit on a multiprocessor at once
+// (its registers decide), asked once: a split row launches that many a
 // multiprocessor, one full wave, without a second, partly idle one.
-template <typename Op, int G>
+template <typename Op>
 int resident_row_blocks() {
   static const int blocks = [] {
     int n = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reduce_rows<Op, G>, kReduceBlock, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reduce_rows<Op, kReduceBlock>, kReduceBlock, 0));
     return std::max(n, 1);
   }();
   return blocks;
@@ -290,7 +290,7 @@ void launch_reduce(const Tensor& a, const Tensor& out, const ReducePlan& plan) {
     group = reduced >= 4096 ? kReduceBlock : 32;
     blocks = ceil_div(outputs, kReduceBlock / group);
     if (group == kReduceBlock) {
-      const int64_t full_wave = int64_t{ctx.multiprocessors} * resident_row_blocks<Op, kReduceBlock>();
+      const int64_t full_wave = int64_t{ctx.multiprocessors} * resident_row_blocks<Op>();
       if (blocks < full_wave)  // each piece at least 4096 elements
         splits = std::min<int64_t>({ceil_div(full_wave, blocks), ceil_div(reduced, 4096), 65535});
     }
