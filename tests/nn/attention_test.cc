@@ -112,6 +112,22 @@ TEST(FusedAttention, GradientsMatchFiniteDifferences) {
   }
 }
 
+// Causal attention over the heads of a (B, T, 3C) projection, as the
+// attention layers split it: its parts (q, k, v as (B, T, C)) and the
+// output with the heads back side by side, (B, T, H, D).
+struct ProjectionAttended {
+  TensorList parts;
+  Tensor out;
+};
+ProjectionAttended attend_heads_of(const Tensor& projection, int64_t heads) {
+  const int64_t b = projection.size(0), t = projection.size(1), c = projection.size(2) / 3;
+  ProjectionAttended r{split(projection, c, 2), {}};
+  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, c / heads}).transpose(1, 2); };
+  r.out = F::scaled_dot_product_attention(by_head(r.parts[0]), by_head(r.parts[1]), by_head(r.parts[2]), true)
+              .transpose(1, 2);
+  return r;
+}
+
 // The attention layers' q, k and v are (B, H, T, D) views of one (B, T, 3C)
 // projection. The fused op's output and gradients come back laid out as
 // (B, T, H, D), so that putting the heads side by side again copies nothing.
@@ -122,10 +138,7 @@ TEST(FusedAttention, HeadsOfOneProjectionStaySideBySide) {
   auto layer = [&](AttentionKernel kernel) {
     F::AttentionKernelGuard choice(kernel);
     Tensor x = qkv.detach().clone().requires_grad_();
-    TensorList parts = split(x, c, 2);
-    auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
-    Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), true);
-    Tensor side_by_side = y.transpose(1, 2);
+    Tensor side_by_side = attend_heads_of(x, heads).out;
     (side_by_side.reshape({b, t, c}) * dout).sum().backward();
     return std::make_pair(side_by_side, x.grad());
   };
@@ -144,11 +157,9 @@ TEST(FusedAttention, GradientOfOneProjectionArrivesWithoutACopy) {
   F::AttentionKernelGuard fused(AttentionKernel::kFused);
   Tensor x = leaf64({b, t, 3 * c}, 33);
   Tensor projection = x * 1.0;  // not a leaf: autograd::grad hands back its gradient as it arrived
-  TensorList parts = split(projection, c, 2);
-  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, d}).transpose(1, 2); };
-  Tensor y = F::scaled_dot_product_attention(by_head(parts[0]), by_head(parts[1]), by_head(parts[2]), true);
-  Tensor loss = (y.transpose(1, 2).reshape({b, t, c}) * leaf64({b, t, c}, 34).detach()).sum();
-  TensorList g = autograd::grad({loss}, {parts[0], parts[2], projection});
+  const ProjectionAttended attended = attend_heads_of(projection, heads);
+  Tensor loss = (attended.out.reshape({b, t, c}) * leaf64({b, t, c}, 34).detach()).sum();
+  TensorList g = autograd::grad({loss}, {attended.parts[0], attended.parts[2], projection});
   EXPECT_EQ(g[0].storage(), g[2].storage()) << "dq's memory is the projection's gradient";
   EXPECT_EQ(g[1].storage(), g[2].storage());
   EXPECT_TRUE(g[2].is_contiguous());
