@@ -15,7 +15,8 @@
 //      each replica on half of every batch)
 //   mpirun -np 2 bazel-bin/examples/char_gpt --cp 2
 //     (context parallel: each rank runs the whole model on half of every sequence's tokens,
-//      an early and a late chunk, and attention gathers the other rank's keys and values)
+//      an early and a late chunk, and attention gathers the other rank's keys and values;
+//      --cp-exchange ring passes them round the ranks instead: ring attention)
 #include <cstdio>
 
 #include "data/char_corpus.h"
@@ -38,9 +39,9 @@
 using namespace loom;
 
 // How the model lies over the ranks, for the first line printed.
-std::string layout_text(int dp, int tp, int cp, bool sequence_parallel) {
+std::string layout_text(int dp, int tp, int cp, bool sequence_parallel, bool ring) {
   std::string text;
-  if (cp > 1) text += ", context parallel over " + std::to_string(cp) + " ranks";
+  if (cp > 1) text += ", context parallel over " + std::to_string(cp) + " ranks" + (ring ? " (ring attention)" : "");
   if (tp > 1)
     text += " per rank, tensor parallel over " + std::to_string(tp) + " ranks" +
             (sequence_parallel ? " (sequence parallel)" : "");
@@ -59,7 +60,7 @@ int train(int argc, char** argv) {
   uint64_t seed = 0;
   int tp = 1, dp = 1, cp = 1;
   bool sequence_parallel = false;
-  std::string precision = "fp32";
+  std::string precision = "fp32", cp_exchange = "all-gather";
   flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
             CLI::IsMember({"cpu", "shakespeare"}));
   auto* steps_flag = flags.add("--steps", steps, "optimizer steps", Scope::Run, integer_in<int64_t>(1, 1e9));
@@ -89,6 +90,10 @@ int train(int argc, char** argv) {
             "context-parallel ranks per replica, each on 1/cp of every sequence (an early and a late chunk); "
             "not with --tp",
             Scope::Job, integer_in(1, 64));
+  flags.add("--cp-exchange", cp_exchange,
+            "with --cp: all-gather (every rank's keys and values at once) or ring (a rank's block at a time, "
+            "passed round the ranks behind the attention's products: ring attention)",
+            Scope::Job, CLI::IsMember({"all-gather", "ring"}));
   flags.add_switch("--sequence-parallel", sequence_parallel,
                    "with --tp: the layer norms, residuals and dropouts between the tensor-parallel layers run on "
                    "1/tp of the tokens (Megatron's sequence parallelism)",
@@ -142,7 +147,8 @@ int train(int argc, char** argv) {
   // Context parallel: the model runs on this rank's tokens, with the GPT's own weights.
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
   models::ContextParallelGPT cp_model{nullptr};
-  if (cp > 1) cp_model = models::ContextParallelGPT(model, mesh.group("context"), kZigZag);
+  const auto exchange = cp_exchange == "ring" ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather;
+  if (cp > 1) cp_model = models::ContextParallelGPT(model, mesh.group("context"), kZigZag, exchange);
   // DDP averages every gradient over the ranks that hold the same weights: a replica's
   // counterparts in tensor parallel, every rank otherwise (each context share holds all of them).
   parallel::DistributedDataParallel replica{nullptr};
@@ -171,7 +177,7 @@ int train(int argc, char** argv) {
   if (writer)
     std::printf("vocabulary %lld, %lld training tokens, %lld parameters%s, on %s\n", static_cast<long long>(vocab),
                 static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
-                layout_text(dp, tp, cp, sequence_parallel).c_str(),
+                layout_text(dp, tp, cp, sequence_parallel, cp_exchange == "ring").c_str(),
                 device.str().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,

@@ -53,6 +53,25 @@ Tensor embedding(const Tensor& indices, const Tensor& weight);
 // Runs the kernel set_attention_kernel() names; under autocast, in its dtype.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
 
+// The fused attention's two halves without autograd, for attention computed
+// block by block over keys that arrive a block at a time (ring attention,
+// parallel/context_parallel/ring_attention.h). q, k, v (B, H, T, D) of one
+// floating dtype; causal as above. attention_block returns the block's
+// output and each query's logsumexp of its scaled scores, (B, H, Tq) in
+// float32 (float64 for float64): two blocks' outputs merge by their
+// logsumexps into the output over both. attention_block_backward returns
+// dq, dk, dv for one block given `out`, `logsumexp` and `dout` of the
+// *whole* attention (every block merged): the weights it recomputes from
+// them are the block's share of the whole softmax, so the blocks' dq sum to
+// the whole's and each block's dk, dv are its keys' and values' gradients.
+// Both run the fused kernels and refuse what those do not take.
+struct AttentionBlock {
+  Tensor out, logsumexp;
+};
+AttentionBlock attention_block(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+TensorList attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& logsumexp, const Tensor& dout, bool causal);
+
 // Which kernel scaled_dot_product_attention runs, process-wide (PyTorch's
 // torch.backends.cuda.enable_flash_sdp / enable_math_sdp).
 enum class AttentionKernel {

@@ -1,13 +1,14 @@
 #include "examples/models/context_parallel_gpt.h"
 
 #include "parallel/context_parallel/attention.h"
+#include "parallel/context_parallel/ring_attention.h"
 #include "tensor/error.h"
 
 namespace loom::models {
 
 ContextParallelGPTImpl::ContextParallelGPTImpl(GPT gpt_in, std::shared_ptr<parallel::ProcessGroup> group,
-                                               parallel::SequenceSplit split)
-    : Module("ContextParallelGPT"), group_(std::move(group)), split_(split) {
+                                               parallel::SequenceSplit split, parallel::KeyValueExchange exchange)
+    : Module("ContextParallelGPT"), group_(std::move(group)), split_(split), exchange_(exchange) {
   LOOM_CHECK(group_ != nullptr, "ContextParallelGPT: no process group");
   gpt = register_module("gpt", std::move(gpt_in));
 }
@@ -31,7 +32,9 @@ Tensor ContextParallelGPTImpl::block_forward(BlockImpl& block, const Tensor& x) 
   const int64_t b = x.size(0), t = x.size(1), c = attn.options.embed_dim, heads = attn.options.num_heads;
   TensorList qkv = split(attn.qkv->forward(block.ln1->forward(x)), c, 2);
   auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, c / heads}).transpose(1, 2); };
-  Tensor y = parallel::context_parallel_attention(by_head(qkv[0]), by_head(qkv[1]), by_head(qkv[2]), group_, split_);
+  const Tensor q = by_head(qkv[0]), k = by_head(qkv[1]), v = by_head(qkv[2]);
+  Tensor y = exchange_ == parallel::KeyValueExchange::kRing ? parallel::ring_attention(q, k, v, group_, split_)
+                                                            : parallel::context_parallel_attention(q, k, v, group_, split_);
   y = y.transpose(1, 2).reshape({b, t, c});
   Tensor h = x + parallel::dropout_on_shard(*attn.dropout, attn.proj->forward(y), *group_, split_);
   Tensor mlp = block.proj->forward(gelu(block.fc->forward(block.ln2->forward(h)), GeluApproximation::Tanh));

@@ -1,8 +1,10 @@
 // models::GPT in context parallel over the ranks of a group: each rank runs
 // the whole model on its 1/N of every sequence's tokens, at the positions
 // they hold in the sequence (dealt contiguously or zig-zag,
-// parallel/context_parallel/sequence_split.h), and attention gathers the
-// other ranks' keys and values (parallel/context_parallel/attention.h). The weights are the GPT's
+// parallel/context_parallel/sequence_split.h), and attention gets the other
+// ranks' keys and values all at once (KeyValueExchange::kAllGather,
+// parallel/context_parallel/attention.h) or a block at a time round a ring
+// (kRing, parallel/context_parallel/ring_attention.h). The weights are the GPT's
 // own, the same on every rank, so their gradients are averaged over the
 // group as in data parallelism: wrap this in DistributedDataParallel.
 //
@@ -17,6 +19,7 @@
 
 #include "examples/models/models.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/context_parallel/attention.h"
 #include "parallel/context_parallel/sequence_split.h"
 
 namespace loom::models {
@@ -24,7 +27,8 @@ namespace loom::models {
 class ContextParallelGPTImpl : public nn::Module {
  public:
   ContextParallelGPTImpl(GPT gpt, std::shared_ptr<parallel::ProcessGroup> group,
-                         parallel::SequenceSplit split = parallel::SequenceSplit::kContiguous);
+                         parallel::SequenceSplit split = parallel::SequenceSplit::kContiguous,
+                         parallel::KeyValueExchange exchange = parallel::KeyValueExchange::kAllGather);
   // idx (B, T/N): this rank's tokens of each sequence (shard_sequence) -> their logits (B, T/N, vocab).
   Tensor forward(const Tensor& idx) override;
 
@@ -36,6 +40,7 @@ class ContextParallelGPTImpl : public nn::Module {
 
   std::shared_ptr<parallel::ProcessGroup> group_;
   parallel::SequenceSplit split_;
+  parallel::KeyValueExchange exchange_;
 };
 LOOM_MODULE(ContextParallelGPT);
 

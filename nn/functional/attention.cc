@@ -153,4 +153,58 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   return matmul(attention_softmax(matmul(q, k.transpose(-2, -1)), scale, causal), v);
 }
 
+namespace {
+
+// The checks attention_block and its backward share: (B, H, T, D) tensors of
+// one floating dtype that the fused kernels take. Returns their AttentionParams.
+AttentionParams block_params(const char* name, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  LOOM_CHECK(q.defined() && k.defined() && v.defined(), name, ": got an undefined tensor");
+  LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(3) == k.size(3) && k.size(2) == v.size(2) &&
+                 std::equal(q.shape().begin(), q.shape().begin() + 2, k.shape().begin()) &&
+                 std::equal(q.shape().begin(), q.shape().begin() + 2, v.shape().begin()),
+             name, ": expected q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv), got ", q.shape(), ", ",
+             k.shape(), ", ", v.shape());
+  LOOM_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), name, ": q, k and v must share a dtype, got ",
+             q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+  promoted_floating_dtype(name, {q, k, v});  // one device, floating
+  LOOM_CHECK(!causal || q.size(2) <= k.size(2), name, ": causal attention needs no more queries than keys, got ",
+             q.size(2), " and ", k.size(2));
+  LOOM_CHECK(fused_fits(q, k, v, causal), name, ": the fused kernels on ", q.device(), " do not take q ", q.shape(),
+             ", k ", k.shape(), ", v ", v.shape(), causal ? " under a causal mask" : "");
+  return {.scale = 1.0 / std::sqrt(static_cast<double>(q.size(3))), .causal = causal,
+          .deterministic = deterministic_attention()};
+}
+
+// The kernels take any strides but a dense last dim.
+Tensor dense_rows(const Tensor& t) { return t.stride(3) == 1 || t.size(3) == 1 ? t : t.contiguous(); }
+
+}  // namespace
+
+AttentionBlock attention_block(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
+  const AttentionParams params = block_params("attention_block", q_in, k_in, v_in, causal);
+  const Tensor q = dense_rows(q_in), k = dense_rows(k_in), v = dense_rows(v_in);
+  AttentionBlock block{empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
+                       empty({q.size(0), q.size(1), q.size(2)},
+                             {.dtype = q.dtype() == kFloat64 ? kFloat64 : kFloat32, .device = q.device()})};
+  backend_for(q.device()).attention(q, k, v, params, block.out, block.logsumexp);
+  return block;
+}
+
+TensorList attention_block_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
+                                    const Tensor& logsumexp, const Tensor& dout, bool causal) {
+  const AttentionParams params = block_params("attention_block_backward", q_in, k_in, v_in, causal);
+  const Shape out_shape{q_in.size(0), q_in.size(1), q_in.size(2), v_in.size(3)};
+  LOOM_CHECK(out.shape() == out_shape && dout.shape() == out_shape &&
+                 logsumexp.shape() == Shape({out_shape[0], out_shape[1], out_shape[2]}),
+             "attention_block_backward: expected out and dout ", out_shape, " and logsumexp (B, H, Tq), got ",
+             out.shape(), ", ", dout.shape(), ", ", logsumexp.shape());
+  const Tensor q = dense_rows(q_in), k = dense_rows(k_in), v = dense_rows(v_in);
+  const DType lse_dtype = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  TensorList grads{empty(q.shape(), q.options()), empty(k.shape(), k.options()), empty(v.shape(), v.options())};
+  backend_for(q.device()).attention_backward(q, k, v, dense_rows(out.to(q.dtype())), dense_rows(dout.to(q.dtype())),
+                                             logsumexp.to(lse_dtype).contiguous(), params, grads[0], grads[1],
+                                             grads[2]);
+  return grads;
+}
+
 }  // namespace loom::nn::functional

@@ -30,6 +30,12 @@
 
 namespace loom::parallel {
 
+// How a rank gets the other ranks' keys and values.
+enum class KeyValueExchange {
+  kAllGather,  // context_parallel_attention: all of them at once, in one all-gather
+  kRing,       // ring_attention (ring_attention.h): a rank's block at a time, behind the products
+};
+
 // Causal attention of this rank's queries q (B, H, T/N, D), its tokens of
 // the sequence as `split` deals them, to the keys and values of every rank's
 // tokens before them; k and v are this rank's (B, H, T/N, D). Returns

@@ -9,7 +9,9 @@
 # --sequence-parallel, and on a 2 x 2 mesh (--dp 2 --tp 2: two replicas,
 # each on half of every batch), the model is still the same: the same loss
 # and sample; so does context parallelism on a 2 x 2 mesh (--dp 2 --cp 2:
-# each rank on half of its replica's sequences). --dp x --tp x --cp that
+# each rank on half of its replica's sequences), and so does ring attention
+# (--cp 2 --cp-exchange ring: the keys and values passed round the ranks).
+# --dp x --tp x --cp that
 # differs from the number of processes is a clear error, and so is --tp
 # with --cp.
 set -euo pipefail
@@ -51,6 +53,10 @@ mpirun -np 4 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --dp 2 --cp 2 --
   || { cat cp.log; exit 1; }
 grep -q "context parallel over 2 ranks, 2 data-parallel replicas" cp.log || { cat cp.log; exit 1; }
 same_model cp.log "on a 2 x 2 data x context mesh" || exit 1
+mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --cp 2 --cp-exchange ring --metrics ring.csv \
+  > ring.log 2>&1 || { cat ring.log; exit 1; }
+grep -q "context parallel over 2 ranks (ring attention)" ring.log || { cat ring.log; exit 1; }
+same_model ring.log "with ring attention over 2 ranks" || exit 1
 mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 3 --eval-every 3 --sample 10 --tp 4 --metrics tp4.csv \
   > tp4.log 2>&1 || { cat tp4.log; exit 1; }
 grep -q '^RESULT {"example": "char_gpt"' tp4.log || { echo "tp 4: no RESULT"; cat tp4.log; exit 1; }

@@ -266,5 +266,43 @@ TEST(FusedAttention, BadInputIsRefusedClearly) {
                    "floating");
 }
 
+// Attention computed a block of keys at a time: two blocks' outputs merged
+// by their logsumexps are the attention over both, and each block's
+// backward, given the whole's out and logsumexp, gives its keys' and
+// values' gradients and its share of dq. The reference is the composite
+// over all the keys. The second block holds the queries' own positions
+// (causal, square) after keys they see whole.
+TEST(AttentionBlock, BlocksMergedByTheirLogsumexpsAreTheWholeAttention) {
+  manual_seed(13);
+  const int64_t t = 7;  // queries; keys: t before them, then t at their own positions
+  const Tensor q = randn({2, 3, t, 8}, {.dtype = kFloat64}), k = randn({2, 3, 2 * t, 8}, {.dtype = kFloat64}),
+               v = randn({2, 3, 2 * t, 6}, {.dtype = kFloat64}), dout = randn({2, 3, t, 6}, {.dtype = kFloat64});
+  const Result whole = run(AttentionKernel::kComposite, q, k, v, /*causal=*/true, dout);
+  const Tensor k0 = k.narrow(2, 0, t), k1 = k.narrow(2, t, t), v0 = v.narrow(2, 0, t), v1 = v.narrow(2, t, t);
+  const F::AttentionBlock before = F::attention_block(q, k0, v0, /*causal=*/false);
+  const F::AttentionBlock own = F::attention_block(q, k1, v1, /*causal=*/true);
+  // Each block's output weighted by its share of the softmax's mass.
+  const Tensor logsumexp = log(exp(before.logsumexp) + exp(own.logsumexp));
+  const Tensor out = before.out * exp(before.logsumexp - logsumexp).unsqueeze(-1) +
+                     own.out * exp(own.logsumexp - logsumexp).unsqueeze(-1);
+  EXPECT_LT(max_rel_error(out, whole.out), 1e-12);
+  const TensorList g0 = F::attention_block_backward(q, k0, v0, out, logsumexp, dout, false);
+  const TensorList g1 = F::attention_block_backward(q, k1, v1, out, logsumexp, dout, true);
+  EXPECT_LT(max_rel_error(g0[0] + g1[0], whole.dq), 1e-12);
+  EXPECT_LT(max_rel_error(cat({g0[1], g1[1]}, 2), whole.dk), 1e-12);
+  EXPECT_LT(max_rel_error(cat({g0[2], g1[2]}, 2), whole.dv), 1e-12);
+}
+
+TEST(AttentionBlock, BadInputIsRefusedClearly) {
+  const Tensor q = randn({1, 2, 4, 3}), k = randn({1, 2, 4, 3});
+  EXPECT_THROW_MSG(F::attention_block(q.reshape({2, 4, 3}), k, k, false), "expected q (B, H, Tq, D)");
+  EXPECT_THROW_MSG(F::attention_block(q, k.to(kFloat64), k, false), "must share a dtype");
+  EXPECT_THROW_MSG(F::attention_block(q, k.narrow(2, 0, 2), k.narrow(2, 0, 2), true),
+                   "causal attention needs no more queries than keys");
+  const F::AttentionBlock block = F::attention_block(q, k, k, false);
+  EXPECT_THROW_MSG(F::attention_block_backward(q, k, k, block.out, block.logsumexp.narrow(2, 0, 3), block.out, false),
+                   "expected out and dout [1, 2, 4, 3] and logsumexp (B, H, Tq)");
+}
+
 }  // namespace
 }  // namespace loom

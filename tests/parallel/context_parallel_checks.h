@@ -22,12 +22,14 @@ inline ReferenceAndCopy reference_and_copy(models::GPTConfig config = tp_config(
 
 // Three AdamW steps with clipping: the ranks' mean loss, the clipped norm
 // and every weight as the whole GPT's on whole sequences of 8 tokens, each
-// rank on its tokens as `split` deals them.
+// rank on its tokens as `split` deals them and its attention getting the
+// other ranks' keys and values by `exchange`.
 // `reseed` makes every step draw the same dropout masks on both sides.
 inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGroup>& group, ReferenceAndCopy& models,
-                                               SequenceSplit split, bool reseed = false) {
+                                               SequenceSplit split, bool reseed = false,
+                                               KeyValueExchange exchange = KeyValueExchange::kAllGather) {
   auto& [full, copy] = models;
-  models::ContextParallelGPT cp(copy, group, split);
+  models::ContextParallelGPT cp(copy, group, split, exchange);
   DistributedDataParallel replica(cp, group);
   const Device device = full->head->weight.device();
   Generator gen(5);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/context_parallel/attention.h"
+#include "parallel/context_parallel/ring_attention.h"
 #include "tests/parallel/context_parallel_checks.h"
 #include "tests/parallel/thread_ranks.h"
 
@@ -12,10 +13,17 @@ namespace {
 
 using loom::testing::max_rel_error;
 
+// Both ways a rank gets the other ranks' keys and values.
+using CpAttention = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const std::shared_ptr<ProcessGroup>&,
+                               SequenceSplit);
+
+class ContextParallelAttention : public ::testing::TestWithParam<CpAttention> {};
+
 // Each rank's output and its q, k, v gradients are its rows of causal
 // attention over the whole sequence (the reference: one device), with the
 // tokens dealt contiguously and zig-zag.
-TEST(ContextParallelAttention, EqualsCausalAttentionOverTheWholeSequence) {
+TEST_P(ContextParallelAttention, EqualsCausalAttentionOverTheWholeSequence) {
+  const CpAttention attention = GetParam();
   manual_seed(4);
   const int64_t tokens = 24;
   const Tensor q = randn({2, 3, tokens, 5}, {.dtype = kFloat64}), k = randn({2, 3, tokens, 5}, {.dtype = kFloat64}),
@@ -29,18 +37,33 @@ TEST(ContextParallelAttention, EqualsCausalAttentionOverTheWholeSequence) {
         auto mine = [&](const Tensor& t) { return shard_sequence(t, *group, split, 2); };
         Tensor mq = mine(q).contiguous().requires_grad_(), mk = mine(k).contiguous().requires_grad_(),
                mv = mine(v).contiguous().requires_grad_();
-        const Tensor out = context_parallel_attention(mq, mk, mv, group, split);
+        const Tensor out = attention(mq, mk, mv, group, split);
         const std::string where = std::to_string(ranks) + " ranks, split " + std::to_string(static_cast<int>(split));
         EXPECT_LT(max_rel_error(out, mine(whole.detach())), 1e-12) << where;
         (out * mine(weights)).sum().backward();
         EXPECT_LT(max_rel_error(mq.grad(), mine(wq.grad())), 1e-12) << where;
-        // Later tokens' uses of this rank's keys and values arrive through the reduce-scatter.
+        // Later tokens' uses of this rank's keys and values come back to it (reduce-scatter or ring).
         EXPECT_LT(max_rel_error(mk.grad(), mine(wk.grad())), 1e-12) << where;
         EXPECT_LT(max_rel_error(mv.grad(), mine(wv.grad())), 1e-12) << where;
       });
     }
   }
 }
+
+TEST_P(ContextParallelAttention, MismatchedShapesAreErrors) {
+  const CpAttention attention = GetParam();
+  testing::run_rank_threads(1, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    EXPECT_THROW_MSG(attention(zeros({1, 2, 4, 3}), zeros({1, 2, 5, 3}), zeros({1, 2, 4, 3}), group,
+                               SequenceSplit::kContiguous),
+                     "expected q, k, v of one shape (B, H, T/N, D)");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Exchanges, ContextParallelAttention,
+                         ::testing::Values(&context_parallel_attention, &ring_attention),
+                         [](const ::testing::TestParamInfo<CpAttention>& info) {
+                           return info.param == &ring_attention ? "Ring" : "AllGather";
+                         });
 
 // Zig-zag deals rank r the chunks r and 2N-1-r; the positions say so.
 TEST(SequenceSplit, ZigZagDealsAnEarlyAndALateChunk) {
@@ -56,16 +79,10 @@ TEST(SequenceSplit, ZigZagDealsAnEarlyAndALateChunk) {
   });
 }
 
-TEST(ContextParallelAttention, MismatchedShapesAreErrors) {
-  testing::run_rank_threads(1, [](int, const std::shared_ptr<ProcessGroup>& group) {
-    EXPECT_THROW_MSG(context_parallel_attention(zeros({1, 2, 4, 3}), zeros({1, 2, 5, 3}), zeros({1, 2, 4, 3}), group),
-                     "expected q, k, v of one shape (B, H, T/N, D)");
-  });
-}
-
 struct CpCase {
   int ranks;
   SequenceSplit split;
+  KeyValueExchange exchange = KeyValueExchange::kAllGather;
 };
 
 class ContextParallelGpt : public ::testing::TestWithParam<CpCase> {};
@@ -75,17 +92,24 @@ TEST_P(ContextParallelGpt, MatchesSingleDevice) {
   testing::run_prepared_ranks<testing::ReferenceAndCopy>(
       c.ranks, [](int) { return testing::reference_and_copy(); },
       [&](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
-        testing::check_cp_gpt_matches_single_device(group, models, c.split);
+        testing::check_cp_gpt_matches_single_device(group, models, c.split, /*reseed=*/false, c.exchange);
       });
 }
+
+constexpr auto kRing = KeyValueExchange::kRing;
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
                          ::testing::Values(CpCase{1, SequenceSplit::kContiguous}, CpCase{2, SequenceSplit::kContiguous},
                                            CpCase{4, SequenceSplit::kContiguous}, CpCase{2, SequenceSplit::kZigZag},
-                                           CpCase{4, SequenceSplit::kZigZag}),
+                                           CpCase{4, SequenceSplit::kZigZag},
+                                           CpCase{1, SequenceSplit::kContiguous, kRing},
+                                           CpCase{4, SequenceSplit::kContiguous, kRing},
+                                           CpCase{2, SequenceSplit::kZigZag, kRing},
+                                           CpCase{4, SequenceSplit::kZigZag, kRing}),
                          [](const ::testing::TestParamInfo<CpCase>& info) {
                            return std::to_string(info.param.ranks) +
-                                  (info.param.split == SequenceSplit::kZigZag ? "RanksZigZag" : "Ranks");
+                                  (info.param.split == SequenceSplit::kZigZag ? "RanksZigZag" : "Ranks") +
+                                  (info.param.exchange == kRing ? "Ring" : "");
                          });
 
 TEST(ContextParallelGpt, SequencesLongerThanTheBlockAndDropoutOverThreadsAreErrors) {
