@@ -21,6 +21,7 @@
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/pipeline/pipeline.h"
+#include "parallel/context_parallel/attention.h"
 #include "parallel/context_parallel/sequence_split.h"
 #include "parallel/tensor_parallel/layers.h"
 #include "parallel/trace.h"
@@ -133,7 +134,8 @@ struct TensorParallelRow {
   parallel::TokenLayout tokens = parallel::TokenLayout::kReplicated;
 };
 Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const TensorParallelRow& row);
-Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split);
+Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split,
+                                 parallel::KeyValueExchange exchange);
 Measurement run_hybrid(const Workload& w, const CompareConfig& c);
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c);
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,

@@ -179,11 +179,14 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
 
 // Context parallel GPT over N ranks: each rank runs the whole model on its
 // 1/N of every sequence's tokens (cp: contiguous shares, cp-zigzag: an early
-// and a late chunk each), attention all-gathers the keys and values, and DDP
-// averages the weights' gradients. The step is the slowest rank's; bytes are
-// each rank's (the keys and values, then the gradients), averaged.
-Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split) {
-  Measurement m{split == parallel::SequenceSplit::kZigZag ? "cp-zigzag" : "cp"};
+// and a late chunk each), attention all-gathers the keys and values (cp-ring,
+// cp-ring-zigzag: passes them round the ranks), and DDP averages the weights'
+// gradients. The step is the slowest rank's; bytes are each rank's (the keys
+// and values, then the gradients), averaged.
+Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split,
+                                 parallel::KeyValueExchange exchange) {
+  const bool ring = exchange == parallel::KeyValueExchange::kRing;
+  Measurement m{std::string(ring ? "cp-ring" : "cp") + (split == parallel::SequenceSplit::kZigZag ? "-zigzag" : "")};
   auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
   if (!gpt) {
     m.skipped = "context parallelism here splits a GPT's sequences (--model gpt)";
@@ -200,7 +203,7 @@ Measurement run_context_parallel(const Workload& w, const CompareConfig& c, para
   measure_on_ranks(m, c, c.devices, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
     models::GPT copy(std::dynamic_pointer_cast<models::GPTImpl>(models[c.group ? 0 : r]));
     copy->to(device);
-    models::ContextParallelGPT cp(copy, group, split);
+    models::ContextParallelGPT cp(copy, group, split, exchange);
     parallel::DistributedDataParallel replica(cp, group);
     optim::AdamW opt(cp->parameters(), {.lr = 1e-3});
     Tensor x = parallel::shard_sequence(w.input, *group, split).to(device),

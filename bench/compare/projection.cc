@@ -43,9 +43,7 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   if (strategy == "fsdp") return std::max(fb / n, 1.5 * ring(n, p.parameter_bytes, 1)) + p.optimizer_s / n;
   // Tensor and context parallelism's collectives carry activations (four per
   // block per step), which the per-stage profile does not measure: not modelled.
-  if (strategy == "tp" || strategy == "tp-sp" || strategy == "hybrid-tp" || strategy == "cp" ||
-      strategy == "cp-zigzag")
-    return -1;
+  if (strategy == "tp" || strategy == "tp-sp" || strategy == "hybrid-tp" || strategy.rfind("cp", 0) == 0) return -1;
   if (strategy == "hybrid") {
     const double d = s.mesh_data, stages = static_cast<double>(p.stage_forward_s.size()), m = s.micro_batches;
     double slowest = 0, largest_boundary = 0;

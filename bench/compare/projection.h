@@ -96,8 +96,8 @@ inline int chunks_of(const std::string& strategy) {
 // "fsdp", "layer_split", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" (the stages in the profile are the N
 // devices) or "hybrid" (the profile's stages are the mesh's P); any of them
 // with "_ckpt" (activation checkpointing) adds one forward, shared like the
-// rest. -1 for "tp", "tp-sp", "hybrid-tp", "cp" and
-// "cp-zigzag", which it does not model.
+// rest. -1 for "tp", "tp-sp", "hybrid-tp" and the context-parallel "cp",
+// "cp-zigzag", "cp-ring" and "cp-ring-zigzag", which it does not model.
 double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
 
 }  // namespace loom::bench

@@ -175,8 +175,12 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (strategy == "tp") return run_tensor_parallel(w, config, {"tp", 1, config.devices});
   if (strategy == "tp-sp")
     return run_tensor_parallel(w, config, {"tp-sp", 1, config.devices, parallel::TokenLayout::kSequenceSharded});
-  if (strategy == "cp") return run_context_parallel(w, config, parallel::SequenceSplit::kContiguous);
-  if (strategy == "cp-zigzag") return run_context_parallel(w, config, parallel::SequenceSplit::kZigZag);
+  if (strategy == "cp" || strategy == "cp-zigzag" || strategy == "cp-ring" || strategy == "cp-ring-zigzag") {
+    const bool zigzag = strategy.find("zigzag") != std::string::npos;
+    return run_context_parallel(w, config, zigzag ? parallel::SequenceSplit::kZigZag : parallel::SequenceSplit::kContiguous,
+                                strategy.rfind("cp-ring", 0) == 0 ? parallel::KeyValueExchange::kRing
+                                                                  : parallel::KeyValueExchange::kAllGather);
+  }
   if (strategy == "hybrid-tp")
     return run_tensor_parallel(w, config, {"hybrid-tp", config.mesh_data, config.mesh_pipeline});
   if (boundaries.empty()) {
