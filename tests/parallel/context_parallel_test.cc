@@ -79,6 +79,15 @@ TEST(SequenceSplit, ZigZagDealsAnEarlyAndALateChunk) {
   });
 }
 
+// A rank whose block differs from its neighbour's is told so by the
+// receive, on both ranks, instead of reading past a buffer or hanging.
+TEST(RingAttention, RanksWithBlocksOfDifferentSizesFailClearly) {
+  testing::run_rank_threads(2, [](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    const Tensor x = zeros({1, 2, rank == 0 ? 4 : 6, 3});
+    EXPECT_THROW_MSG(ring_attention(x, x, x, group), "but this recv expects");
+  });
+}
+
 struct CpCase {
   int ranks;
   SequenceSplit split;
