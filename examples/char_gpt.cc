@@ -17,6 +17,8 @@
 //     (context parallel: each rank runs the whole model on half of every sequence's tokens,
 //      an early and a late chunk, and attention gathers the other rank's keys and values;
 //      --cp-exchange ring passes them round the ranks instead: ring attention)
+//   mpirun -np 4 bazel-bin/examples/char_gpt --cp 2 --tp 2
+//     (both: tensor parallel over 2 ranks, each pair on half of every sequence)
 #include <cstdio>
 
 #include "data/char_corpus.h"
@@ -25,6 +27,7 @@
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
 #include "examples/models/context_parallel_gpt.h"
+#include "examples/models/context_tensor_parallel_gpt.h"
 #include "examples/models/models.h"
 #include "examples/models/tensor_parallel_gpt.h"
 #include "optim/grad_scaler.h"
@@ -41,10 +44,10 @@ using namespace loom;
 // How the model lies over the ranks, for the first line printed.
 std::string layout_text(int dp, int tp, int cp, bool sequence_parallel, bool ring) {
   std::string text;
-  if (cp > 1) text += ", context parallel over " + std::to_string(cp) + " ranks" + (ring ? " (ring attention)" : "");
   if (tp > 1)
     text += " per rank, tensor parallel over " + std::to_string(tp) + " ranks" +
             (sequence_parallel ? " (sequence parallel)" : "");
+  if (cp > 1) text += ", context parallel over " + std::to_string(cp) + " ranks" + (ring ? " (ring attention)" : "");
   if (dp > 1) text += ", " + std::to_string(dp) + " data-parallel replicas";
   return text;
 }
@@ -88,7 +91,7 @@ int train(int argc, char** argv) {
             Scope::Job, integer_in(1, 1024));
   flags.add("--cp", cp,
             "context-parallel ranks per replica, each on 1/cp of every sequence (an early and a late chunk); "
-            "not with --tp",
+            "with --tp, each on 1/cp of every sequence and 1/tp of the model",
             Scope::Job, integer_in(1, 64));
   flags.add("--cp-exchange", cp_exchange,
             "with --cp: all-gather (every rank's keys and values at once) or ring (a rank's block at a time, "
@@ -102,8 +105,8 @@ int train(int argc, char** argv) {
   LOOM_CHECK(dp * tp * cp == world->size(), "--dp ", dp, " x --tp ", tp, " x --cp ", cp, " with ", world->size(),
              " process(es): tensor parallelism takes one rank per slice, context parallelism one per share of the "
              "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
-  LOOM_CHECK(tp == 1 || cp == 1, "--tp and --cp together: the tensor-parallel model's attention does not run over "
-             "context-parallel ranks; choose one");
+  LOOM_CHECK(!sequence_parallel || cp == 1, "--sequence-parallel with --cp: context parallelism already gives each ",
+             "rank its share of the sequence; the tensor-parallel layers run on it whole");
   LOOM_CHECK(!sequence_parallel || tp > 1,
              "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
@@ -147,15 +150,24 @@ int train(int argc, char** argv) {
   // Context parallel: the model runs on this rank's tokens, with the GPT's own weights.
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
   models::ContextParallelGPT cp_model{nullptr};
+  models::ContextTensorParallelGPT cp_tp_model{nullptr};
   const auto exchange = cp_exchange == "ring" ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather;
-  if (cp > 1) cp_model = models::ContextParallelGPT(model, mesh.group("context"), kZigZag, exchange);
-  // DDP averages every gradient over the ranks that hold the same weights: a replica's
-  // counterparts in tensor parallel, every rank otherwise (each context share holds all of them).
+  if (cp > 1 && tp > 1)
+    cp_tp_model = models::ContextTensorParallelGPT(tp_model, mesh.group("context"), kZigZag, exchange);
+  else if (cp > 1)
+    cp_model = models::ContextParallelGPT(model, mesh.group("context"), kZigZag, exchange);
+  // DDP averages every gradient over the ranks that hold the same weights: in tensor parallel the
+  // ranks with the same slices (every replica's, every context share's), otherwise every rank.
   parallel::DistributedDataParallel replica{nullptr};
-  const nn::ModulePtr replicated = tp > 1 ? nn::ModulePtr(tp_model.ptr())
-                                   : cp > 1 ? nn::ModulePtr(cp_model.ptr())
-                                            : nn::ModulePtr(model.ptr());
-  if (dp * cp > 1) replica = parallel::DistributedDataParallel(replicated, tp > 1 ? mesh.group("data") : me.group);
+  const nn::ModulePtr replicated = cp_tp_model ? nn::ModulePtr(cp_tp_model.ptr())
+                                   : tp > 1    ? nn::ModulePtr(tp_model.ptr())
+                                   : cp > 1    ? nn::ModulePtr(cp_model.ptr())
+                                               : nn::ModulePtr(model.ptr());
+  if (dp * cp > 1) {
+    const std::shared_ptr<parallel::ProcessGroup> same_weights =
+        tp == 1 ? me.group : cp == 1 ? mesh.group("data") : me.group->split(mesh.coordinate("tensor"));
+    replica = parallel::DistributedDataParallel(replicated, same_weights);
+  }
   // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
   TensorList decay, no_decay;
   for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);

@@ -1,7 +1,6 @@
 #include "examples/models/context_parallel_gpt.h"
 
 #include "parallel/context_parallel/attention.h"
-#include "parallel/context_parallel/ring_attention.h"
 #include "tensor/error.h"
 
 namespace loom::models {
@@ -29,13 +28,8 @@ Tensor ContextParallelGPTImpl::forward(const Tensor& idx) {
 
 Tensor ContextParallelGPTImpl::block_forward(BlockImpl& block, const Tensor& x) {
   nn::CausalSelfAttentionImpl& attn = *block.attn;
-  const int64_t b = x.size(0), t = x.size(1), c = attn.options.embed_dim, heads = attn.options.num_heads;
-  TensorList qkv = split(attn.qkv->forward(block.ln1->forward(x)), c, 2);
-  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, c / heads}).transpose(1, 2); };
-  const Tensor q = by_head(qkv[0]), k = by_head(qkv[1]), v = by_head(qkv[2]);
-  Tensor y = exchange_ == parallel::KeyValueExchange::kRing ? parallel::ring_attention(q, k, v, group_, split_)
-                                                            : parallel::context_parallel_attention(q, k, v, group_, split_);
-  y = y.transpose(1, 2).reshape({b, t, c});
+  const Tensor y = parallel::context_parallel_self_attention(attn.qkv->forward(block.ln1->forward(x)),
+                                                             attn.options.num_heads, group_, split_, exchange_);
   Tensor h = x + parallel::dropout_on_shard(*attn.dropout, attn.proj->forward(y), *group_, split_);
   Tensor mlp = block.proj->forward(gelu(block.fc->forward(block.ln2->forward(h)), GeluApproximation::Tanh));
   return h + parallel::dropout_on_shard(*block.dropout, mlp, *group_, split_);

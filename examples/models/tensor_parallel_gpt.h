@@ -61,6 +61,7 @@ class TensorParallelGPTImpl : public nn::Module {
                   int64_t drawn = 0);
   void load_from(const GPTImpl& full);
   parallel::TokenLayout tokens() const { return tokens_; }
+  const std::shared_ptr<parallel::ProcessGroup>& group() const { return group_; }
   // The parameters each rank holds a slice of, and those every rank holds whole.
   TensorList sharded_parameters() const;
   TensorList replicated_parameters() const;

@@ -1,6 +1,7 @@
 #include "parallel/context_parallel/attention.h"
 
 #include "nn/functional.h"
+#include "parallel/context_parallel/ring_attention.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
@@ -27,6 +28,20 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
     at += c.length;
   }
   return out.size() == 1 ? out[0] : cat(out, 2);
+}
+
+Tensor context_parallel_self_attention(const Tensor& qkv, int64_t heads, const std::shared_ptr<ProcessGroup>& group,
+                                       SequenceSplit split, KeyValueExchange exchange) {
+  LOOM_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0,
+             "context_parallel_self_attention: expected q, k and v side by side (B, T/N, 3W), W a multiple of the ",
+             heads, " heads, got ", qkv.shape());
+  const int64_t b = qkv.size(0), t = qkv.size(1), width = qkv.size(2) / 3;
+  const TensorList parts = loom::split(qkv, width, 2);
+  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, width / heads}).transpose(1, 2); };
+  const Tensor q = by_head(parts[0]), k = by_head(parts[1]), v = by_head(parts[2]);
+  const Tensor y = exchange == KeyValueExchange::kRing ? ring_attention(q, k, v, group, split)
+                                                       : context_parallel_attention(q, k, v, group, split);
+  return y.transpose(1, 2).reshape({b, t, width});
 }
 
 }  // namespace loom::parallel

@@ -44,4 +44,13 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
                                   const std::shared_ptr<ProcessGroup>& group,
                                   SequenceSplit split = SequenceSplit::kContiguous);
 
+// Causal self-attention of this rank's tokens over the group, from the
+// heads of one projection: qkv (B, T/N, 3W) holds q, k and v side by side,
+// each `heads` heads of W/heads (a GPT block's whole projection, or in
+// tensor parallel a rank's heads of it). The keys and values travel as
+// `exchange` says. Returns (B, T/N, W), the heads side by side again, ready
+// for the output projection.
+Tensor context_parallel_self_attention(const Tensor& qkv, int64_t heads, const std::shared_ptr<ProcessGroup>& group,
+                                       SequenceSplit split, KeyValueExchange exchange);
+
 }  // namespace loom::parallel

@@ -10,10 +10,11 @@
 # each on half of every batch), the model is still the same: the same loss
 # and sample; so does context parallelism on a 2 x 2 mesh (--dp 2 --cp 2:
 # each rank on half of its replica's sequences), and so does ring attention
-# (--cp 2 --cp-exchange ring: the keys and values passed round the ranks).
+# (--cp 2 --cp-exchange ring: the keys and values passed round the ranks),
+# and so do context and tensor parallelism together (--cp 2 --tp 2).
 # --dp x --tp x --cp that
-# differs from the number of processes is a clear error, and so is --tp
-# with --cp.
+# differs from the number of processes is a clear error, and so is
+# --sequence-parallel with --cp.
 set -euo pipefail
 gpt=$(realpath "$1")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
@@ -57,6 +58,11 @@ mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --cp 2 --cp-exch
   > ring.log 2>&1 || { cat ring.log; exit 1; }
 grep -q "context parallel over 2 ranks (ring attention)" ring.log || { cat ring.log; exit 1; }
 same_model ring.log "with ring attention over 2 ranks" || exit 1
+mpirun -np 4 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --cp 2 --tp 2 --cp-exchange ring --metrics cptp.csv \
+  > cptp.log 2>&1 || { cat cptp.log; exit 1; }
+grep -q "per rank, tensor parallel over 2 ranks, context parallel over 2 ranks (ring attention)" cptp.log \
+  || { cat cptp.log; exit 1; }
+same_model cptp.log "on a 2 x 2 context x tensor mesh" || exit 1
 mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 3 --eval-every 3 --sample 10 --tp 4 --metrics tp4.csv \
   > tp4.log 2>&1 || { cat tp4.log; exit 1; }
 grep -q '^RESULT {"example": "char_gpt"' tp4.log || { echo "tp 4: no RESULT"; cat tp4.log; exit 1; }
@@ -85,10 +91,10 @@ if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --dp 2 --tp 2 > 
   echo "--dp 2 --tp 2 with 2 processes accepted"; exit 1
 fi
 grep -q "(mpirun -np 4)" bad.log || { cat bad.log; exit 1; }
-if mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --cp 2 > bad.log 2>&1; then
-  echo "--tp 2 --cp 2 accepted"; exit 1
+if mpirun -np 4 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --cp 2 --sequence-parallel > bad.log 2>&1; then
+  echo "--tp 2 --cp 2 --sequence-parallel accepted"; exit 1
 fi
-grep -q "choose one" bad.log || { cat bad.log; exit 1; }
+grep -q "context parallelism already gives each rank its share of the sequence" bad.log || { cat bad.log; exit 1; }
 if "$gpt" --steps 1 --sequence-parallel > bad.log 2>&1; then echo "--sequence-parallel without --tp accepted"; exit 1; fi
 grep -q "it needs --tp 2 or more" bad.log || { cat bad.log; exit 1; }
 if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --sequence-parallel --block-size 63 > bad.log 2>&1; then

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "examples/models/context_parallel_gpt.h"
+#include "examples/models/context_tensor_parallel_gpt.h"
 #include "tests/parallel/tensor_parallel_checks.h"
 
 namespace loom::parallel::testing {
@@ -49,6 +50,45 @@ inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
     opt_cp.step();
     expect_same_step(expected, {mean_over(*group, loss), norm.item()}, max_param_difference(*copy, *full),
                      group->rank(), step);
+  }
+}
+
+// Context x tensor parallel on a C x T mesh (rank = context * T + tensor):
+// the GPT's slices over each tensor group, each rank on its 1/C of every
+// sequence as `split` deals them, the keys and values exchanged by
+// `exchange` between the ranks holding the same heads, and DDP averaging
+// every slice's gradient over the context group. Three AdamW steps with
+// clipping against `full` (this rank's copy of the whole GPT, from
+// full_gpt) on whole sequences: the ranks' mean loss, the clipped norm and
+// every slice of the weights. With dropout each step reseeds on both sides,
+// so that both draw the same masks.
+inline void check_context_x_tensor_parallel_matches_single_device(const std::shared_ptr<ProcessGroup>& world,
+                                                                  models::GPT& full, int context, SequenceSplit split,
+                                                                  KeyValueExchange exchange) {
+  const bool reseed = full->config.dropout > 0;
+  DeviceMesh mesh(world, {{"context", context}, {"tensor", world->size() / context}});
+  const std::shared_ptr<ProcessGroup>&context_group = mesh.group("context"), &tensor_group = mesh.group("tensor");
+  models::TensorParallelGPT tp = tp_gpt(full, tensor_group);
+  models::ContextTensorParallelGPT cp_tp(tp, context_group, split, exchange);
+  DistributedDataParallel replica(cp_tp, context_group);  // the ranks that hold the same slices
+  Generator gen(5);
+  const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen),
+               targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+  const Tensor my_idx = shard_sequence(idx, *context_group, split),
+               my_targets = shard_sequence(targets, *context_group, split);
+  optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    if (reseed) manual_seed(100 + step);
+    const StepResult expected = reference_step(full, opt_full, idx, targets);
+    if (reseed) manual_seed(100 + step);
+    opt_tp.zero_grad();
+    Tensor loss = vocab_parallel_cross_entropy(replica->forward(my_idx), my_targets, tensor_group);
+    loss.backward();  // DDP averages each slice's gradient over the context group
+    const Tensor norm = tp->clip_grad_norm_(0.5);
+    opt_tp.step();
+    expect_same_step(expected, {mean_over(*context_group, loss), norm.item()},
+                     max_slice_difference(full, tp, tensor_group), world->rank(), step);
   }
 }
 

@@ -36,5 +36,17 @@ TEST(ContextParallelMpi, RingAttentionGptMatchesSingleDevice) {
   }
 }
 
+// Context x tensor parallel over the processes: 2 x 1 under -np 2, 2 x 2 under -np 4.
+TEST(ContextParallelMpi, ContextByTensorParallelGptMatchesSingleDevice) {
+  models::GPT full = testing::full_gpt();
+  testing::check_context_x_tensor_parallel_matches_single_device(testing::mpi_world(), full, 2, SequenceSplit::kZigZag,
+                                                                 KeyValueExchange::kRing);
+  models::GPTConfig config = testing::tp_config();
+  config.dropout = 0.2;  // every process draws the one device's masks
+  models::GPT with_dropout = testing::full_gpt(Device::cpu(), config);
+  testing::check_context_x_tensor_parallel_matches_single_device(testing::mpi_world(), with_dropout, 2,
+                                                                 SequenceSplit::kContiguous, KeyValueExchange::kAllGather);
+}
+
 }  // namespace
 }  // namespace loom::parallel

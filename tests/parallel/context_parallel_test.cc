@@ -121,6 +121,62 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
                                   (info.param.exchange == kRing ? "Ring" : "");
                          });
 
+struct MeshCase {
+  int context, tensor;
+  SequenceSplit split;
+  KeyValueExchange exchange;
+};
+
+class ContextTensorParallelGpt : public ::testing::TestWithParam<MeshCase> {};
+
+// C x T rank threads: tensor parallel over T, context parallel over C.
+TEST_P(ContextTensorParallelGpt, MatchesSingleDevice) {
+  const MeshCase c = GetParam();
+  testing::run_prepared_ranks<models::GPT>(
+      c.context * c.tensor, [](int) { return testing::full_gpt(); },
+      [&](const std::shared_ptr<ProcessGroup>& world, models::GPT& full) {
+        testing::check_context_x_tensor_parallel_matches_single_device(world, full, c.context, c.split, c.exchange);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, ContextTensorParallelGpt,
+    ::testing::Values(MeshCase{2, 2, SequenceSplit::kContiguous, KeyValueExchange::kAllGather},
+                      MeshCase{2, 2, SequenceSplit::kZigZag, kRing}, MeshCase{1, 2, SequenceSplit::kZigZag, kRing},
+                      MeshCase{2, 1, SequenceSplit::kZigZag, KeyValueExchange::kAllGather},
+                      MeshCase{2, 4, SequenceSplit::kContiguous, kRing}),
+    [](const ::testing::TestParamInfo<MeshCase>& info) {
+      const MeshCase& c = info.param;
+      return "Context" + std::to_string(c.context) + "Tensor" + std::to_string(c.tensor) +
+             (c.split == SequenceSplit::kZigZag ? "ZigZag" : "") + (c.exchange == kRing ? "Ring" : "");
+    });
+
+// With dropout, each rank thread holding a generator seeded alike: every
+// rank draws the whole sequence's masks, as one device does.
+TEST(ContextTensorParallelGpt, DropoutOverRankThreadsWithTheirOwnGeneratorsMatchesSingleDevice) {
+  testing::run_rank_threads(4, [&](int, const std::shared_ptr<ProcessGroup>& world) {
+    ThreadDefaultGenerator own;
+    models::GPTConfig config = testing::tp_config();
+    config.dropout = 0.2;
+    models::GPT full = testing::full_gpt(Device::cpu(), config);  // seeds this thread's own generator
+    testing::check_context_x_tensor_parallel_matches_single_device(world, full, 2, SequenceSplit::kZigZag, kRing);
+  });
+}
+
+TEST(ContextTensorParallelGpt, SequenceShardedTensorParallelAndDropoutOverSharedGeneratorsAreErrors) {
+  models::GPTConfig config = testing::tp_config();
+  config.dropout = 0.1;
+  testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
+    const std::shared_ptr<ProcessGroup> alone = group->split(group->rank());  // a tensor group of one
+    EXPECT_THROW_MSG(models::ContextTensorParallelGPT(
+                         models::TensorParallelGPT(config, alone, TokenLayout::kSequenceSharded), group),
+                     "must replicate its tokens");
+    models::ContextTensorParallelGPT cp_tp(models::TensorParallelGPT(config, alone), group);
+    EXPECT_THROW_MSG(cp_tp->forward(zeros({1, 5}, {.dtype = kInt64})), "of sequences of T <= 8 over 2 context ranks");
+    EXPECT_THROW_MSG(cp_tp->forward(zeros({1, 4}, {.dtype = kInt64})), "hold a ThreadDefaultGenerator");
+  });
+}
+
 TEST(ContextParallelGpt, SequencesLongerThanTheBlockAndDropoutOverThreadsAreErrors) {
   models::GPTConfig config = testing::tp_config();
   config.dropout = 0.1;
