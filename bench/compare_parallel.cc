@@ -8,7 +8,8 @@
 // cp-ring, cp-ring-zigzag: with ring attention),
 // and with --mesh DxN the hybrids: D data-parallel pipelines of N stages
 // (hybrid), or D data-parallel replicas in tensor parallel over N ranks
-// (hybrid-tp, --model gpt). For each it prints throughput, speed-up and scaling efficiency
+// (hybrid-tp, --model gpt), or tensor parallel over N ranks on 1/D of
+// every sequence (cp-tp, --model gpt). For each it prints throughput, speed-up and scaling efficiency
 // against the single device, the step split into compute / exposed
 // communication / idle, peak memory, the per-rank state the ZeRO accounting
 // predicts, bytes moved per step, and what an alpha-beta model predicts for N
@@ -181,9 +182,9 @@ int main(int argc, char** argv) {
         flags.add("--steps", config.steps, "timed steps per strategy", Scope::Job, integer_in(1, 1000000));
         flags.add("--warmup", config.warmup, "untimed steps first", Scope::Job, integer_in(0, 1000000));
         CLI::Option* strategies_flag =
-            flags.add("--strategies", strategies, "comma-separated subset to run (hybrid and hybrid-tp need --mesh)", Scope::Job,
+            flags.add("--strategies", strategies, "comma-separated subset to run (hybrid, hybrid-tp and cp-tp need --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
-                               "interleaved", "zb-h1", "zb-h2", "zb-v", "hybrid", "tp", "tp-sp", "hybrid-tp", "cp", "cp-zigzag", "cp-ring", "cp-ring-zigzag", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+                               "interleaved", "zb-h1", "zb-h2", "zb-v", "hybrid", "tp", "tp-sp", "hybrid-tp", "cp", "cp-zigzag", "cp-ring", "cp-ring-zigzag", "cp-tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
         flags.add_switch("--timelines", timelines,
                          "after the table, draw each pipeline's last step: its stages' passes where they ran, "
                          "idle time as dots",
@@ -193,7 +194,8 @@ int main(int argc, char** argv) {
                   Scope::Job);
         flags.add("--mesh", mesh_text,
                   "the hybrids: DxN, D data-parallel pipelines of N stages (hybrid), or D replicas in tensor "
-                  "parallel over N ranks (hybrid-tp, --model gpt); D x N ranks: threads, or mpirun -np D*N; "
+                  "parallel over N ranks (hybrid-tp, --model gpt), or N tensor-parallel ranks on 1/D of every "
+                  "sequence (cp-tp, --model gpt, asked for by --strategies); D x N ranks: threads, or mpirun -np D*N; "
                   "adds the hybrid row (hybrid-tp for --model gpt)",
                   Scope::Job, mesh_shape());
         flags.add("--link", link_name, "projection: pcie or nvlink", Scope::Job,
@@ -341,7 +343,8 @@ int main(int argc, char** argv) {
         if (!writer) return 0;
         auto devices_used = [&](const std::string& strategy) {
           if (strategy == "single" || strategy == "single_ckpt") return 1;
-          if (strategy == "hybrid" || strategy == "hybrid-tp") return config.mesh_data * config.mesh_pipeline;
+          if (strategy == "hybrid" || strategy == "hybrid-tp" || strategy == "cp-tp")
+            return config.mesh_data * config.mesh_pipeline;
           return config.devices;
         };
         const Measurement* single = nullptr;

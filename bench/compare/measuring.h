@@ -137,6 +137,8 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
 Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split,
                                  parallel::KeyValueExchange exchange);
 Measurement run_hybrid(const Workload& w, const CompareConfig& c);
+// cp-tp (--mesh CxT: tensor parallel over T ranks, each group on 1/C of every sequence).
+Measurement run_context_tensor_parallel(const Workload& w, const CompareConfig& c);
 Measurement run_layer_split(const Workload& w, const StagePlan& plan, const CompareConfig& c);
 Measurement run_pipeline(const std::string& name, const Workload& w, const std::vector<int>& boundaries,
                          const CompareConfig& c);

@@ -18,6 +18,7 @@
 #include "autograd/checkpoint.h"
 #include "examples/models/models.h"
 #include "examples/models/context_parallel_gpt.h"
+#include "examples/models/context_tensor_parallel_gpt.h"
 #include "examples/models/tensor_parallel_gpt.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"
@@ -212,6 +213,54 @@ Measurement run_context_parallel(const Workload& w, const CompareConfig& c, para
     auto loss = [&] { return w.loss(replica->forward(x), y); };
     return time_rank_steps(m.strategy, c, r, *group, device, [&] { traced_loss_step(loss, opt, lane, device); },
                            [&] { return group->stats().bus_bytes; });
+  });
+  return m;
+}
+
+// Context x tensor parallel GPT on a C x T mesh (cp-tp, --mesh CxT): T-way
+// tensor-parallel slices, each group of them on its 1/C of every sequence
+// (zig-zag, ring attention over the ranks that hold the same heads), DDP
+// averaging each slice over its context group. The step is the slowest
+// rank's; bytes are each rank's collectives (all three groups), averaged.
+Measurement run_context_tensor_parallel(const Workload& w, const CompareConfig& c) {
+  Measurement m{"cp-tp"};
+  auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
+  const int context = c.mesh_data, tensor = c.mesh_pipeline;
+  if (!gpt) {
+    m.skipped = "context x tensor parallelism here splits a GPT (--model gpt)";
+    return m;
+  }
+  if (context < 1 || tensor < 1) {
+    m.skipped = "needs --mesh CxT (context x tensor)";
+    return m;
+  }
+  if (c.group && c.group->size() != context * tensor) {
+    m.skipped = "needs mpirun -np " + std::to_string(context * tensor);
+    return m;
+  }
+  models::GPTConfig config = gpt->config;
+  const int64_t tokens = w.input.size(1);
+  if (config.n_head % tensor != 0 || tokens % (2 * context) != 0) {
+    m.skipped = std::to_string(config.n_head) + " heads over " + std::to_string(tensor) + " ranks, or " +
+                std::to_string(tokens) + " tokens in two chunks for each of " + std::to_string(context) +
+                " ranks: one does not split";
+    return m;
+  }
+  config.vocab_size = (config.vocab_size + tensor - 1) / tensor * tensor;
+  constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
+  measure_on_ranks(m, c, context * tensor, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
+    parallel::DeviceMesh mesh(world, {{"context", context}, {"tensor", tensor}});
+    models::TensorParallelGPT tp(config, mesh.group("tensor"));
+    tp->to(device);
+    models::ContextTensorParallelGPT model(tp, mesh.group("context"), kZigZag, parallel::KeyValueExchange::kRing);
+    parallel::DistributedDataParallel replica(model.ptr(), mesh.group("context"));
+    optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+    Tensor x = parallel::shard_sequence(w.input, *mesh.group("context"), kZigZag).to(device),
+           y = parallel::shard_sequence(w.target, *mesh.group("context"), kZigZag).to(device);
+    const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
+    auto loss = [&] { return parallel::vocab_parallel_cross_entropy(replica->forward(x), y, mesh.group("tensor")); };
+    return time_rank_steps(m.strategy, c, r, *world, device, [&] { traced_loss_step(loss, opt, lane, device); },
+                           [&] { return mesh.group("tensor")->stats().bus_bytes + mesh.group("context")->stats().bus_bytes; });
   });
   return m;
 }

@@ -181,6 +181,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
                                 strategy.rfind("cp-ring", 0) == 0 ? parallel::KeyValueExchange::kRing
                                                                   : parallel::KeyValueExchange::kAllGather);
   }
+  if (strategy == "cp-tp") return run_context_tensor_parallel(w, config);
   if (strategy == "hybrid-tp")
     return run_tensor_parallel(w, config, {"hybrid-tp", config.mesh_data, config.mesh_pipeline});
   if (boundaries.empty()) {

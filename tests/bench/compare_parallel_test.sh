@@ -73,6 +73,11 @@ grep -q '^{"bench": "compare_parallel", "model": "gpt", "strategy": "cp-zigzag",
   || { cat gptmesh.log; exit 1; }
 grep -q '^{"bench": "compare_parallel", "model": "gpt", "strategy": "hybrid-tp", "devices": 4,' gptmesh.log \
   || { echo "no hybrid-tp row"; cat gptmesh.log; exit 1; }
+# --mesh CxT with cp-tp: tensor parallel over T ranks, each group on 1/C of every sequence.
+"$tool" --model gpt --mesh 2x2 --steps 1 --warmup 1 --strategies cp-tp --out cptp > cptp.log 2>&1 \
+  || { cat cptp.log; exit 1; }
+grep -q '^{"bench": "compare_parallel", "model": "gpt", "strategy": "cp-tp", "devices": 4,' cptp.log \
+  || { echo "no cp-tp row"; cat cptp.log; exit 1; }
 grep -q "^tp .*skipped" out.log || { echo "mlp: tp should say why it was skipped"; cat out.log; exit 1; }
 if "$tool" --mesh 2by2 > badmesh.log 2>&1; then echo "--mesh 2by2 accepted"; exit 1; fi
 grep -q "expected DxN" badmesh.log || { cat badmesh.log; exit 1; }
