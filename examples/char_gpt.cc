@@ -27,7 +27,6 @@
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
 #include "examples/models/context_parallel_gpt.h"
-#include "examples/models/context_tensor_parallel_gpt.h"
 #include "examples/models/models.h"
 #include "examples/models/tensor_parallel_gpt.h"
 #include "optim/grad_scaler.h"

@@ -18,7 +18,6 @@
 #include "autograd/checkpoint.h"
 #include "examples/models/models.h"
 #include "examples/models/context_parallel_gpt.h"
-#include "examples/models/context_tensor_parallel_gpt.h"
 #include "examples/models/tensor_parallel_gpt.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"

@@ -85,7 +85,6 @@ class ParallelSelfAttentionImpl : public nn::Module {
                             double dropout = 0, TokenLayout tokens = TokenLayout::kReplicated);
   Tensor forward(const Tensor& x) override;
   void load_from(const nn::CausalSelfAttentionImpl& full);
-  int64_t local_heads() const { return local_heads_; }  // num_heads/N
 
   ColumnParallelLinear qkv{nullptr};  // (C) -> (3C/N): this rank's heads' q, k, v
   RowParallelLinear proj{nullptr};    // (C/N) -> (C)

@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "examples/models/context_parallel_gpt.h"
-#include "examples/models/context_tensor_parallel_gpt.h"
 #include "tests/parallel/tensor_parallel_checks.h"
 
 namespace loom::parallel::testing {

@@ -182,7 +182,7 @@ TEST(ContextParallelGpt, SequencesLongerThanTheBlockAndDropoutOverThreadsAreErro
   config.dropout = 0.1;
   testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
     models::ContextParallelGPT cp(models::GPT(config), group);
-    EXPECT_THROW_MSG(cp->forward(zeros({1, 5}, {.dtype = kInt64})), "of sequences of T <= 8 over 2 ranks");
+    EXPECT_THROW_MSG(cp->forward(zeros({1, 5}, {.dtype = kInt64})), "of sequences of T <= 8 over 2 context ranks");
     models::ContextParallelGPT zigzag(models::GPT(testing::tp_config()), group, SequenceSplit::kZigZag);
     EXPECT_THROW_MSG(zigzag->forward(zeros({1, 3}, {.dtype = kInt64})),
                      "a rank's 3 tokens do not make two equal chunks");
