@@ -54,9 +54,10 @@ void for_each_visible_pair(const std::vector<LocalChunk>& queries, const std::ve
 Tensor rows_of(const Tensor& t, const LocalChunk& c) { return t.narrow(2, c.at, c.tokens.length); }
 
 // One step round the ring: `block` sent to the next rank, the previous
-// rank's arriving in a tensor of the same shape. Traced (parallel/trace.h)
-// on the rank's communication lane from issue to arrival, so a trace shows
-// how much of the transfer the products hid.
+// rank's arriving in a tensor of the same shape. Traced (parallel/trace.h):
+// the transfer on the rank's communication lane from issue to arrival, and
+// the wait for it, the part the products did not hide, as idle time on its
+// compute lane.
 class Passing {
  public:
   Passing(const Tensor& block, ProcessGroup& group, int tag, const char* what)
@@ -67,11 +68,15 @@ class Passing {
   }
   // The previous rank's block, once it has arrived (and this rank's has gone).
   Tensor wait() const {
+    const int64_t waiting_since = trace::now_us();
     sent_->wait();
     received_->wait();
-    if (trace::enabled())
-      trace::record(what_, "communication", trace::lane("rank" + std::to_string(rank_) + "/comm"), issued_us_,
+    if (trace::enabled()) {
+      const std::string rank = "rank" + std::to_string(rank_);
+      trace::record(what_, "communication", trace::lane(rank + "/comm"), issued_us_,
                     trace::to_us(std::max(sent_->completed_at(), received_->completed_at())));
+      trace::record("ring: waiting", "idle", trace::lane(rank + "/compute"), waiting_since, trace::now_us());
+    }
     return arriving_;
   }
 
