@@ -146,11 +146,12 @@ int train(int argc, char** argv) {
   }
   nn::Module& trained = tp > 1 ? static_cast<nn::Module&>(*tp_model) : *model;
   trained.to(device);
-  // Context parallel: the model runs on this rank's tokens, with the GPT's own weights.
+  // Context parallel: the model (or with --tp, this rank's slices of it) runs on this rank's tokens.
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
   models::ContextParallelGPT cp_model{nullptr};
   models::ContextTensorParallelGPT cp_tp_model{nullptr};
-  const auto exchange = cp_exchange == "ring" ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather;
+  const auto exchange =
+      cp_exchange == "ring" ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather;
   if (cp > 1 && tp > 1)
     cp_tp_model = models::ContextTensorParallelGPT(tp_model, mesh.group("context"), kZigZag, exchange);
   else if (cp > 1)

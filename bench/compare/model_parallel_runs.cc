@@ -247,7 +247,7 @@ Measurement run_context_tensor_parallel(const Workload& w, const CompareConfig& 
   }
   config.vocab_size = (config.vocab_size + tensor - 1) / tensor * tensor;
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
-  measure_on_ranks(m, c, context * tensor, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
+  auto rank = [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
     parallel::DeviceMesh mesh(world, {{"context", context}, {"tensor", tensor}});
     models::TensorParallelGPT tp(config, mesh.group("tensor"));
     tp->to(device);
@@ -258,9 +258,11 @@ Measurement run_context_tensor_parallel(const Workload& w, const CompareConfig& 
            y = parallel::shard_sequence(w.target, *mesh.group("context"), kZigZag).to(device);
     const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
     auto loss = [&] { return parallel::vocab_parallel_cross_entropy(replica->forward(x), y, mesh.group("tensor")); };
+    auto bus_bytes = [&] { return mesh.group("tensor")->stats().bus_bytes + mesh.group("context")->stats().bus_bytes; };
     return time_rank_steps(m.strategy, c, r, *world, device, [&] { traced_loss_step(loss, opt, lane, device); },
-                           [&] { return mesh.group("tensor")->stats().bus_bytes + mesh.group("context")->stats().bus_bytes; });
-  });
+                           bus_bytes);
+  };
+  measure_on_ranks(m, c, context * tensor, rank);
   return m;
 }
 

@@ -177,9 +177,9 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
     return run_tensor_parallel(w, config, {"tp-sp", 1, config.devices, parallel::TokenLayout::kSequenceSharded});
   if (strategy == "cp" || strategy == "cp-zigzag" || strategy == "cp-ring" || strategy == "cp-ring-zigzag") {
     const bool zigzag = strategy.find("zigzag") != std::string::npos;
+    const bool ring = strategy.rfind("cp-ring", 0) == 0;
     return run_context_parallel(w, config, zigzag ? parallel::SequenceSplit::kZigZag : parallel::SequenceSplit::kContiguous,
-                                strategy.rfind("cp-ring", 0) == 0 ? parallel::KeyValueExchange::kRing
-                                                                  : parallel::KeyValueExchange::kAllGather);
+                                ring ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather);
   }
   if (strategy == "cp-tp") return run_context_tensor_parallel(w, config);
   if (strategy == "hybrid-tp")

@@ -31,6 +31,9 @@ bool fused_wanted() {
   return false;
 }
 
+// The fused kernels keep each row's logsumexp in float32, float64 for float64.
+DType logsumexp_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
+
 // Whether the fused kernels take these tensors and mask (else the composite runs).
 bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
@@ -83,8 +86,7 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   const Tensor q = as_heads(q_in, dtype), k = as_heads(k_in, dtype), v = as_heads(v_in, dtype);
   const AttentionParams params{.scale = scale, .causal = causal, .deterministic = deterministic_attention()};
   Tensor out = empty_in_layout_of(q, v.size(3));
-  Tensor logsumexp = empty({q.size(0), q.size(1), q.size(2)},
-                           {.dtype = dtype == kFloat64 ? kFloat64 : kFloat32, .device = q.device()});
+  Tensor logsumexp = empty({q.size(0), q.size(1), q.size(2)}, {.dtype = logsumexp_dtype(dtype), .device = q.device()});
   backend_for(q.device()).attention(q, k, v, params, out, logsumexp);
   if (autograd::needs_grad({q, k, v}))
     autograd::record(
@@ -185,7 +187,7 @@ AttentionBlock attention_block(const Tensor& q_in, const Tensor& k_in, const Ten
   const Tensor q = dense_rows(q_in), k = dense_rows(k_in), v = dense_rows(v_in);
   AttentionBlock block{empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options()),
                        empty({q.size(0), q.size(1), q.size(2)},
-                             {.dtype = q.dtype() == kFloat64 ? kFloat64 : kFloat32, .device = q.device()})};
+                             {.dtype = logsumexp_dtype(q.dtype()), .device = q.device()})};
   backend_for(q.device()).attention(q, k, v, params, block.out, block.logsumexp);
   return block;
 }
@@ -199,11 +201,10 @@ TensorList attention_block_backward(const Tensor& q_in, const Tensor& k_in, cons
              "attention_block_backward: expected out and dout ", out_shape, " and logsumexp (B, H, Tq), got ",
              out.shape(), ", ", dout.shape(), ", ", logsumexp.shape());
   const Tensor q = dense_rows(q_in), k = dense_rows(k_in), v = dense_rows(v_in);
-  const DType lse_dtype = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
   TensorList grads{empty(q.shape(), q.options()), empty(k.shape(), k.options()), empty(v.shape(), v.options())};
+  const Tensor row_logsumexp = logsumexp.to(logsumexp_dtype(q.dtype())).contiguous();
   backend_for(q.device()).attention_backward(q, k, v, dense_rows(out.to(q.dtype())), dense_rows(dout.to(q.dtype())),
-                                             logsumexp.to(lse_dtype).contiguous(), params, grads[0], grads[1],
-                                             grads[2]);
+                                             row_logsumexp, params, grads[0], grads[1], grads[2]);
   return grads;
 }
 
