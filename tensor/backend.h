@@ -65,8 +65,7 @@ struct SoftmaxParams {
 
 // Fused attention (tensor/backend.h attention): softmax(scale q k^T) v, and
 // with `causal` the queries are the last Tq tokens of the keys' sequence:
-// query i attends only to keys j <= i + (Tk - Tq) (needs Tq <= Tk; the CUDA
-// kernels take Tq == Tk only).
+// query i attends only to keys j <= i + (Tk - Tq) (needs Tq <= Tk).
 struct AttentionParams {
   double scale = 1;
   bool causal = false;

@@ -39,8 +39,8 @@ AttentionOperand<S> operand(const Tensor& t) {
 AttentionSizes attention_sizes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                const AttentionParams& p, std::initializer_list<const Tensor*> rows) {
   const int64_t qk_dim = q.size(3), v_dim = v.size(3);
-  LOOM_CHECK(!p.causal || q.size(2) == k.size(2), op, ": the CUDA kernels take causal masks over as many queries ",
-             "as keys, got q ", q.shape(), " and k ", k.shape());
+  LOOM_CHECK(!p.causal || q.size(2) <= k.size(2), op, ": a causal mask needs no more queries than keys (the queries ",
+             "are the last of the keys' positions), got q ", q.shape(), " and k ", k.shape());
   LOOM_CHECK(qk_dim <= kMaxHeadDim && v_dim <= kMaxHeadDim, op, ": the CUDA kernels take head dims up to ", kMaxHeadDim,
              ", got q ", q.shape(), " and v ", v.shape());
   LOOM_CHECK(q.size(0) <= kMaxGridYZ && q.size(1) <= kMaxGridYZ, op, ": at most ", kMaxGridYZ,

@@ -315,11 +315,27 @@ __device__ __forceinline__ void add_rows_atomically(T* matrix, int64_t row_strid
                          [&](int row, int col, T x) { atomicAdd(matrix + row * row_stride + col, x * factor); });
 }
 
+// The causal mask with Tq <= Tk: the queries are the last Tq of the keys'
+// positions (FlashAttention's bottom-right alignment), so query i sees the
+// keys j <= i + (Tk - Tq); with Tq == Tk, the keys up to its own.
+__device__ __forceinline__ bool sees(int query, int key, const AttentionSizes& n, bool causal) {
+  return !causal || key <= query + (n.keys - n.queries);
+}
+
 // The keys [0, end) that queries [first_query, first_query + tile) attend
-// to: all of them, or with the causal mask those up to the tile's last query.
+// to: all of them, or with the causal mask those the tile's last query sees.
 __device__ __forceinline__ int keys_seen_by_tile(int first_query, int tile, const AttentionSizes& n, bool causal) {
   const int last_query = (first_query + tile < n.queries ? first_query + tile : n.queries) - 1;
-  return causal && last_query + 1 < n.keys ? last_query + 1 : n.keys;
+  const int end = last_query + 1 + (n.keys - n.queries);
+  return causal && end < n.keys ? end : n.keys;
+}
+
+// The first query tile (of `tile` queries, tiles from query 0) with a query
+// that sees key `first_key`: 0, or with the causal mask the tile holding
+// query first_key - (Tk - Tq).
+__device__ __forceinline__ int first_query_tile_seeing(int first_key, int tile, const AttentionSizes& n, bool causal) {
+  const int query = first_key - (n.keys - n.queries);
+  return causal && query > 0 ? query / tile * tile : 0;
 }
 
 template <int HEAD, typename T>
@@ -357,8 +373,8 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
     row_sum[i] = 0;  // this thread's columns only, until the end
   }
   clear<HEAD>(acc);
-  // Tile 0 holds key 0, seen by every row, so each running max is finite
-  // from the first tile on.
+  // Tile 0 holds key 0, seen by every row (Tq <= Tk when causal), so each
+  // running max is finite from the first tile on.
   const int key_end = keys_seen_by_tile(first_query, TILE, n, causal);
   for (int first_key = 0; first_key < key_end; first_key += TILE) {
     __syncthreads();  // the previous tile's readers are done with k_tile, v_tile, p_tile
@@ -374,7 +390,7 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         const int key = first_key + tx + 16 * j;
-        const bool seen = key < n.keys && (!causal || key <= query);
+        const bool seen = key < n.keys && sees(query, key, n, causal);
         s[i][j] = seen ? scale * s[i][j] : -math::infinity<T>();
         tile_max = larger(tile_max, s[i][j]);
       }
@@ -457,9 +473,9 @@ __device__ __forceinline__ void dkdv_for_key_tile(AttentionOperand<const S> q, A
   OutputPiece<T, HEAD> dk_acc, dv_acc;
   clear<HEAD>(dk_acc);
   clear<HEAD>(dv_acc);
-  // Causal: queries before the first key see none of these keys (query and
-  // key tiles have the same size, so first_key starts a query tile).
-  for (int first_query = causal ? first_key : 0; first_query < n.queries; first_query += TILE) {
+  // Causal: the query tiles before the first that sees first_key see none of these keys.
+  for (int first_query = first_query_tile_seeing(first_key, TILE, n, causal); first_query < n.queries;
+       first_query += TILE) {
     __syncthreads();  // the previous tile's readers are done with the query-side tiles
     load_rows<TILE, HEAD>(q_tile, q_head, q.row_stride, first_query, n.queries, n.qk_dim);
     load_rows<TILE, HEAD>(dout_tile, dout_head, dout.row_stride, first_query, n.queries, n.v_dim);
@@ -477,7 +493,7 @@ __device__ __forceinline__ void dkdv_for_key_tile(AttentionOperand<const S> q, A
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         const int key = first_row + i, column = tx + 16 * j, query = first_query + column;
-        const bool seen = query < n.queries && (!causal || key <= query);
+        const bool seen = query < n.queries && sees(query, key, n, causal);
         const T p = seen ? math::exp(scale * s[i][j] - lse_tile[column]) : T(0);
         dp[i][j] = p * (dp[i][j] - delta_tile[column]);
         p_tile[(ty * R + i) * SP + column] = p;
@@ -565,7 +581,7 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         const int query = first_row + i, key = first_key + tx + 16 * j;
-        const bool seen = key < n.keys && (!causal || key <= query);
+        const bool seen = key < n.keys && sees(query, key, n, causal);
         const T p = seen ? math::exp(scale * s[i][j] - row_lse[i]) : T(0);
         ds_tile[(ty * R + i) * SP + tx + 16 * j] = p * (dp[i][j] - row_delta[i]);
       }

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kTensorCoreThreads,
 #pragma unroll
     for (int i = 0; i < KT / 2; ++i) {
       const int c = lane_column<KT>(i, r, half), key = first_key + c;
-      const bool seen = key < n.keys && (!causal || key <= query);
+      const bool seen = key < n.keys && sees(query, key, n, causal);
       x[i] = seen ? scale * s_rows[r * FP + c] : -math::infinity<float>();
       tile_max = larger(tile_max, x[i]);
     }
@@ -390,9 +390,9 @@ __global__ void __launch_bounds__(kTensorCoreThreads, resident_blocks<float, ten
   Accumulator dk_acc[HEAD / 16], dv_acc[HEAD / 16];  // the warp's 16 keys
   clear_blocks(dk_acc);
   clear_blocks(dv_acc);
-  // Causal: queries before the first key see none of these keys (QT divides
-  // 64, so first_key starts a query tile).
-  for (int first_query = causal ? first_key : 0; first_query < n.queries; first_query += QT) {
+  // Causal: the query tiles before the first that sees first_key see none of these keys.
+  for (int first_query = first_query_tile_seeing(first_key, QT, n, causal); first_query < n.queries;
+       first_query += QT) {
     __syncthreads();  // every warp is done with the previous query-side tiles
     load_half_rows<QT, HEAD>(q_tile, q_head, q.row_stride, first_query, n.queries, n.qk_dim);
     load_half_rows<QT, HEAD>(dout_tile, dout_head, dout.row_stride, first_query, n.queries, n.v_dim);
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kTensorCoreThreads, resident_blocks<float, ten
 #pragma unroll
     for (int i = 0; i < QT / 2; ++i) {
       const int c = lane_column<QT>(i, r, half), query = first_query + c;
-      const bool seen = query < n.queries && (!causal || key <= query);
+      const bool seen = query < n.queries && sees(query, key, n, causal);
       const float p = seen ? math::exp(scale * s_rows[r * FP + c] - lse_tile[c]) : 0.0f;
       // Both rounded: tensor-core operands.
       p_rows[r * PP + c] = narrow_to<S>(p);
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kTensorCoreThreads, resident_blocks<float, ten
 #pragma unroll
     for (int i = 0; i < KT / 2; ++i) {
       const int c = lane_column<KT>(i, r, half), key = first_key + c;
-      const bool seen = key < n.keys && (!causal || key <= query);
+      const bool seen = key < n.keys && sees(query, key, n, causal);
       const float p = seen ? math::exp(scale * s_rows[r * FP + c] - row_lse) : 0.0f;
       ds_rows[r * DP + c] = narrow_to<S>(p * (dp_rows[r * FP + c] - row_delta));  // rounded: a tensor-core operand
     }

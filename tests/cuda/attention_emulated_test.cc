@@ -160,7 +160,8 @@ Expected naive_attention(const Case& t, const Operand<E>& q, const Operand<E>& k
     for (int h = 0; h < t.heads; ++h) {
       const size_t bh = size_t{1} * b * t.heads + h;
       for (int i = 0; i < t.queries; ++i) {
-        const int seen = t.causal ? i + 1 : t.keys;  // causal cases have Tq <= Tk
+        // Causal: the queries are the last Tq of the keys' positions (Tq <= Tk).
+        const int seen = t.causal ? i + 1 + (t.keys - t.queries) : t.keys;
         std::vector<double> p(seen);
         double max = -INFINITY;
         for (int j = 0; j < seen; ++j) {
@@ -420,6 +421,20 @@ TEST(AttentionEmulated, CausalSingleToken) {
       {.batch = 1, .heads = 2, .queries = 1, .keys = 1, .qk_dim = 3, .v_dim = 1, .scale = 0.5f, .causal = true});
 }
 
+// Causal with more keys than queries: the queries are the last 70 of 150
+// positions, so the first sees 81 keys, and the shift (80) is no multiple
+// of a tile. dk/dv's key tiles start from the query tile that sees them.
+TEST(AttentionEmulated, CausalWithMoreKeysThanQueries) {
+  check_separate_projections<float>(
+      {.batch = 2, .heads = 2, .queries = 70, .keys = 150, .qk_dim = 40, .v_dim = 24, .scale = 2.0f, .causal = true});
+}
+
+// One query after eight keys (a decoding step): it sees all nine.
+TEST(AttentionEmulated, CausalOneQueryAfterTheKeys) {
+  check_separate_projections<float>(
+      {.batch = 1, .heads = 3, .queries = 1, .keys = 9, .qk_dim = 8, .v_dim = 8, .scale = 0.7f, .causal = true});
+}
+
 TEST(AttentionEmulated, HeadDimsOfOne) {
   check_separate_projections<float>(
       {.batch = 1, .heads = 1, .queries = 3, .keys = 5, .qk_dim = 1, .v_dim = 1, .scale = 1.5f, .causal = false});
@@ -452,11 +467,18 @@ TEST(AttentionTensorCoreEmulated, CausalSelfAttentionEndingMidTile) {
       {.batch = 1, .heads = 2, .queries = 70, .keys = 70, .qk_dim = 40, .v_dim = 24, .scale = 2.0f, .causal = true});
 }
 
-// Keys past the last query are seen by none (their dk, dv are 0); the
-// forward walks two key tiles, dk/dv of the first keys two query tiles.
+// The queries are the last 100 of 150 positions: the first sees 51 keys,
+// the forward's tiles walk three key tiles, and dk/dv's key tiles start
+// from the query tile that sees them (the shift, 50, is no multiple of one).
 TEST(AttentionTensorCoreEmulated, CausalWithMoreKeysThanQueries) {
   check_separate_projections<BFloat16>(
       {.batch = 1, .heads = 1, .queries = 100, .keys = 150, .qk_dim = 64, .v_dim = 64, .scale = 0.3f, .causal = true});
+}
+
+// A few queries after many keys: the shift (170) passes whole key tiles.
+TEST(AttentionTensorCoreEmulated, CausalFewQueriesAfterManyKeys) {
+  check_separate_projections<BFloat16>(
+      {.batch = 2, .heads = 1, .queries = 30, .keys = 200, .qk_dim = 40, .v_dim = 24, .scale = 0.5f, .causal = true});
 }
 
 // Head dims of 128: the backward's tiles of 32.

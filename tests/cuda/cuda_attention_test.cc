@@ -60,6 +60,7 @@ const std::vector<Case> kCases = {
     {2, 3, 70, 70, 40, 24, true, false},      // partial tiles, D and Dv not multiples of 16
     {2, 3, 70, 70, 40, 24, false, false},
     {1, 2, 33, 90, 64, 64, false, false},     // Tq != Tk
+    {1, 2, 70, 150, 40, 24, true, false},     // causal, the queries the last 70 of 150 positions
     {2, 6, 256, 256, 64, 64, true, true},     // the gpt workload's layout, one tile row of four
     {1, 2, 130, 130, 128, 128, true, true},   // the largest head dim the kernels take
     {1, 1, 1, 1, 8, 8, true, false},          // one position
