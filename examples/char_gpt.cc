@@ -106,6 +106,8 @@ int train(int argc, char** argv) {
              "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
   LOOM_CHECK(!sequence_parallel || cp == 1, "--sequence-parallel with --cp: context parallelism already gives each ",
              "rank its share of the sequence; the tensor-parallel layers run on it whole");
+  LOOM_CHECK(cp_exchange != "ring" || cp > 1, "--cp-exchange ring passes the keys and values between ",
+             "context-parallel ranks: it needs --cp 2 or more");
   LOOM_CHECK(!sequence_parallel || tp > 1,
              "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
