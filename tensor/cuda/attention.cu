@@ -160,20 +160,25 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
                          logsumexp.dtype());
     LaunchContext ctx(q);
     const int64_t heads = q.size(1), batch = q.size(0);
+    // float32 and float64 by default: dq's shares added with atomics into dq, which the delta kernel zeroes.
+    constexpr bool kSimt = std::is_same_v<S, T>;
+    const bool atomic_dq = kSimt && !p.deterministic;
+    AttentionOperand<T> dq_to_zero{};
+    if constexpr (kSimt)
+      if (atomic_dq) dq_to_zero = operand<T>(dq);
     Tensor delta = empty({batch, heads, n.queries}, {.dtype = storage_dtype<T>(), .device = q.device()});
     attention_delta_kernel<S, T>
         <<<tile_grid(n.queries, kDeltaRowsPerBlock, heads, batch), kAttentionThreads, 0, ctx.stream>>>(
-            operand<const S>(out), operand<const S>(dout), data_of<T>(delta), n);
+            operand<const S>(out), operand<const S>(dout), data_of<T>(delta), n, dq_to_zero);
     LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
     with_head_bound(n, [&](auto head) {
       using Kernels = AttentionKernels<S, T, decltype(head)::value>;
       const T scale = T(p.scale);
       if constexpr (!Kernels::kTensorCores) {
-        if (!p.deterministic) {  // the dk/dv kernel's tiles, and dq's shares added into dq
+        if (atomic_dq) {  // the dk/dv kernel's tiles, and dq's shares added into dq (zeroed above)
           constexpr int shared = Kernels::dkdv_shared();
           auto* kernel = attention_dkdv_dq_kernel<T, decltype(head)::value>;
           allow_shared_bytes(kernel, shared);
-          this->fill(dq, 0);
           kernel<<<tile_grid(n.keys, Kernels::kRows, heads, batch), Kernels::kThreads, shared, ctx.stream>>>(
               operand<const T>(q), operand<const T>(k), operand<const T>(v), operand<const T>(dout),
               data_of<const T>(logsumexp), data_of<const T>(delta), operand<T>(dk), operand<T>(dv), operand<T>(dq), n,

@@ -426,13 +426,22 @@ __global__ void __launch_bounds__(kAttentionThreads, resident_blocks<T, attentio
     if (tx == 0 && first_row + i < n.queries) head_logsumexp[first_row + i] = row_logsumexp[i];
 }
 
-// grid (ceil(Tq / kDeltaRowsPerBlock), H, B): delta (B, H, Tq) = rowwise dout . out.
+// grid (ceil(Tq / kDeltaRowsPerBlock), H, B): delta (B, H, Tq) = rowwise
+// dout . out. With dq_to_zero's data set (the backward that adds dq's
+// shares with atomics), the warp also zeroes the row's dq: one launch and
+// one pass fewer than a fill of dq, which in a GPT is a strided view (a
+// third of each row of the qkv projection's gradient).
 template <typename S, typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
-    attention_delta_kernel(AttentionOperand<const S> out, AttentionOperand<const S> dout, T* delta, AttentionSizes n) {
+    attention_delta_kernel(AttentionOperand<const S> out, AttentionOperand<const S> dout, T* delta, AttentionSizes n,
+                           AttentionOperand<T> dq_to_zero) {
   const int b = blockIdx.z, h = blockIdx.y;
   const int row = blockIdx.x * kDeltaRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= n.queries) return;  // whole warps
+  if (dq_to_zero.data != nullptr) {
+    T* dq_row = dq_to_zero.head(b, h) + row * dq_to_zero.row_stride;
+    for (int c = lane; c < n.qk_dim; c += 32) dq_row[c] = T(0);
+  }
   const S* out_row = out.head(b, h) + row * out.row_stride;
   const S* dout_row = dout.head(b, h) + row * dout.row_stride;
   T sum = 0;

@@ -264,14 +264,13 @@ void run_kernels(const Case& t, const Operand<float>& q, const Operand<float>& k
                  attention_forward_shared_bytes<float, HEAD>(), attention_forward_kernel<float, float, HEAD>,
                  q.view<const float>(), k.view<const float>(), v.view<const float>(), o.out.view<float>(),
                  o.logsumexp(), n, t.scale, t.causal);
+  // The atomic backward's delta kernel also zeroes dq, which starts as NaN
+  // here: a row it missed would stay NaN.
+  const bool atomic = backward == Backward::kAtomicDq;
   emulate_launch({blocks(t.queries, kDeltaRowsPerBlock), heads, batch}, kAttentionThreads, 0,
                  attention_delta_kernel<float, float>, o.out.view<const float>(), dout.view<const float>(),
-                 o.delta.data(), n);
-  if (backward == Backward::kAtomicDq) {
-    for (int b = 0; b < o.dq.batch; ++b)  // as the backend fills dq (and only dq) with zeros first
-      for (int h = 0; h < o.dq.heads; ++h)
-        for (int r = 0; r < o.dq.rows; ++r)
-          for (int c = 0; c < o.dq.width; ++c) o.dq.at(b, h, r, c) = 0;
+                 o.delta.data(), n, atomic ? o.dq.view<float>() : AttentionOperand<float>{});
+  if (atomic) {
     emulate_launch({blocks(t.keys, tile), heads, batch}, kAttentionThreads,
                    attention_dkdv_shared_bytes<float, HEAD>(), attention_dkdv_dq_kernel<float, HEAD>,
                    q.view<const float>(), k.view<const float>(), v.view<const float>(), dout.view<const float>(),
@@ -302,7 +301,8 @@ void run_kernels(const Case& t, const Operand<BFloat16>& q, const Operand<BFloat
                  q.view<const S>(), k.view<const S>(), v.view<const S>(), o.out.view<S>(), o.logsumexp(), n, t.scale,
                  t.causal);
   emulate_launch({blocks(t.queries, kDeltaRowsPerBlock), heads, batch}, kAttentionThreads, 0,
-                 attention_delta_kernel<S, float>, o.out.view<const S>(), dout.view<const S>(), o.delta.data(), n);
+                 attention_delta_kernel<S, float>, o.out.view<const S>(), dout.view<const S>(), o.delta.data(), n,
+                 AttentionOperand<float>{});
   emulate_launch({blocks(t.keys, kTensorCoreRows), heads, batch}, kTensorCoreThreads,
                  tensor_core_dkdv_shared_bytes<HEAD>(), attention_dkdv_tensor_core_kernel<S, HEAD>, q.view<const S>(),
                  k.view<const S>(), v.view<const S>(), dout.view<const S>(), o.logsumexp(), o.delta.data(),
