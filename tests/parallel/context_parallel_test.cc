@@ -5,6 +5,8 @@
 
 #include "parallel/context_parallel/attention.h"
 #include "parallel/context_parallel/ring_attention.h"
+#include "parallel/sharding/fsdp.h"
+#include "parallel/sharding/zero.h"
 #include "tests/parallel/context_parallel_checks.h"
 #include "tests/parallel/thread_ranks.h"
 
@@ -146,6 +148,68 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
                            return std::to_string(info.param.ranks) +
                                   (info.param.split == SequenceSplit::kZigZag ? "RanksZigZag" : "Ranks") +
                                   (info.param.exchange == kRing ? "Ring" : "");
+                         });
+
+// Context parallelism with sharded data parallelism in place of DDP: the
+// weights' gradients reduce-scattered as backward goes (ZeRO-2), or the
+// model one FSDP unit, gathered for each pass. Two ranks, zig-zag, ring
+// attention; three AdamW steps against the GPT on whole sequences: the
+// ranks' mean loss each step and every weight after.
+enum class Sharding { kZero2, kFsdp };
+
+class ContextParallelSharded : public ::testing::TestWithParam<Sharding> {};
+
+TEST_P(ContextParallelSharded, MatchesSingleDevice) {
+  const Sharding sharding = GetParam();
+  testing::run_prepared_ranks<testing::ReferenceAndCopy>(
+      2, [](int) { return testing::reference_and_copy(); },
+      [&](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
+        auto& [full, copy] = models;
+        models::ContextParallelGPT cp(copy, group, SequenceSplit::kZigZag, kRing);
+        FullyShardedDataParallel fsdp{nullptr};
+        std::unique_ptr<optim::Optimizer> opt;
+        if (sharding == Sharding::kFsdp) {
+          fsdp = FullyShardedDataParallel(cp.ptr(), group);  // no wrap policy: one unit
+          opt = std::make_unique<optim::AdamW>(fsdp->parameters(), optim::AdamOptions{.lr = 1e-2});
+        } else {
+          opt = std::make_unique<ZeroRedundancyOptimizer>(
+              cp->parameters(), group,
+              [](TensorList shard) { return std::make_unique<optim::AdamW>(shard, optim::AdamOptions{.lr = 1e-2}); },
+              ZeroOptions{.stage = 2});
+        }
+        Generator gen(5);
+        const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen),
+                     targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
+        const Tensor my_idx = shard_sequence(idx, *group, SequenceSplit::kZigZag),
+                     my_targets = shard_sequence(targets, *group, SequenceSplit::kZigZag);
+        optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
+        for (int step = 0; step < 3; ++step) {
+          opt_full.zero_grad();
+          Tensor expected = nn::functional::cross_entropy(full->forward(idx).reshape({-1, 16}), targets.reshape({-1}));
+          expected.backward();
+          opt_full.step();
+          opt->zero_grad();
+          const Tensor logits = fsdp ? fsdp->forward(my_idx) : cp->forward(my_idx);
+          Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, 16}), my_targets.reshape({-1}));
+          loss.backward();
+          opt->step();
+          EXPECT_NEAR(testing::mean_over(*group, loss), expected.item(), 1e-12) << "step " << step;
+        }
+        const nn::StateDict mine = fsdp ? fsdp->full_state_dict() : cp->state_dict();  // names from "gpt."
+        const nn::StateDict reference = full->state_dict();
+        ASSERT_EQ(mine.size(), reference.size());
+        for (const auto& [name, value] : mine) {
+          const auto expected = std::find_if(reference.begin(), reference.end(),
+                                             [&](const auto& entry) { return "gpt." + entry.first == name; });
+          ASSERT_NE(expected, reference.end()) << name;
+          EXPECT_LT(loom::testing::max_rel_error(value, expected->second), 1e-10) << name;
+        }
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shardings, ContextParallelSharded, ::testing::Values(Sharding::kZero2, Sharding::kFsdp),
+                         [](const ::testing::TestParamInfo<Sharding>& info) {
+                           return info.param == Sharding::kFsdp ? "Fsdp" : "Zero2";
                          });
 
 struct MeshCase {
