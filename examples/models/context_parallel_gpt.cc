@@ -25,7 +25,11 @@ Tensor forward_on_shard(Gpt& gpt, int64_t heads, const Tensor& idx, const Contex
   const Tensor positions = parallel::sequence_positions(idx.size(1), *plan.group, plan.split, idx.device());
   Tensor x = dropout(*gpt.dropout, gpt.wte->forward(idx) + gpt.wpe->forward(positions));
   for (size_t l = 0; l < gpt.blocks->size(); ++l) {
-    Block& block = *gpt.blocks->template at<Block>(l);
+    auto* own = dynamic_cast<Block*>((*gpt.blocks)[l].get());
+    LOOM_CHECK(own != nullptr, "context parallelism runs each block's layers itself, so block ", l, " must be the ",
+               "model's own, not a ", (*gpt.blocks)[l]->type_name(), " (with FSDP, wrap the whole model as one unit: ",
+               "no wrap policy)");
+    Block& block = *own;
     const Tensor y = parallel::context_parallel_self_attention(block.attn->qkv->forward(block.ln1->forward(x)), heads,
                                                                plan.group, plan.split, plan.exchange);
     const Tensor h = x + dropout(*block.attn->dropout, block.attn->proj->forward(y));

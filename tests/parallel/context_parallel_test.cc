@@ -207,6 +207,18 @@ TEST_P(ContextParallelSharded, MatchesSingleDevice) {
       });
 }
 
+// FSDP units per block would wrap what the model calls part by part: refused, with what to do instead.
+TEST(ContextParallelSharded, FsdpUnitsInsideTheModelAreRefused) {
+  testing::run_prepared_ranks<testing::ReferenceAndCopy>(
+      2, [](int) { return testing::reference_and_copy(); },
+      [&](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
+        models::ContextParallelGPT cp(models.second, group);
+        FullyShardedDataParallel fsdp(cp.ptr(), group, {.wrap = wrap_type<models::BlockImpl>()});
+        EXPECT_THROW_MSG(fsdp->forward(zeros({3, 4}, {.dtype = kInt64})),
+                         "block 0 must be the model's own, not a FsdpUnit (with FSDP, wrap the whole model");
+      });
+}
+
 INSTANTIATE_TEST_SUITE_P(Shardings, ContextParallelSharded, ::testing::Values(Sharding::kZero2, Sharding::kFsdp),
                          [](const ::testing::TestParamInfo<Sharding>& info) {
                            return info.param == Sharding::kFsdp ? "Fsdp" : "Zero2";
