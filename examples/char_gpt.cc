@@ -16,7 +16,8 @@
 //   mpirun -np 2 bazel-bin/examples/char_gpt --cp 2
 //     (context parallel: each rank runs the whole model on half of every sequence's tokens,
 //      an early and a late chunk, and attention gathers the other rank's keys and values;
-//      --cp-exchange ring passes them round the ranks instead: ring attention)
+//      --cp-exchange ring passes them round the ranks instead: ring attention; --cp-exchange
+//      all-to-all gives each rank half the heads over the whole sequence: Ulysses)
 //   mpirun -np 4 bazel-bin/examples/char_gpt --cp 2 --tp 2
 //     (both: tensor parallel over 2 ranks, each pair on half of every sequence)
 #include <cstdio>
@@ -41,12 +42,14 @@
 using namespace loom;
 
 // How the model lies over the ranks, for the first line printed.
-std::string layout_text(int dp, int tp, int cp, bool sequence_parallel, bool ring) {
+std::string layout_text(int dp, int tp, int cp, bool sequence_parallel, const std::string& exchange) {
   std::string text;
   if (tp > 1)
     text += " per rank, tensor parallel over " + std::to_string(tp) + " ranks" +
             (sequence_parallel ? " (sequence parallel)" : "");
-  if (cp > 1) text += ", context parallel over " + std::to_string(cp) + " ranks" + (ring ? " (ring attention)" : "");
+  if (cp > 1)
+    text += ", context parallel over " + std::to_string(cp) + " ranks" +
+            (exchange == "ring" ? " (ring attention)" : exchange == "all-to-all" ? " (Ulysses all-to-all)" : "");
   if (dp > 1) text += ", " + std::to_string(dp) + " data-parallel replicas";
   return text;
 }
@@ -93,9 +96,10 @@ int train(int argc, char** argv) {
             "with --tp, each on 1/cp of every sequence and 1/tp of the model",
             Scope::Job, integer_in(1, 64));
   flags.add("--cp-exchange", cp_exchange,
-            "with --cp: all-gather (every rank's keys and values at once) or ring (a rank's block at a time, "
-            "passed round the ranks behind the attention's products: ring attention)",
-            Scope::Job, CLI::IsMember({"all-gather", "ring"}));
+            "with --cp: all-gather (every rank's keys and values at once), ring (a rank's block at a time, "
+            "passed round the ranks behind the attention's products: ring attention) or all-to-all (each rank "
+            "attends with 1/cp of the heads over the whole sequence: Ulysses)",
+            Scope::Job, CLI::IsMember({"all-gather", "ring", "all-to-all"}));
   flags.add_switch("--sequence-parallel", sequence_parallel,
                    "with --tp: the layer norms, residuals and dropouts between the tensor-parallel layers run on "
                    "1/tp of the tokens (Megatron's sequence parallelism)",
@@ -106,8 +110,8 @@ int train(int argc, char** argv) {
              "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
   LOOM_CHECK(!sequence_parallel || cp == 1, "--sequence-parallel with --cp: context parallelism already gives each ",
              "rank its share of the sequence; the tensor-parallel layers run on it whole");
-  LOOM_CHECK(cp_exchange != "ring" || cp > 1, "--cp-exchange ring passes the keys and values between ",
-             "context-parallel ranks: it needs --cp 2 or more");
+  LOOM_CHECK(cp_exchange == "all-gather" || cp > 1, "--cp-exchange ", cp_exchange, " passes the keys and values ",
+             "between context-parallel ranks: it needs --cp 2 or more");
   LOOM_CHECK(!sequence_parallel || tp > 1,
              "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
@@ -152,8 +156,9 @@ int train(int argc, char** argv) {
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
   models::ContextParallelGPT cp_model{nullptr};
   models::ContextTensorParallelGPT cp_tp_model{nullptr};
-  const auto exchange =
-      cp_exchange == "ring" ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather;
+  const auto exchange = cp_exchange == "ring"         ? parallel::KeyValueExchange::kRing
+                        : cp_exchange == "all-to-all" ? parallel::KeyValueExchange::kAllToAll
+                                                      : parallel::KeyValueExchange::kAllGather;
   if (cp > 1 && tp > 1)
     cp_tp_model = models::ContextTensorParallelGPT(tp_model, mesh.group("context"), kZigZag, exchange);
   else if (cp > 1)
@@ -191,7 +196,7 @@ int train(int argc, char** argv) {
   if (writer)
     std::printf("vocabulary %lld, %lld training tokens, %lld parameters%s, on %s\n", static_cast<long long>(vocab),
                 static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
-                layout_text(dp, tp, cp, sequence_parallel, cp_exchange == "ring").c_str(),
+                layout_text(dp, tp, cp, sequence_parallel, cp_exchange).c_str(),
                 device.str().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,

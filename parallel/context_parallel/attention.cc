@@ -2,6 +2,7 @@
 
 #include "nn/functional.h"
 #include "parallel/context_parallel/ring_attention.h"
+#include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
@@ -39,8 +40,9 @@ Tensor context_parallel_self_attention(const Tensor& qkv, int64_t heads, const s
   const TensorList parts = loom::split(qkv, width, 2);
   auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, width / heads}).transpose(1, 2); };
   const Tensor q = by_head(parts[0]), k = by_head(parts[1]), v = by_head(parts[2]);
-  const Tensor y = exchange == KeyValueExchange::kRing ? ring_attention(q, k, v, group, split)
-                                                       : context_parallel_attention(q, k, v, group, split);
+  const Tensor y = exchange == KeyValueExchange::kRing        ? ring_attention(q, k, v, group, split)
+                   : exchange == KeyValueExchange::kAllToAll ? ulysses_attention(q, k, v, group, split)
+                                                             : context_parallel_attention(q, k, v, group, split);
   return y.transpose(1, 2).reshape({b, t, width});
 }
 

@@ -34,6 +34,7 @@ namespace loom::parallel {
 enum class KeyValueExchange {
   kAllGather,  // context_parallel_attention: all of them at once, in one all-gather
   kRing,       // ring_attention (ring_attention.h): a rank's block at a time, behind the products
+  kAllToAll,   // ulysses_attention (ulysses_attention.h): heads split instead of tokens, around attention
 };
 
 // Causal attention of this rank's queries q (B, H, T/N, D), its tokens of

@@ -35,7 +35,7 @@ expect_failure preset 2 "--preset" -- "$gpt" --preset huge
 expect_failure heads 1 "--embd 130 does not split over --heads 4" -- "$gpt" --embd 130 --heads 4
 expect_failure dropout 2 "--dropout: expected a finite number from 0 to 0.99" -- "$gpt" --dropout 1
 expect_failure eval_every 2 "--eval-every: expected an integer from 1" -- "$gpt" --eval-every 0
-expect_failure cp_exchange 2 "--cp-exchange: bogus not in {all-gather,ring}" -- "$gpt" --cp-exchange bogus
+expect_failure cp_exchange 2 "--cp-exchange: bogus not in {all-gather,ring,all-to-all}" -- "$gpt" --cp-exchange bogus
 expect_failure ring_alone 1 "--cp-exchange ring passes the keys and values between context-parallel ranks: it needs --cp 2" \
   -- "$gpt" --cp-exchange ring
 expect_failure hidden 2 "--hidden: expected an integer from 1" -- "$lstm" --hidden 0

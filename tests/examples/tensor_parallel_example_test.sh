@@ -11,6 +11,7 @@
 # and sample; so does context parallelism on a 2 x 2 mesh (--dp 2 --cp 2:
 # each rank on half of its replica's sequences), and so does ring attention
 # (--cp 2 --cp-exchange ring: the keys and values passed round the ranks),
+# and Ulysses (--cp-exchange all-to-all: half the heads each, whole sequences),
 # and so do context and tensor parallelism together (--cp 2 --tp 2).
 # --dp x --tp x --cp that
 # differs from the number of processes is a clear error, and so is
@@ -58,6 +59,10 @@ mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --cp 2 --cp-exch
   > ring.log 2>&1 || { cat ring.log; exit 1; }
 grep -q "context parallel over 2 ranks (ring attention)" ring.log || { cat ring.log; exit 1; }
 same_model ring.log "with ring attention over 2 ranks" || exit 1
+mpirun -np 2 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --cp 2 --cp-exchange all-to-all --metrics a2a.csv \
+  > a2a.log 2>&1 || { cat a2a.log; exit 1; }
+grep -q "context parallel over 2 ranks (Ulysses all-to-all)" a2a.log || { cat a2a.log; exit 1; }
+same_model a2a.log "with Ulysses over 2 ranks" || exit 1
 mpirun -np 4 --oversubscribe --bind-to none "$gpt" "${tiny[@]}" --cp 2 --tp 2 --cp-exchange ring --metrics cptp.csv \
   > cptp.log 2>&1 || { cat cptp.log; exit 1; }
 grep -q "per rank, tensor parallel over 2 ranks, context parallel over 2 ranks (ring attention)" cptp.log \

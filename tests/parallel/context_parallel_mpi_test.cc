@@ -27,13 +27,14 @@ TEST(ContextParallelMpi, GptWithDropoutMatchesSingleDevice) {
   testing::check_cp_gpt_matches_single_device(testing::mpi_world(), models, SequenceSplit::kZigZag, /*reseed=*/true);
 }
 
-// The keys and values passed round the ring of processes, both splits.
-TEST(ContextParallelMpi, RingAttentionGptMatchesSingleDevice) {
-  for (SequenceSplit split : {SequenceSplit::kContiguous, SequenceSplit::kZigZag}) {
-    testing::ReferenceAndCopy models = testing::reference_and_copy();
-    testing::check_cp_gpt_matches_single_device(testing::mpi_world(), models, split, /*reseed=*/false,
-                                                KeyValueExchange::kRing);
-  }
+// The keys and values passed round the ring of processes, and the heads
+// split by all-to-alls (Ulysses), both splits.
+TEST(ContextParallelMpi, RingAndAllToAllGptsMatchSingleDevice) {
+  for (KeyValueExchange exchange : {KeyValueExchange::kRing, KeyValueExchange::kAllToAll})
+    for (SequenceSplit split : {SequenceSplit::kContiguous, SequenceSplit::kZigZag}) {
+      testing::ReferenceAndCopy models = testing::reference_and_copy();
+      testing::check_cp_gpt_matches_single_device(testing::mpi_world(), models, split, /*reseed=*/false, exchange);
+    }
 }
 
 // Context x tensor parallel over the processes: 2 x 1 under -np 2, 2 x 2 under -np 4.

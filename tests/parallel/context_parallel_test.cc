@@ -5,6 +5,7 @@
 
 #include "parallel/context_parallel/attention.h"
 #include "parallel/context_parallel/ring_attention.h"
+#include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/sharding/fsdp.h"
 #include "parallel/sharding/zero.h"
 #include "tests/parallel/context_parallel_checks.h"
@@ -28,8 +29,9 @@ TEST_P(ContextParallelAttention, EqualsCausalAttentionOverTheWholeSequence) {
   const CpAttention attention = GetParam();
   manual_seed(4);
   const int64_t tokens = 24;
-  const Tensor q = randn({2, 3, tokens, 5}, {.dtype = kFloat64}), k = randn({2, 3, tokens, 5}, {.dtype = kFloat64}),
-               v = randn({2, 3, tokens, 5}, {.dtype = kFloat64}), weights = randn({2, 3, tokens, 5}, {.dtype = kFloat64});
+  const Shape shape{2, 12, tokens, 5};  // 12 heads: Ulysses splits them over 1 to 4 ranks
+  const Tensor q = randn(shape, {.dtype = kFloat64}), k = randn(shape, {.dtype = kFloat64}),
+               v = randn(shape, {.dtype = kFloat64}), weights = randn(shape, {.dtype = kFloat64});
   Tensor wq = q.detach().requires_grad_(), wk = k.detach().requires_grad_(), wv = v.detach().requires_grad_();
   const Tensor whole = nn::functional::scaled_dot_product_attention(wq, wk, wv, /*causal=*/true);
   (whole * weights).sum().backward();
@@ -62,9 +64,11 @@ TEST_P(ContextParallelAttention, MismatchedShapesAreErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Exchanges, ContextParallelAttention,
-                         ::testing::Values(&context_parallel_attention, &ring_attention),
+                         ::testing::Values(&context_parallel_attention, &ring_attention, &ulysses_attention),
                          [](const ::testing::TestParamInfo<CpAttention>& info) {
-                           return info.param == &ring_attention ? "Ring" : "AllGather";
+                           return info.param == &ring_attention      ? "Ring"
+                                  : info.param == &ulysses_attention ? "AllToAll"
+                                                                     : "AllGather";
                          });
 
 // Zig-zag deals rank r the chunks r and 2N-1-r; the positions say so.
@@ -117,6 +121,14 @@ TEST(RingAttention, BFloat16StaysWithinARoundingOfFloat32) {
   });
 }
 
+// Ulysses splits the heads over the ranks: heads that do not divide are refused, on every rank, before any message.
+TEST(UlyssesAttention, HeadsThatDoNotSplitOverTheRanksAreErrors) {
+  testing::run_rank_threads(2, [](int, const std::shared_ptr<ProcessGroup>& group) {
+    const Tensor x = zeros({1, 3, 4, 2});
+    EXPECT_THROW_MSG(ulysses_attention(x, x, x, group), "3 heads do not split over 2 ranks");
+  });
+}
+
 struct CpCase {
   int ranks;
   SequenceSplit split;
@@ -135,6 +147,7 @@ TEST_P(ContextParallelGpt, MatchesSingleDevice) {
 }
 
 constexpr auto kRing = KeyValueExchange::kRing;
+constexpr auto kAllToAll = KeyValueExchange::kAllToAll;
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
                          ::testing::Values(CpCase{1, SequenceSplit::kContiguous}, CpCase{2, SequenceSplit::kContiguous},
@@ -143,11 +156,15 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
                                            CpCase{1, SequenceSplit::kContiguous, kRing},
                                            CpCase{4, SequenceSplit::kContiguous, kRing},
                                            CpCase{2, SequenceSplit::kZigZag, kRing},
-                                           CpCase{4, SequenceSplit::kZigZag, kRing}),
+                                           CpCase{4, SequenceSplit::kZigZag, kRing},
+                                           CpCase{2, SequenceSplit::kContiguous, kAllToAll},
+                                           CpCase{4, SequenceSplit::kZigZag, kAllToAll}),
                          [](const ::testing::TestParamInfo<CpCase>& info) {
                            return std::to_string(info.param.ranks) +
                                   (info.param.split == SequenceSplit::kZigZag ? "RanksZigZag" : "Ranks") +
-                                  (info.param.exchange == kRing ? "Ring" : "");
+                                  (info.param.exchange == kRing       ? "Ring"
+                                   : info.param.exchange == kAllToAll ? "AllToAll"
+                                                                      : "");
                          });
 
 // Context parallelism with sharded data parallelism in place of DDP: the
@@ -247,11 +264,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MeshCase{2, 2, SequenceSplit::kContiguous, KeyValueExchange::kAllGather},
                       MeshCase{2, 2, SequenceSplit::kZigZag, kRing}, MeshCase{1, 2, SequenceSplit::kZigZag, kRing},
                       MeshCase{2, 1, SequenceSplit::kZigZag, KeyValueExchange::kAllGather},
-                      MeshCase{2, 4, SequenceSplit::kContiguous, kRing}),
+                      MeshCase{2, 4, SequenceSplit::kContiguous, kRing},
+                      MeshCase{2, 2, SequenceSplit::kZigZag, kAllToAll}),
     [](const ::testing::TestParamInfo<MeshCase>& info) {
       const MeshCase& c = info.param;
       return "Context" + std::to_string(c.context) + "Tensor" + std::to_string(c.tensor) +
-             (c.split == SequenceSplit::kZigZag ? "ZigZag" : "") + (c.exchange == kRing ? "Ring" : "");
+             (c.split == SequenceSplit::kZigZag ? "ZigZag" : "") +
+             (c.exchange == kRing ? "Ring" : c.exchange == kAllToAll ? "AllToAll" : "");
     });
 
 // With dropout, each rank thread holding a generator seeded alike: every

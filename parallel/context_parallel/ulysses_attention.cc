@@ -1,0 +1,83 @@
+#include "parallel/context_parallel/ulysses_attention.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "nn/functional.h"
+#include "tensor/error.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+namespace {
+
+constexpr int kAllToAllTag = 7201;
+
+// pieces[j] goes to rank j; returns what each rank j sent to this one, in
+// rank order (each the shape of this rank's pieces[j]'s counterpart: all
+// pieces here have one shape). No autograd.
+TensorList exchange(const TensorList& pieces, ProcessGroup& group) {
+  const int n = group.size(), rank = group.rank();
+  TensorList received(n);
+  std::vector<WorkPtr> works;
+  for (int j = 0; j < n; ++j) {
+    if (j == rank) continue;
+    works.push_back(group.send(pieces[j].contiguous(), j, kAllToAllTag));
+    received[j] = empty_like(pieces[j]);
+    works.push_back(group.recv(received[j], j, kAllToAllTag));
+  }
+  received[rank] = pieces[rank];
+  for (const WorkPtr& work : works) work->wait();
+  return received;
+}
+
+// The all-to-all as an autograd op: its gradient is the all-to-all the other
+// way (the gradient of what rank j sent here goes back to rank j).
+TensorList all_to_all(const TensorList& pieces, const std::shared_ptr<ProcessGroup>& group) {
+  TensorList received;
+  {
+    NoGradGuard no_grad;
+    received = exchange(pieces, *group);
+  }
+  if (autograd::needs_grad(pieces))
+    autograd::record("AllToAllBackward", pieces, received, [group](const TensorList& grads) {
+      NoGradGuard no_grad;
+      return exchange(grads, *group);
+    });
+  return received;
+}
+
+// Rank `rank`'s tokens of x (the whole sequence along dim 2), its chunks side by side.
+Tensor tokens_of_rank(const Tensor& x, int rank, int ranks, SequenceSplit split) {
+  TensorList chunks;
+  for (const SequenceChunk& c : chunks_of_rank(rank, ranks, x.size(2) / ranks, split))
+    chunks.push_back(x.narrow(2, c.first, c.length));
+  return chunks.size() == 1 ? chunks[0] : cat(chunks, 2);
+}
+
+}  // namespace
+
+Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::shared_ptr<ProcessGroup>& group,
+                         SequenceSplit split) {
+  LOOM_CHECK(group != nullptr, "ulysses_attention: no process group");
+  LOOM_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(),
+             "ulysses_attention: expected q, k, v of one shape (B, H, T/N, D), got ", q.shape(), ", ", k.shape(), ", ",
+             v.shape());
+  const int n = group->size();
+  const int64_t heads = q.size(1) / n, head_dim = q.size(3);
+  LOOM_CHECK(q.size(1) % n == 0, "ulysses_attention: ", q.size(1), " heads do not split over ", n,
+             " ranks (each rank attends with 1/N of them)");
+  chunks_of_rank(group->rank(), n, q.size(2), split);  // the split's own check, before any message
+  // Heads to ranks: rank j gets heads [j H/N, (j+1) H/N) of this rank's tokens, q, k and v side by side.
+  const Tensor qkv = cat({q, k, v}, 3);
+  TensorList by_heads;
+  for (int j = 0; j < n; ++j) by_heads.push_back(qkv.narrow(1, j * heads, heads));
+  const Tensor mine = in_sequence_order(cat(all_to_all(by_heads, group), 2), *group, split, 2);  // (B, H/N, T, 3D)
+  const Tensor y = nn::functional::scaled_dot_product_attention(
+      mine.narrow(3, 0, head_dim), mine.narrow(3, head_dim, head_dim), mine.narrow(3, 2 * head_dim, head_dim),
+      /*causal=*/true);
+  // Tokens back to their ranks: rank j gets its tokens of this rank's heads.
+  TensorList by_tokens;
+  for (int j = 0; j < n; ++j) by_tokens.push_back(tokens_of_rank(y, j, n, split));
+  return cat(all_to_all(by_tokens, group), 1);  // (B, H, T/N, D): every rank's heads, in rank order
+}
+
+}  // namespace loom::parallel
