@@ -5,7 +5,8 @@
 // split, the GPipe and 1F1B pipelines (stages as threads, or one per process
 // under mpirun), tensor parallel (tp, and tp-sp with sequence parallelism),
 // context parallel (cp, cp-zigzag: each rank on 1/N of every sequence;
-// cp-ring, cp-ring-zigzag: with ring attention),
+// cp-ring, cp-ring-zigzag: with ring attention; cp-ulysses, cp-ulysses-zigzag:
+// with Ulysses' all-to-alls),
 // and with --mesh DxN the hybrids: D data-parallel pipelines of N stages
 // (hybrid), or D data-parallel replicas in tensor parallel over N ranks
 // (hybrid-tp, --model gpt), or tensor parallel over N ranks on 1/D of
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
         const bool writer = world->rank() == 0;  // rank 0 prints and writes the results
         Flags flags("Compare single-device, DataParallel, DDP, ZeRO, FSDP, layer-split, pipeline and hybrid training");
         std::string model = "cnn", device_name = "cpu";
-        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v,tp,tp-sp,cp,cp-zigzag,cp-ring,cp-ring-zigzag";
+        std::string strategies = "single,dp,ddp,zero1,zero2,fsdp,layer_split,gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v,tp,tp-sp,cp,cp-zigzag,cp-ring,cp-ring-zigzag,cp-ulysses,cp-ulysses-zigzag";
         bool checkpoint = false, timelines = false;
         std::string mesh_text;
         std::string link_name = "pcie", out = "compare_parallel";
@@ -184,7 +185,7 @@ int main(int argc, char** argv) {
         CLI::Option* strategies_flag =
             flags.add("--strategies", strategies, "comma-separated subset to run (hybrid, hybrid-tp and cp-tp need --mesh)", Scope::Job,
                       list_of({"single", "dp", "ddp", "ddp_bf16", "ddp_fp16", "zero1", "zero2", "fsdp", "layer_split", "gpipe", "1f1b",
-                               "interleaved", "zb-h1", "zb-h2", "zb-v", "hybrid", "tp", "tp-sp", "hybrid-tp", "cp", "cp-zigzag", "cp-ring", "cp-ring-zigzag", "cp-tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
+                               "interleaved", "zb-h1", "zb-h2", "zb-v", "hybrid", "tp", "tp-sp", "hybrid-tp", "cp", "cp-zigzag", "cp-ring", "cp-ring-zigzag", "cp-ulysses", "cp-ulysses-zigzag", "cp-tp", "single_ckpt", "ddp_ckpt", "zero1_ckpt", "zero2_ckpt", "fsdp_ckpt"}));
         flags.add_switch("--timelines", timelines,
                          "after the table, draw each pipeline's last step: its stages' passes where they ran, "
                          "idle time as dots",

@@ -180,13 +180,16 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
 // Context parallel GPT over N ranks: each rank runs the whole model on its
 // 1/N of every sequence's tokens (cp: contiguous shares, cp-zigzag: an early
 // and a late chunk each), attention all-gathers the keys and values (cp-ring,
-// cp-ring-zigzag: passes them round the ranks), and DDP averages the weights'
+// cp-ring-zigzag: passes them round the ranks; cp-ulysses, cp-ulysses-zigzag:
+// all-to-alls give each rank 1/N of the heads), and DDP averages the weights'
 // gradients. The step is the slowest rank's; bytes are each rank's (the keys
 // and values, then the gradients), averaged.
 Measurement run_context_parallel(const Workload& w, const CompareConfig& c, parallel::SequenceSplit split,
                                  parallel::KeyValueExchange exchange) {
-  const bool ring = exchange == parallel::KeyValueExchange::kRing;
-  Measurement m{std::string(ring ? "cp-ring" : "cp") + (split == parallel::SequenceSplit::kZigZag ? "-zigzag" : "")};
+  const std::string form = exchange == parallel::KeyValueExchange::kRing        ? "cp-ring"
+                           : exchange == parallel::KeyValueExchange::kAllToAll ? "cp-ulysses"
+                                                                               : "cp";
+  Measurement m{form + (split == parallel::SequenceSplit::kZigZag ? "-zigzag" : "")};
   auto gpt = std::dynamic_pointer_cast<models::GPTImpl>(w.model);
   if (!gpt) {
     m.skipped = "context parallelism here splits a GPT's sequences (--model gpt)";

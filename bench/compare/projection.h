@@ -97,7 +97,8 @@ inline int chunks_of(const std::string& strategy) {
 // devices) or "hybrid" (the profile's stages are the mesh's P); any of them
 // with "_ckpt" (activation checkpointing) adds one forward, shared like the
 // rest. -1 for "tp", "tp-sp", "hybrid-tp" and the context-parallel "cp",
-// "cp-zigzag", "cp-ring", "cp-ring-zigzag" and "cp-tp", which it does not model.
+// "cp-zigzag", "cp-ring", "cp-ring-zigzag", "cp-ulysses", "cp-ulysses-zigzag"
+// and "cp-tp", which it does not model.
 double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
 
 }  // namespace loom::bench

@@ -175,11 +175,14 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   if (strategy == "tp") return run_tensor_parallel(w, config, {"tp", 1, config.devices});
   if (strategy == "tp-sp")
     return run_tensor_parallel(w, config, {"tp-sp", 1, config.devices, parallel::TokenLayout::kSequenceSharded});
-  if (strategy == "cp" || strategy == "cp-zigzag" || strategy == "cp-ring" || strategy == "cp-ring-zigzag") {
+  if (strategy == "cp" || strategy == "cp-zigzag" || strategy == "cp-ring" || strategy == "cp-ring-zigzag" ||
+      strategy == "cp-ulysses" || strategy == "cp-ulysses-zigzag") {
     const bool zigzag = strategy.find("zigzag") != std::string::npos;
-    const bool ring = strategy.rfind("cp-ring", 0) == 0;
+    const auto exchange = strategy.rfind("cp-ring", 0) == 0      ? parallel::KeyValueExchange::kRing
+                          : strategy.rfind("cp-ulysses", 0) == 0 ? parallel::KeyValueExchange::kAllToAll
+                                                                 : parallel::KeyValueExchange::kAllGather;
     return run_context_parallel(w, config, zigzag ? parallel::SequenceSplit::kZigZag : parallel::SequenceSplit::kContiguous,
-                                ring ? parallel::KeyValueExchange::kRing : parallel::KeyValueExchange::kAllGather);
+                                exchange);
   }
   if (strategy == "cp-tp") return run_context_tensor_parallel(w, config);
   if (strategy == "hybrid-tp")

@@ -56,9 +56,9 @@ python3 -c "import json,sys; d=json.load(open('mesh_traces/hybrid.json')); sys.e
 # sharded along the sequence, and context parallelism splits its sequences
 # (the keys and values all-gathered, or passed round the ranks);
 # --checkpoint adds checkpointed rows beside the plain ones.
-"$tool" --model gpt --devices 2 --steps 1 --warmup 1 --strategies single,ddp,tp,tp-sp,cp,cp-zigzag,cp-ring,cp-ring-zigzag --checkpoint --out gpt > gpt.log 2>&1 \
+"$tool" --model gpt --devices 2 --steps 1 --warmup 1 --strategies single,ddp,tp,tp-sp,cp,cp-zigzag,cp-ring,cp-ring-zigzag,cp-ulysses --checkpoint --out gpt > gpt.log 2>&1 \
   || { cat gpt.log; exit 1; }
-for s in single single_ckpt ddp ddp_ckpt tp tp-sp cp cp-zigzag cp-ring cp-ring-zigzag; do
+for s in single single_ckpt ddp ddp_ckpt tp tp-sp cp cp-zigzag cp-ring cp-ring-zigzag cp-ulysses; do
   grep -q "^{\"bench\": \"compare_parallel\", \"model\": \"gpt\", \"strategy\": \"$s\"" gpt.log \
     || { echo "gpt: no JSON line for $s"; cat gpt.log; exit 1; }
 done
