@@ -4,7 +4,9 @@
 // attention gets the other ranks' keys and values all at once
 // (KeyValueExchange::kAllGather, parallel/context_parallel/attention.h) or
 // a block at a time round a ring (kRing,
-// parallel/context_parallel/ring_attention.h). Two models:
+// parallel/context_parallel/ring_attention.h), or trades the token split for
+// a head split around attention (kAllToAll, Ulysses,
+// parallel/context_parallel/ulysses_attention.h). Two models:
 //
 // ContextParallelGPT runs a models::GPT. Its weights are the GPT's own, the
 // same on every rank, so their gradients are averaged over the group as in

@@ -116,17 +116,19 @@ TEST(HostStaged, ContextParallelGptOnCudaMatchesOneDevice) {
         });
 }
 
-// The same with ring attention: the blocks' sends and receives through host
-// memory, and each block's attention in CUDA's fused kernels (square blocks).
-TEST(HostStaged, RingAttentionGptOnCudaMatchesOneDevice) {
+// The same with ring attention (the blocks' sends and receives through host
+// memory, each block's attention in CUDA's fused kernels) and with Ulysses
+// (its all-to-alls' sends and receives, whole sequences of half the heads).
+TEST(HostStaged, RingAndAllToAllGptsOnCudaMatchOneDevice) {
   LOOM_REQUIRE_CUDA();
-  for (SequenceSplit split : {SequenceSplit::kContiguous, SequenceSplit::kZigZag})
-    run_prepared_ranks<ReferenceAndCopy>(
-        2, [](int) { return reference_and_copy(tp_config(), Device::cuda(0)); },
-        [&](const std::shared_ptr<ProcessGroup>& group, ReferenceAndCopy& models) {
-          check_cp_gpt_matches_single_device(HostStagedGroup::wrap(group), models, split, /*reseed=*/false,
-                                             KeyValueExchange::kRing);
-        });
+  for (KeyValueExchange exchange : {KeyValueExchange::kRing, KeyValueExchange::kAllToAll})
+    for (SequenceSplit split : {SequenceSplit::kContiguous, SequenceSplit::kZigZag})
+      run_prepared_ranks<ReferenceAndCopy>(
+          2, [](int) { return reference_and_copy(tp_config(), Device::cuda(0)); },
+          [&](const std::shared_ptr<ProcessGroup>& group, ReferenceAndCopy& models) {
+            check_cp_gpt_matches_single_device(HostStagedGroup::wrap(group), models, split, /*reseed=*/false,
+                                               exchange);
+          });
 }
 
 // A pipeline over two ranks (threads) whose stages share the GPU.
