@@ -1,5 +1,7 @@
 #include "parallel/context_parallel/ulysses_attention.h"
 
+#include <vector>
+
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "nn/functional.h"
@@ -11,9 +13,8 @@ namespace {
 
 constexpr int kAllToAllTag = 7201;
 
-// pieces[j] goes to rank j; returns what each rank j sent to this one, in
-// rank order (each the shape of this rank's pieces[j]'s counterpart: all
-// pieces here have one shape). No autograd.
+// pieces[j] goes to rank j; returns the piece each rank j sent here, in rank
+// order. Every piece has one shape, on every rank. No autograd.
 TensorList exchange(const TensorList& pieces, ProcessGroup& group) {
   const int n = group.size(), rank = group.rank();
   TensorList received(n);
@@ -24,7 +25,7 @@ TensorList exchange(const TensorList& pieces, ProcessGroup& group) {
     received[j] = empty_like(pieces[j]);
     works.push_back(group.recv(received[j], j, kAllToAllTag));
   }
-  received[rank] = pieces[rank];
+  received[rank] = pieces[rank].detach();  // this rank's own piece stays; a tensor of its own, to be an output
   for (const WorkPtr& work : works) work->wait();
   return received;
 }
