@@ -19,8 +19,12 @@ Tensor shard_sequence(const Tensor& x, const ProcessGroup& group, SequenceSplit 
   LOOM_CHECK(whole % (split == SequenceSplit::kZigZag ? 2 * n : n) == 0, "shard_sequence: ", whole,
              " tokens do not split ", split == SequenceSplit::kZigZag ? "into two chunks for each of " : "over ", n,
              " ranks");
+  return tokens_of_rank(x, group.rank(), static_cast<int>(n), split, dim);
+}
+
+Tensor tokens_of_rank(const Tensor& x, int rank, int ranks, SequenceSplit split, int64_t dim) {
   TensorList pieces;
-  for (const SequenceChunk& c : chunks_of_rank(group.rank(), n, whole / n, split))
+  for (const SequenceChunk& c : chunks_of_rank(rank, ranks, x.size(dim) / ranks, split))
     pieces.push_back(x.narrow(dim, c.first, c.length));
   return pieces.size() == 1 ? pieces[0] : cat(pieces, dim);
 }

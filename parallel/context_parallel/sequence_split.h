@@ -28,6 +28,8 @@ std::vector<SequenceChunk> chunks_of_rank(int rank, int ranks, int64_t tokens, S
 
 // This rank's tokens of `x` along `dim` (the whole sequence), side by side.
 Tensor shard_sequence(const Tensor& x, const ProcessGroup& group, SequenceSplit split, int64_t dim = 1);
+// Rank `rank`'s tokens of `x` (the whole sequence along `dim`) among `ranks`, side by side.
+Tensor tokens_of_rank(const Tensor& x, int rank, int ranks, SequenceSplit split, int64_t dim);
 
 // Where this rank's `tokens` tokens lie in the sequence: (tokens) int64.
 Tensor sequence_positions(int64_t tokens, const ProcessGroup& group, SequenceSplit split, Device device);

@@ -46,14 +46,6 @@ TensorList all_to_all(const TensorList& pieces, const std::shared_ptr<ProcessGro
   return received;
 }
 
-// Rank `rank`'s tokens of x (the whole sequence along dim 2), its chunks side by side.
-Tensor tokens_of_rank(const Tensor& x, int rank, int ranks, SequenceSplit split) {
-  TensorList chunks;
-  for (const SequenceChunk& c : chunks_of_rank(rank, ranks, x.size(2) / ranks, split))
-    chunks.push_back(x.narrow(2, c.first, c.length));
-  return chunks.size() == 1 ? chunks[0] : cat(chunks, 2);
-}
-
 }  // namespace
 
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::shared_ptr<ProcessGroup>& group,
@@ -77,7 +69,7 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
       /*causal=*/true);
   // Tokens back to their ranks: rank j gets its tokens of this rank's heads.
   TensorList by_tokens;
-  for (int j = 0; j < n; ++j) by_tokens.push_back(tokens_of_rank(y, j, n, split));
+  for (int j = 0; j < n; ++j) by_tokens.push_back(tokens_of_rank(y, j, n, split, 2));
   return cat(all_to_all(by_tokens, group), 1);  // (B, H, T/N, D): every rank's heads, in rank order
 }
 
