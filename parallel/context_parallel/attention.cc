@@ -9,11 +9,16 @@
 
 namespace loom::parallel {
 
+void check_shards(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const std::shared_ptr<ProcessGroup>& group) {
+  LOOM_CHECK(group != nullptr, op, ": no process group");
+  LOOM_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(), op,
+             ": expected q, k, v of one shape (B, H, T/N, D), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+}
+
 Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const std::shared_ptr<ProcessGroup>& group, SequenceSplit split) {
-  LOOM_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(),
-             "context_parallel_attention: expected q, k, v of one shape (B, H, T/N, D), got ", q.shape(), ", ",
-             k.shape(), ", ", v.shape());
+  check_shards("context_parallel_attention", q, k, v, group);
   // Every rank's keys and values, in sequence order: one all-gather of both, side by side.
   const int64_t head_dim = k.size(3);
   const Tensor both = in_sequence_order(gather_from_sequence_parallel(cat({k, v}, 3), group, 2), *group, split, 2);

@@ -37,6 +37,11 @@ enum class KeyValueExchange {
   kAllToAll,   // ulysses_attention (ulysses_attention.h): heads split instead of tokens, around attention
 };
 
+// What every form of context-parallel attention checks first: a group, and
+// q, k, v of one shape (B, H, T/N, D). `op` names the form in the message.
+void check_shards(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const std::shared_ptr<ProcessGroup>& group);
+
 // Causal attention of this rank's queries q (B, H, T/N, D), its tokens of
 // the sequence as `split` deals them, to the keys and values of every rank's
 // tokens before them; k and v are this rank's (B, H, T/N, D). Returns

@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "nn/functional.h"
+#include "parallel/context_parallel/attention.h"
 #include "parallel/trace.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
@@ -185,10 +186,7 @@ TensorList ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::shared_ptr<ProcessGroup>& group,
                       SequenceSplit split) {
-  LOOM_CHECK(group != nullptr, "ring_attention: no process group");
-  LOOM_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(),
-             "ring_attention: expected q, k, v of one shape (B, H, T/N, D), got ", q.shape(), ", ", k.shape(), ", ",
-             v.shape());
+  check_shards("ring_attention", q, k, v, group);
   RingForward forward;
   {
     NoGradGuard no_grad;

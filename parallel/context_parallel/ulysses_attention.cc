@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "nn/functional.h"
+#include "parallel/context_parallel/attention.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
@@ -50,10 +51,7 @@ TensorList all_to_all(const TensorList& pieces, const std::shared_ptr<ProcessGro
 
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::shared_ptr<ProcessGroup>& group,
                          SequenceSplit split) {
-  LOOM_CHECK(group != nullptr, "ulysses_attention: no process group");
-  LOOM_CHECK(q.dim() == 4 && q.shape() == k.shape() && k.shape() == v.shape(),
-             "ulysses_attention: expected q, k, v of one shape (B, H, T/N, D), got ", q.shape(), ", ", k.shape(), ", ",
-             v.shape());
+  check_shards("ulysses_attention", q, k, v, group);
   const int n = group->size();
   const int64_t heads = q.size(1) / n, head_dim = q.size(3);
   LOOM_CHECK(q.size(1) % n == 0, "ulysses_attention: ", q.size(1), " heads do not split over ", n,
