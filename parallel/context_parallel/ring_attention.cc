@@ -111,7 +111,8 @@ void merge(std::optional<Merged>& merged, const nn::functional::AttentionBlock& 
 }
 
 struct RingForward {
-  Tensor out, logsumexp;  // (B, H, T/N, D) in q's dtype, (B, H, T/N)
+  Tensor out;                    // (B, H, T/N, D) in q's dtype
+  TensorList chunk_logsumexps;   // (B, H, L) a query chunk, contiguous: as the backward's kernels read them
 };
 
 RingForward ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, ProcessGroup& group, SequenceSplit split) {
@@ -134,18 +135,19 @@ RingForward ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, Proc
                           });
     if (next) block = next->wait();
   }
-  TensorList outs, logsumexps;
+  TensorList outs, chunk_logsumexps;
   for (const std::optional<Merged>& m : merged) {  // every chunk sees its own tokens, so each has a value
     outs.push_back(m->out);
-    logsumexps.push_back(m->logsumexp);
+    chunk_logsumexps.push_back(m->logsumexp);
   }
-  return {cat(outs, 2).to(q.dtype()), cat(logsumexps, 2)};
+  return {cat(outs, 2).to(q.dtype()), chunk_logsumexps};
 }
 
 // dq, dk and dv of this rank's q, k and v, from the gradient dout of the
-// output `out` and its logsumexp.
+// output `out` and its query chunks' logsumexps.
 TensorList ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& logsumexp, const Tensor& dout, ProcessGroup& group, SequenceSplit split) {
+                         const TensorList& chunk_logsumexps, const Tensor& dout, ProcessGroup& group,
+                         SequenceSplit split) {
   const int n = group.size(), rank = group.rank();
   const int64_t tokens = q.size(2), head_dim = k.size(3);
   const DType dtype = accumulation_dtype(q.dtype());
@@ -162,10 +164,10 @@ TensorList ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     gradient = zeros(block.shape(), {.dtype = dtype, .device = block.device()});
     const Tensor dkeys = gradient.narrow(3, 0, head_dim), dvalues = gradient.narrow(3, head_dim, head_dim);
     for_each_visible_pair(mine, local_chunks(owner, n, tokens, split),
-                          [&](size_t, const LocalChunk& queries, const LocalChunk& seen, bool causal) {
+                          [&](size_t i, const LocalChunk& queries, const LocalChunk& seen, bool causal) {
                             const TensorList g = nn::functional::attention_block_backward(
                                 rows_of(q, queries), rows_of(keys, seen), rows_of(values, seen),
-                                rows_of(out, queries), rows_of(logsumexp, queries), rows_of(dout, queries), causal);
+                                rows_of(out, queries), chunk_logsumexps[i], rows_of(dout, queries), causal);
                             rows_of(dq, queries).add_(g[0].to(dtype));
                             rows_of(dkeys, seen).add_(g[1].to(dtype));
                             rows_of(dvalues, seen).add_(g[2].to(dtype));
@@ -194,11 +196,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const s
   }
   if (autograd::needs_grad({q, k, v}))
     autograd::record("RingAttentionBackward", {q, k, v}, forward.out,
-                     [group, split, logsumexp = forward.logsumexp, sq = autograd::SavedTensor(q),
+                     [group, split, chunk_logsumexps = forward.chunk_logsumexps, sq = autograd::SavedTensor(q),
                       sk = autograd::SavedTensor(k), sv = autograd::SavedTensor(v),
                       so = autograd::SavedTensor(forward.out)](const TensorList& g) {
                        NoGradGuard no_grad;
-                       return ring_backward(sq.get(), sk.get(), sv.get(), so.get(), logsumexp, g[0], *group, split);
+                       return ring_backward(sq.get(), sk.get(), sv.get(), so.get(), chunk_logsumexps, g[0], *group,
+                                            split);
                      });
   return forward.out;
 }
