@@ -250,9 +250,6 @@ class Backend {
                          const Tensor& out, const Tensor& logsumexp) = 0;
   // The largest D and Dv attention takes (callers run the composite beyond it).
   virtual int64_t attention_max_head_dim() const { return INT64_MAX; }
-  // Whether attention takes a causal mask with fewer queries than keys
-  // (AttentionParams); callers run the composite where it does not.
-  virtual bool attention_takes_fewer_causal_queries() const { return false; }
   // dq, dk, dv (q's, k's and v's shapes, any strides with stride 1 along the
   // last dim, overwritten) from dout (out's shape, likewise), recomputing the
   // attention weights from q, k and logsumexp.

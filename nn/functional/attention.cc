@@ -34,12 +34,10 @@ bool fused_wanted() {
 // The fused kernels keep each row's logsumexp in float32, float64 for float64.
 DType logsumexp_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
 
-// Whether the fused kernels take these tensors and mask (else the composite runs).
-bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+// Whether the fused kernels take these tensors (else the composite runs).
+bool fused_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return false;
-  const Backend& backend = backend_for(q.device());
-  if (causal && q.size(-2) != k.size(-2) && !backend.attention_takes_fewer_causal_queries()) return false;
-  return std::max(q.size(-1), v.size(-1)) <= backend.attention_max_head_dim();
+  return std::max(q.size(-1), v.size(-1)) <= backend_for(q.device()).attention_max_head_dim();
 }
 
 // (..., T, D) as (B, H, T, D) with stride 1 along D: 4-D tensors as they
@@ -145,7 +143,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // Leading dims that differ broadcast, which only the composite does.
   const bool same_batch = std::equal(q.shape().begin(), q.shape().end() - 2, k.shape().begin()) &&
                           std::equal(q.shape().begin(), q.shape().end() - 2, v.shape().begin());
-  if (same_batch && fused_wanted() && fused_fits(q, k, v, causal)) {
+  if (same_batch && fused_wanted() && fused_fits(q, k, v)) {
     if (autocast_wants_low({q, k, v}))
       return fused_attention(autocast_to_low(q), autocast_to_low(k), autocast_to_low(v), scale, causal);
     return fused_attention(q, k, v, scale, causal);
@@ -171,8 +169,8 @@ AttentionParams block_params(const char* name, const Tensor& q, const Tensor& k,
   promoted_floating_dtype(name, {q, k, v});  // one device, floating
   LOOM_CHECK(!causal || q.size(2) <= k.size(2), name, ": causal attention needs no more queries than keys, got ",
              q.size(2), " and ", k.size(2));
-  LOOM_CHECK(fused_fits(q, k, v, causal), name, ": the fused kernels on ", q.device(), " do not take q ", q.shape(),
-             ", k ", k.shape(), ", v ", v.shape(), causal ? " under a causal mask" : "");
+  LOOM_CHECK(fused_fits(q, k, v), name, ": the fused kernels on ", q.device(), " do not take q ", q.shape(), ", k ",
+             k.shape(), ", v ", v.shape());
   return {.scale = 1.0 / std::sqrt(static_cast<double>(q.size(3))), .causal = causal,
           .deterministic = deterministic_attention()};
 }

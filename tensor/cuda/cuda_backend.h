@@ -76,7 +76,6 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
                  const Tensor& logsumexp) override;
   int64_t attention_max_head_dim() const override;
-  bool attention_takes_fewer_causal_queries() const override { return true; }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                           const Tensor& logsumexp, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
                           const Tensor& dv) override;
