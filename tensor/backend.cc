@@ -46,6 +46,13 @@ void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf) {
   }
 }
 
+std::shared_ptr<Backend::QueueObject> Backend::capture_graph(int, const std::function<void()>&) {
+  LOOM_FAIL("DeviceGraph: graphs need a CUDA device; the CPU runs each op when it is called, so there is no "
+            "launch to save");
+}
+
+void Backend::replay_graph(QueueObject&) { LOOM_FAIL("DeviceGraph: this device has no graphs to replay"); }
+
 void register_backend(DeviceType type, Backend* backend) {
   registry()[static_cast<int>(type)] = backend;
 }

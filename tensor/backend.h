@@ -12,10 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "tensor/allocator.h"
-
+#include "tensor/generator.h"
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -94,19 +95,37 @@ struct Pool2dParams {
   int pad_h = 0, pad_w = 0;
 };
 
-// One Adam/AdamW step (PyTorch's formulas); `step` counts from 1.
+// What a capturable optimizer's step reads on its device rather than from
+// the host, so that a CUDA graph's replays step on (tensor/device_graph.h):
+// `scalars` (float64, on the parameters' device) holds [0] the learning
+// rate and [1] the step count before this step, which the step increments
+// where `advance` (an optimizer that steps a device's parameters in two
+// launches advances it in one); Adam's step also writes [2] and [3], its bias
+// corrections. Where `found_inf` is set (GradScaler's flag, on the device) and
+// not 0, the step changes nothing, the count included.
+struct DeviceStepScalars {
+  double* scalars = nullptr;
+  const float* found_inf = nullptr;
+  bool advance = true;
+};
+
+// One Adam/AdamW step (PyTorch's formulas); `step` counts from 1. With
+// `device.scalars` set, lr and step are taken from there instead.
 struct AdamParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool decoupled_weight_decay = false;  // AdamW
   int64_t step = 1;
+  DeviceStepScalars device;
 };
 
 // One SGD step; momentum buffers are (re)started from the gradient when
-// `first_step` (as PyTorch does on its first step).
+// `first_step` (as PyTorch does on its first step). With `device.scalars`
+// set, lr is taken from there instead.
 struct SgdParams {
   double lr = 1e-2, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool first_step = true;
+  DeviceStepScalars device;
 };
 
 class Backend {
@@ -142,6 +161,13 @@ class Backend {
   // memory is not reused before that work is done.
   virtual void used_on_current_queue(const Tensor& t) {}
 
+  // ---- graphs: a device's work captured once, replayed (tensor/device_graph.h) ----
+  // Runs `work` on the calling thread with the device's work recorded into a
+  // graph instead of run, and returns the graph. The CPU has none: it fails.
+  virtual std::shared_ptr<QueueObject> capture_graph(int device_index, const std::function<void()>& work);
+  // Runs a captured graph's work again, on the calling thread's current queue.
+  virtual void replay_graph(QueueObject& graph);
+
   // ---- elementwise ----
   virtual void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha,
                      double beta) = 0;
@@ -154,8 +180,9 @@ class Backend {
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void fill(const Tensor& out, double value) = 0;
   virtual void arange(const Tensor& out, double start, double step) = 0;  // contiguous out
-  virtual void random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
-                      uint64_t offset) = 0;  // contiguous out
+  // Contiguous out, element i from (draw.seed, draw.offset, i); a draw with
+  // a device_state (generator.h) comes only to a backend that captures graphs.
+  virtual void random(RandomOp op, const Tensor& out, double a, double b, const Draw& draw) = 0;
 
   // ---- reductions ----
   // `out` has a's rank, with size 1 in every reduced dim (keepdim shape).

@@ -17,7 +17,7 @@ Tensor random_tensor(RandomOp op, const Shape& shape, double a, double b,
   Generator& gen = generator ? *generator : default_generator();
   Tensor t = empty(shape, options);
   const Draw d = gen.draw();
-  backend_for(t.device()).random(op, t, a, b, d.seed, d.offset);
+  backend_for(t.device()).random(op, t, a, b, d);
   return finish(t, options);
 }
 

@@ -11,6 +11,7 @@ struct DrawFrame {
   std::vector<Draw>* recording = nullptr;    // a DrawRecording's log
   const std::vector<Draw>* replay = nullptr;  // or a DrawReplay's
   size_t next = 0;                            // the replay's next draw
+  DrawSink* capture = nullptr;               // or a DrawCapture's sink
 };
 thread_local std::vector<DrawFrame> t_draw_frames;
 
@@ -19,37 +20,46 @@ thread_local Generator* t_default_generator = nullptr;
 
 }  // namespace
 
-Draw Generator::draw() {
-  // The innermost replay supplies the draw; the recordings inside it keep it.
+Draw Generator::draw() { return draw(/*on_device=*/true); }
+
+Draw Generator::draw(bool on_device) {
+  // The innermost replay or (for device draws) capture supplies the draw;
+  // the recordings inside it keep it.
   std::vector<DrawFrame>& frames = t_draw_frames;
-  size_t replay = frames.size();
-  while (replay > 0 && frames[replay - 1].replay == nullptr) --replay;
+  size_t source = frames.size();
+  while (source > 0 && frames[source - 1].replay == nullptr && !(on_device && frames[source - 1].capture != nullptr))
+    --source;
   Draw d;
-  if (replay > 0) {
-    DrawFrame& f = frames[replay - 1];
+  if (source > 0 && frames[source - 1].replay != nullptr) {
+    DrawFrame& f = frames[source - 1];
     LOOM_CHECK(f.next < f.replay->size(), "checkpoint: the replay of a segment draws more random numbers than its "
                "forward did (", f.replay->size(), " draws); the function must compute the same thing twice");
     d = (*f.replay)[f.next++];
+  } else if (source > 0) {
+    d = frames[source - 1].capture->take(*this);
   } else {
     d = {seed_, offset_.fetch_add(1)};
   }
-  for (size_t i = replay; i < frames.size(); ++i) frames[i].recording->push_back(d);
+  for (size_t i = source; i < frames.size(); ++i)
+    if (frames[i].recording != nullptr) frames[i].recording->push_back(d);
   return d;
 }
 
-DrawRecording::DrawRecording(std::vector<Draw>& log) { t_draw_frames.push_back({&log, nullptr, 0}); }
+DrawRecording::DrawRecording(std::vector<Draw>& log) { t_draw_frames.push_back({&log, nullptr, 0, nullptr}); }
 DrawRecording::~DrawRecording() { t_draw_frames.pop_back(); }
-DrawReplay::DrawReplay(const std::vector<Draw>& log) { t_draw_frames.push_back({nullptr, &log, 0}); }
+DrawReplay::DrawReplay(const std::vector<Draw>& log) { t_draw_frames.push_back({nullptr, &log, 0, nullptr}); }
 DrawReplay::~DrawReplay() { t_draw_frames.pop_back(); }
+DrawCapture::DrawCapture(DrawSink& sink) { t_draw_frames.push_back({nullptr, nullptr, 0, &sink}); }
+DrawCapture::~DrawCapture() { t_draw_frames.pop_back(); }
 
 uint64_t Generator::next_u64() {
-  const Draw d = draw();
+  const Draw d = draw(/*on_device=*/false);
   philox::Block b = philox::random_block(d.seed, d.offset, 0);
   return (static_cast<uint64_t>(b.v[0]) << 32) | b.v[1];
 }
 
 double Generator::next_double() {
-  const Draw d = draw();
+  const Draw d = draw(/*on_device=*/false);
   philox::Block b = philox::random_block(d.seed, d.offset, 0);
   return philox::uniform_double(b.v[0], b.v[1]);
 }

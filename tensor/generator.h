@@ -22,9 +22,28 @@ struct GeneratorState {
 };
 
 // One random op's numbers: element i comes from (seed, offset, i).
+//
+// Inside a device graph (tensor/device_graph.h) the numbers must change from
+// replay to replay although the kernels' arguments are fixed at capture. So a
+// draw made while capturing is relative: `device_state` points to two words
+// in device memory, the generator's seed and an offset origin, which the
+// graph writes before each replay; the kernel then draws from
+// (device_state[0], device_state[1] + offset, i), and `seed` is unused.
 struct Draw {
   uint64_t seed = 0;
   uint64_t offset = 0;
+  const uint64_t* device_state = nullptr;
+};
+
+class Generator;
+
+// What takes the device draws of a thread that is capturing a device graph
+// (the graph itself): it returns a relative Draw, as above, and counts how
+// many offsets each generator must advance by at every replay.
+class DrawSink {
+ public:
+  virtual ~DrawSink() = default;
+  virtual Draw take(Generator& generator) = 0;
 };
 
 class Generator {
@@ -36,10 +55,15 @@ class Generator {
     offset_ = 0;
   }
   uint64_t seed() const { return seed_; }
-  // What a random op draws from, the one way to take numbers from a
-  // generator: the next offset, or, on a thread that is replaying
-  // (DrawReplay), the next recorded draw. Thread-safe.
+  // What a random op on a device draws from, the one way to take numbers
+  // from a generator: the next offset; or, on a thread that is replaying
+  // (DrawReplay), the next recorded draw; or, on a thread that is capturing
+  // a device graph (DrawCapture), a draw relative to the graph's replays.
+  // Thread-safe.
   Draw draw();
+  // The first of `count` consecutive offsets, taken at once (a graph's
+  // replay takes all the offsets its captured draws need).
+  uint64_t reserve(uint64_t count) { return offset_.fetch_add(count); }
 
   GeneratorState state() const { return {seed_, offset_.load()}; }
   void set_state(const GeneratorState& state) {
@@ -47,12 +71,15 @@ class Generator {
     offset_ = state.offset;
   }
 
-  // One random 64-bit word, for host-side uses (shuffling, sampling).
+  // One random 64-bit word, for host-side uses (shuffling, sampling). Host
+  // draws run when they are called, so a capture does not take them.
   uint64_t next_u64();
   // A uniform double in [0, 1), for host-side uses.
   double next_double();
 
  private:
+  Draw draw(bool on_device);
+
   uint64_t seed_;
   std::atomic<uint64_t> offset_{0};
 };
@@ -80,6 +107,16 @@ class DrawReplay {
   ~DrawReplay();
   DrawReplay(const DrawReplay&) = delete;
   DrawReplay& operator=(const DrawReplay&) = delete;
+};
+
+// While it lives, this thread's device draws go to `sink` (a device graph
+// being captured); host draws and replays of recorded draws are unaffected.
+class DrawCapture {
+ public:
+  explicit DrawCapture(DrawSink& sink);
+  ~DrawCapture();
+  DrawCapture(const DrawCapture&) = delete;
+  DrawCapture& operator=(const DrawCapture&) = delete;
 };
 
 // The default generator, used when an op is given none: the process's,

@@ -23,8 +23,7 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& out, double value) override;
   void arange(const Tensor& out, double start, double step) override;
-  void random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
-              uint64_t offset) override;
+  void random(RandomOp op, const Tensor& out, double a, double b, const Draw& draw) override;
 
   void reduce(ReduceOp op, const Tensor& a, const Tensor& out) override;
   void arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) override;

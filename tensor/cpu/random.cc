@@ -8,9 +8,10 @@
 
 namespace loom::cpu {
 
-void CpuBackend::random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
-                        uint64_t offset) {
-  if (run_in_float32({out}, {0}, [&](const TensorList& t) { random(op, t[0], a, b, seed, offset); })) return;
+void CpuBackend::random(RandomOp op, const Tensor& out, double a, double b, const Draw& draw) {
+  LOOM_INTERNAL_ASSERT(draw.device_state == nullptr, "random: a graph's relative draw reached the CPU backend");
+  if (run_in_float32({out}, {0}, [&](const TensorList& t) { random(op, t[0], a, b, draw); })) return;
+  const uint64_t seed = draw.seed, offset = draw.offset;
   dispatch_all(out.dtype(), "random", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data_ptr<T>();

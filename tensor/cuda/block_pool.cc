@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "tensor/error.h"
+
 namespace loom::cuda {
 namespace {
 
@@ -44,7 +46,7 @@ BlockPool::~BlockPool() {
 void* BlockPool::allocate(size_t nbytes, StreamKey stream) {
   const size_t size = block_size(nbytes);
   std::unique_lock<std::mutex> lock(mutex_);
-  process_marks();
+  if (capturing_ == nullptr) process_marks();  // querying an event is illegal in a capture
   const bool small = size <= kSmallRequest;
   Block* block = take_best_fit(small ? small_free_ : large_free_, stream, size);
   if (block == nullptr) block = new_segment(size, stream, small, nbytes, lock);
@@ -60,6 +62,12 @@ void BlockPool::deallocate(void* ptr) noexcept {
   auto it = allocated_.find(ptr);
   if (it == allocated_.end()) return;
   Block* block = it->second;
+  // The graph being captured may still use a block from outside its pool
+  // (or one another stream used): it stays allocated until the graph dies.
+  if (capturing_ != nullptr && (block->stream != capturing_ || !block->used_on.empty())) {
+    kept_.push_back(ptr);
+    return;
+  }
   allocated_.erase(it);
   block->allocated = false;
   stats_.freed(block->size);
@@ -90,7 +98,30 @@ bool BlockPool::record_use(void* ptr, StreamKey stream) {
 
 void BlockPool::empty_cache() {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (capturing_ != nullptr) return;  // it would wait, and cudaFree waits for the device
   release_cached(lock);
+}
+
+void BlockPool::begin_capture(StreamKey stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LOOM_CHECK(capturing_ == nullptr, "a CUDA graph capture began while another is under way on the same device; "
+             "capture one graph at a time");
+  capturing_ = stream;
+}
+
+std::vector<void*> BlockPool::end_capture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_ = nullptr;
+  std::vector<void*> kept;
+  kept.swap(kept_);
+  return kept;
+}
+
+void BlockPool::release_after_replays(const std::vector<void*>& kept, StreamKey replay_stream) {
+  for (void* ptr : kept) {
+    if (replay_stream != nullptr) record_use(ptr, replay_stream);
+    deallocate(ptr);
+  }
 }
 
 MemoryStats BlockPool::stats() const {
@@ -119,7 +150,7 @@ BlockPool::Block* BlockPool::new_segment(size_t size, StreamKey stream, bool sma
                                          std::unique_lock<std::mutex>& lock) {
   const size_t bytes = segment_size(size);
   void* ptr = memory_.allocate_segment(bytes);
-  if (ptr == nullptr) {  // give the cache back and try once more
+  if (ptr == nullptr && capturing_ == nullptr) {  // give the cache back and try once more (not in a capture: it waits)
     release_cached(lock);
     ptr = memory_.allocate_segment(bytes);
   }

@@ -18,6 +18,13 @@
 // - When the device is out of memory, the cache is emptied (waiting for the
 //   marks, then freeing every wholly free segment) and the segment asked for
 //   once more.
+// - While a CUDA graph is captured on a stream of its own (graph.h), that
+//   stream's blocks are the graph's private pool: no other stream takes
+//   them, and every replay reuses them in the captured order. The pool then
+//   neither waits nor queries events (both are illegal in a capture), and a
+//   block from outside the private pool that is released during the capture
+//   is kept from reuse, since the graph's replays still use it: end_capture()
+//   hands such blocks to the graph, which releases them when it dies.
 //
 //   BlockPool pool(memory);
 //   void* p = pool.allocate(1000, stream);   // a 1024-byte block
@@ -77,6 +84,15 @@ class BlockPool {
   // Waits for the blocks other streams still use, then frees every wholly free segment.
   void empty_cache();
 
+  // A capture on `stream` begins (one at a time). Until end_capture, releases
+  // of blocks that are not `stream`'s are kept; end_capture returns them,
+  // still allocated, for release_after_replays.
+  void begin_capture(StreamKey stream);
+  std::vector<void*> end_capture();
+  // Releases blocks kept for a graph, once the work now queued on
+  // `replay_stream` (the graph's replays) is done.
+  void release_after_replays(const std::vector<void*>& kept, StreamKey replay_stream);
+
   MemoryStats stats() const;
   void reset_peak();
 
@@ -121,6 +137,8 @@ class BlockPool {
   std::deque<Pending> pending_;
   std::vector<Block*> stranded_;  // a mark failed: never free again
   MemoryStats stats_;
+  StreamKey capturing_ = nullptr;  // the stream of the capture under way, if any
+  std::vector<void*> kept_;        // released during it from outside its pool
 };
 
 }  // namespace loom::cuda

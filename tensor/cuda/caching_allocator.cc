@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/cuda/block_pool.h"
@@ -43,6 +44,21 @@ bool caching_disabled() {
   return value != nullptr && std::string(value) != "0" && std::string(value) != "";
 }
 
+// cudaMalloc is a "potentially unsafe" call for a thread that captures a
+// CUDA graph in cudaStreamCaptureModeThreadLocal (graph.cc), though it
+// touches no stream: it is allowed for the scope of this guard, as CUDA's
+// documentation of cudaThreadExchangeStreamCaptureMode shows.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // What the block pool asks of cuda:device: cudaMalloc'ed segments and events.
 class CudaMemory final : public DeviceMemory {
  public:
@@ -50,6 +66,7 @@ class CudaMemory final : public DeviceMemory {
 
   void* allocate_segment(size_t bytes) override {
     void* ptr = nullptr;
+    RelaxedCaptureMode relaxed;
     const cudaError_t status = cudaMalloc(&ptr, bytes);
     if (status == cudaSuccess) return ptr;
     cudaGetLastError();
@@ -92,7 +109,7 @@ class CudaMemory final : public DeviceMemory {
   }
 
   void wait(Mark mark) noexcept override {
-    note_host_wait();
+    count_host_wait();  // never inside a capture: BlockPool does not wait then
     if (cudaEventSynchronize(static_cast<cudaEvent_t>(mark)) != cudaSuccess) cudaGetLastError();
   }
 
@@ -160,11 +177,46 @@ class CudaCachingAllocator final : public Allocator {
                "loom's allocator on cuda:", device_);
   }
 
+  // With caching off, every tensor released during a capture is kept (its
+  // cudaFree would wait for the device, which a capture forbids).
+  void begin_capture(cudaStream_t stream) {
+    if (caching_) return pool_.begin_capture(stream);
+    std::lock_guard<std::mutex> lock(mutex_);
+    LOOM_CHECK(!uncached_capturing_, "a CUDA graph capture began while another is under way on cuda:", device_);
+    uncached_capturing_ = true;
+    uncached_capture_kept_.clear();
+  }
+
+  std::vector<void*> end_capture() {
+    if (caching_) return pool_.end_capture();
+    std::lock_guard<std::mutex> lock(mutex_);
+    uncached_capturing_ = false;
+    std::vector<void*> kept;
+    kept.swap(uncached_capture_kept_);
+    return kept;
+  }
+
+  void release_after_replays(const std::vector<void*>& kept, cudaStream_t replay) {
+    if (caching_) return pool_.release_after_replays(kept, replay);
+    for (void* ptr : kept) {
+      size_t nbytes = 0;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = uncached_kept_.find(ptr);
+        if (it == uncached_kept_.end()) continue;
+        nbytes = it->second;
+        uncached_kept_.erase(it);
+      }
+      deallocate_uncached(ptr, nbytes);  // cudaFree waits for the replays
+    }
+  }
+
  private:
   void* allocate_uncached(size_t nbytes) {
     DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mutex_);
     void* ptr = nullptr;
+    RelaxedCaptureMode relaxed;
     const cudaError_t status = cudaMalloc(&ptr, nbytes);
     if (status != cudaSuccess) {
       cudaGetLastError();
@@ -181,6 +233,14 @@ class CudaCachingAllocator final : public Allocator {
   // cudaFree waits for all work on the device, so no stream can still use
   // ptr; it waits outside the lock, as the pool's empty_cache does.
   void deallocate_uncached(void* ptr, size_t nbytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (uncached_capturing_) {
+        uncached_kept_.emplace(ptr, nbytes);
+        uncached_capture_kept_.push_back(ptr);
+        return;
+      }
+    }
     memory_.free_segment(ptr);
     std::lock_guard<std::mutex> lock(mutex_);
     ++uncached_stats_.system_frees;
@@ -192,8 +252,11 @@ class CudaCachingAllocator final : public Allocator {
   const bool caching_;
   CudaMemory memory_;
   BlockPool pool_;
-  mutable std::mutex mutex_;  // for the uncached statistics
+  mutable std::mutex mutex_;  // for the uncached statistics and capture
   MemoryStats uncached_stats_;
+  bool uncached_capturing_ = false;
+  std::unordered_map<void*, size_t> uncached_kept_;  // released during a capture, by size
+  std::vector<void*> uncached_capture_kept_;         // those of the capture under way
 };
 
 std::vector<CudaCachingAllocator*>& allocators() {
@@ -211,6 +274,17 @@ std::vector<CudaCachingAllocator*>& allocators() {
 Allocator& device_allocator(int device) {
   check_device(device);
   return *allocators()[device];
+}
+
+void begin_capture(int device, const Stream& stream) {
+  check_device(device);
+  allocators()[device]->begin_capture(stream.handle());
+}
+
+std::vector<void*> end_capture(int device) { return allocators()[device]->end_capture(); }
+
+void release_after_replays(int device, const std::vector<void*>& kept, const Stream& replay) {
+  allocators()[device]->release_after_replays(kept, replay.handle());
 }
 
 void record_stream(const Tensor& t, const Stream& stream) {

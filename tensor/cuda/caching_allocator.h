@@ -35,6 +35,8 @@
 #include "tensor/cuda/stream.h"
 #include "tensor/tensor.h"
 
+#include <vector>
+
 namespace loom::cuda {
 
 // The allocator of cuda:device: what allocator_for(Device::cuda(device)) returns.
@@ -43,5 +45,14 @@ Allocator& device_allocator(int device);
 // Records that work queued on `stream` uses t's memory, so that the memory is
 // not handed out again before that work is done.
 void record_stream(const Tensor& t, const Stream& stream);
+
+// A CUDA graph's capture on `stream` (graph.cc): the blocks allocated on it
+// are the graph's private pool (block_pool.h says how). end_capture returns
+// the blocks from outside that pool that were released during the capture;
+// release_after_replays gives them back once the work queued on `replay`
+// (the graph's replays) is done.
+void begin_capture(int device, const Stream& stream);
+std::vector<void*> end_capture(int device);
+void release_after_replays(int device, const std::vector<void*>& kept, const Stream& replay);
 
 }  // namespace loom::cuda

@@ -62,6 +62,15 @@ void copy_between_devices(const Tensor& src, const Tensor& dst) {
 }
 
 void copy_host_to_device(const Tensor& src, const Tensor& dst) {
+  {
+    // A capture would read the host memory when each replay runs (pinned)
+    // or not at all (pageable): neither is what the caller means.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(current_stream(dst.device().index()).handle(), &capturing));
+    LOOM_CHECK(capturing == cudaStreamCaptureStatusNone, "copying a tensor of shape ", src.shape(),
+               " from the host to ", dst.device(), " inside a CUDA graph capture: the graph would not read the "
+               "host again at its replays; copy new data into the graph's static input tensors before replay()");
+  }
   Tensor host = src;
   if (!src.is_contiguous()) {
     host = empty(src.shape(), {.dtype = src.dtype()});
@@ -80,6 +89,8 @@ void copy_host_to_device(const Tensor& src, const Tensor& dst) {
 }
 
 void copy_device_to_host(const Tensor& src, const Tensor& dst) {
+  // Before any work is queued: a capture refuses it here, by name.
+  note_host_wait("a copy from a CUDA tensor to the host (item(), cpu(), to(kCPU))");
   LaunchContext ctx(src);
   Tensor dense = src;
   if (!dense_as(src, dst.dtype())) {
@@ -89,7 +100,6 @@ void copy_device_to_host(const Tensor& src, const Tensor& dst) {
   Tensor landing = dst.is_contiguous() ? dst : empty(dst.shape(), {.dtype = dst.dtype()});
   CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), dense.raw_data(), landing.nbytes(), cudaMemcpyDeviceToHost,
                              ctx.stream));
-  note_host_wait();
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   check_index_errors(ctx.device);
   if (!landing.is_same(dst)) backend_for(DeviceType::CPU).copy(landing, dst);

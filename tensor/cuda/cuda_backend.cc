@@ -19,7 +19,7 @@ int CudaBackend::device_count() { return cuda::device_count(); }
 
 void CudaBackend::synchronize(int device_index) {
   DeviceGuard guard(device_index);
-  note_host_wait();
+  note_host_wait("synchronize()");
   CUDA_CHECK(cudaDeviceSynchronize());
   check_index_errors(device_index);
 }

@@ -28,6 +28,9 @@ class CudaBackend final : public Backend {
   void wait_for_mark(const QueueObject& mark, int device_index) override;
   void used_on_current_queue(const Tensor& t) override;
 
+  std::shared_ptr<QueueObject> capture_graph(int device_index, const std::function<void()>& work) override;
+  void replay_graph(QueueObject& graph) override;
+
   void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha, double beta) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
               double alpha) override;
@@ -36,8 +39,7 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& out, double value) override;
   void arange(const Tensor& out, double start, double step) override;
-  void random(RandomOp op, const Tensor& out, double a, double b, uint64_t seed,
-              uint64_t offset) override;
+  void random(RandomOp op, const Tensor& out, double a, double b, const Draw& draw) override;
 
   void reduce(ReduceOp op, const Tensor& a, const Tensor& out) override;
   void arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tensor& out) override;

@@ -47,9 +47,13 @@ namespace loom::cuda::detail {
 #ifdef NDEBUG
 #define LOOM_CUDA_LAUNCH_CHECK(stream) CUDA_CHECK(cudaGetLastError())
 #else
-#define LOOM_CUDA_LAUNCH_CHECK(stream)        \
-  do {                                        \
-    CUDA_CHECK(cudaGetLastError());           \
-    CUDA_CHECK(cudaStreamSynchronize(stream)); \
+// (Not while the stream is captured into a graph: waiting is illegal there.)
+#define LOOM_CUDA_LAUNCH_CHECK(stream)                                         \
+  do {                                                                         \
+    CUDA_CHECK(cudaGetLastError());                                            \
+    cudaStreamCaptureStatus loom_capture_ = cudaStreamCaptureStatusNone;       \
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &loom_capture_));                 \
+    if (loom_capture_ == cudaStreamCaptureStatusNone)                          \
+      CUDA_CHECK(cudaStreamSynchronize(stream));                               \
   } while (0)
 #endif

@@ -50,7 +50,7 @@ void Event::wait(const Stream& stream) const {
 
 void Event::synchronize() const {
   if (event_ == nullptr) return;
-  note_host_wait();
+  note_host_wait("Event::synchronize()");
   CUDA_CHECK(cudaEventSynchronize(event_));
   check_index_errors(device_);
 }

@@ -145,7 +145,7 @@ class PinnedHostAllocator final : public Allocator {
     waiting.swap(pending_);  // their blocks stay out of the free lists until finish_event
     lock.unlock();
     for (const PendingEvent& entry : waiting) {
-      note_host_wait();
+      count_host_wait();  // noexcept path; a capture allocates no pinned memory
       if (cudaEventSynchronize(entry.event) != cudaSuccess) cudaGetLastError();
     }
     lock.lock();

@@ -72,7 +72,7 @@ Stream Stream::for_purpose(int device, const std::string& purpose) {
 Stream Stream::dedicated(int device) { return Stream(device, create_stream(device)); }
 
 void Stream::synchronize() const {
-  note_host_wait();
+  note_host_wait("Stream::synchronize()");
   CUDA_CHECK(cudaStreamSynchronize(handle_));
   check_index_errors(device_);
 }

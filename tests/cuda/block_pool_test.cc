@@ -63,6 +63,7 @@ class FakeDevice final : public DeviceMemory {
   }
   bool passed(Mark mark) noexcept override {
     std::lock_guard<std::mutex> lock(mutex_);
+    ++queries;
     return as_mark(mark)->passed;
   }
   void wait(Mark mark) noexcept override {
@@ -109,7 +110,7 @@ class FakeDevice final : public DeviceMemory {
   }
 
   bool fail_marks = false;
-  int allocations = 0, waits = 0, bad_frees = 0, bad_recycles = 0;
+  int allocations = 0, waits = 0, queries = 0, bad_frees = 0, bad_recycles = 0;
 
  private:
   struct FakeMark {
@@ -452,6 +453,82 @@ TEST(BlockPool, ConcurrentUseHandsOutDisjointBlocks) {
   EXPECT_EQ(pool.stats().allocated_bytes, 0);
   pool.empty_cache();
   EXPECT_EQ(device.segment_count(), 0u);
+}
+
+// A CUDA graph's capture (tensor/cuda/graph.h) on stream C: its blocks are
+// a pool of their own, and blocks from outside released during the capture
+// stay out of use until the graph lets them go.
+TEST(BlockPoolCapture, BlocksOfTheCaptureStreamAreReusedWithinItAndByNoOtherStream) {
+  FakeDevice device;
+  BlockPool pool(device);
+  pool.begin_capture(kStreamC);
+  void* a = pool.allocate(4 * KiB, kStreamC);
+  pool.deallocate(a);
+  void* b = pool.allocate(4 * KiB, kStreamC);
+  EXPECT_EQ(b, a) << "within the capture, its own freed block is reused (the graph keeps the order)";
+  pool.deallocate(b);
+  EXPECT_TRUE(pool.end_capture().empty());
+  void* c = pool.allocate(4 * KiB, kStreamA);
+  EXPECT_NE(device.segment_of(c, 4 * KiB), device.segment_of(a, 4 * KiB))
+      << "another stream must never take the graph's memory, which every replay writes";
+}
+
+TEST(BlockPoolCapture, AnOutsideBlockReleasedDuringTheCaptureIsKeptUntilTheGraphLetsGo) {
+  FakeDevice device;
+  BlockPool pool(device);
+  void* outside = pool.allocate(64 * KiB, kStreamA);
+  pool.begin_capture(kStreamC);
+  pool.deallocate(outside);  // the captured work may still read it at every replay
+  const std::vector<void*> kept = pool.end_capture();
+  ASSERT_EQ(kept, std::vector<void*>{outside});
+  EXPECT_EQ(pool.stats().allocated_bytes, static_cast<int64_t>(64 * KiB)) << "still counted as in use";
+  EXPECT_NE(pool.allocate(64 * KiB, kStreamA), outside) << "a kept block must not be handed out";
+  // The graph dies while its replays on A may still run: A's own order makes
+  // reuse on A safe at once.
+  pool.release_after_replays(kept, kStreamA);
+  EXPECT_EQ(pool.allocate(64 * KiB, kStreamA), outside);
+}
+
+TEST(BlockPoolCapture, AKeptBlockReleasedAfterReplaysOnAnotherStreamWaitsForThem) {
+  FakeDevice device;
+  BlockPool pool(device);
+  void* outside = pool.allocate(64 * KiB, kStreamA);
+  pool.begin_capture(kStreamC);
+  pool.deallocate(outside);
+  const std::vector<void*> kept = pool.end_capture();
+  pool.release_after_replays(kept, kStreamB);  // the replays went on B
+  EXPECT_NE(pool.allocate(64 * KiB, kStreamA), outside) << "B's replays may still use it";
+  device.finish(kStreamB);
+  EXPECT_EQ(pool.allocate(64 * KiB, kStreamA), outside);
+}
+
+TEST(BlockPoolCapture, NoEventIsQueriedOrWaitedForAndNothingFreedWhileCapturing) {
+  FakeDevice device;
+  BlockPool pool(device);
+  void* shared = pool.allocate(4 * KiB, kStreamA);
+  ASSERT_TRUE(pool.record_use(shared, kStreamB));
+  pool.deallocate(shared);  // pending on B's mark
+  void* spare = pool.allocate(30 * MiB, kStreamA);
+  pool.deallocate(spare);  // a wholly free segment empty_cache would free
+  const int segments = static_cast<int>(device.segment_count());
+  pool.begin_capture(kStreamC);
+  const int queries = device.queries;
+  pool.allocate(4 * KiB, kStreamC);
+  pool.empty_cache();
+  EXPECT_EQ(device.queries, queries) << "cudaEventQuery is illegal inside a capture";
+  EXPECT_EQ(device.waits, 0);
+  EXPECT_EQ(static_cast<int>(device.segment_count()), segments + 1) << "cudaFree waits for the device: not now";
+  pool.end_capture();
+}
+
+TEST(BlockPoolCapture, OneCaptureAtATime) {
+  FakeDevice device;
+  BlockPool pool(device);
+  pool.begin_capture(kStreamC);
+  EXPECT_THROW(pool.begin_capture(kStreamB), Error);
+  pool.end_capture();
+  pool.begin_capture(kStreamB);  // the next one may begin
+  pool.end_capture();
 }
 
 }  // namespace
