@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "tensor/backend.h"
 #include "tensor/creation.h"
+#include "tensor/device_graph.h"
 
 namespace loom::optim {
 
@@ -18,6 +19,9 @@ Tensor GradScaler::scale(const Tensor& loss) const { return options_.enabled ? l
 
 void GradScaler::unscale_(Optimizer& optimizer) {
   if (!options_.enabled) return;
+  LOOM_CHECK(!capturing_device_graph(), "GradScaler::unscale_ inside a device graph capture: it reads its inf flag "
+             "on the host, once a step, and a replay would not; capture bf16 steps (they need no scaler) or "
+             "leave the fp16 step uncaptured");
   for (const auto& [done, inf] : unscaled_)
     LOOM_CHECK(done != &optimizer, "GradScaler::unscale_: already called for this optimizer since the last update()");
   if (unscaled_.empty()) found_inf_ = false;  // a new step

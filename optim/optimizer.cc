@@ -5,11 +5,16 @@
 #include <optional>
 
 #include "tensor/backend.h"
+#include "tensor/device_graph.h"
 
 namespace loom::optim {
 
-Optimizer::Optimizer(TensorList params, double lr)
-    : params_(std::move(params)), lr_(lr), state_(params_.size()), step_counts_(params_.size(), 0) {
+Optimizer::Optimizer(TensorList params, double lr, bool capturable)
+    : params_(std::move(params)),
+      lr_(lr),
+      state_(params_.size()),
+      step_counts_(params_.size(), 0),
+      capturable_(capturable) {
   LOOM_CHECK(!params_.empty(), "optimizer: got an empty parameter list");
   LOOM_CHECK(lr >= 0, "optimizer: learning rate must be non-negative, got ", lr);
   std::map<const TensorImpl*, size_t> seen;
@@ -32,6 +37,39 @@ void Optimizer::zero_grad(bool set_to_none) {
     else if (p.grad().defined())
       p.grad().zero_();
   }
+}
+
+void Optimizer::set_lr(double lr) {
+  LOOM_CHECK(lr >= 0, "optimizer: learning rate must be non-negative, got ", lr);
+  LOOM_CHECK(device_scalars_.empty() || !capturing_device_graph(),
+             "optimizer: set_lr inside a device graph capture would run once, at capture; set the learning rate "
+             "(step the scheduler) between replays");
+  lr_ = lr;
+  NoGradGuard no_grad;
+  for (auto& [device, scalars] : device_scalars_) scalars.narrow(0, 0, 1).fill_(lr);
+}
+
+void Optimizer::check_capture(const char* who, const std::vector<size_t>& indices,
+                              const std::string& state_name) const {
+  if (!capturing_device_graph()) return;
+  LOOM_CHECK(capturable_, who, ": its step is being captured into a device graph, but its learning rate and step "
+             "count live on the host, where replays would not change them; construct it with .capturable = true");
+  if (state_name.empty()) return;
+  for (size_t i : indices)
+    LOOM_CHECK(has_state(i, state_name), who, ": parameter ", i, " has no '", state_name, "' yet, and state made "
+               "inside a device graph capture would be made again at every replay; take one step outside the "
+               "capture first (a warm-up)");
+}
+
+DeviceStepScalars Optimizer::device_scalars(Device device, int64_t count_before) {
+  Tensor& scalars = device_scalars_[device];
+  if (!scalars.defined()) {
+    LOOM_CHECK(!capturing_device_graph(), "optimizer: its first step on ", device, " is being captured into a device "
+               "graph; take one step outside the capture first (a warm-up)");
+    // [lr, step count, and two words a step writes for itself (Adam's bias corrections)]
+    scalars = from_vector<double>({lr_, static_cast<double>(count_before), 0, 0}).to(device);
+  }
+  return {scalars.data_ptr<double>(), nullptr};
 }
 
 Tensor& Optimizer::state(size_t i, const std::string& name) {
@@ -64,10 +102,18 @@ std::map<Device, std::vector<size_t>> Optimizer::params_with_grad_by_device() co
 nn::NamedTensors Optimizer::state_dict() const {
   nn::NamedTensors out;
   out.emplace_back("lr", full({}, lr_, {.dtype = kFloat64}));
+  // A capturable optimizer's counts are the device's: graph replays advance
+  // them there alone (reading them waits for the device).
+  std::map<Device, int64_t> device_counts;
+  for (const auto& [device, scalars] : device_scalars_)
+    device_counts[device] = static_cast<int64_t>(scalars.narrow(0, 1, 1).item());
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string prefix = "state." + std::to_string(i) + ".";
-    if (step_counts_[i] > 0)
-      out.emplace_back(prefix + "step", full({}, static_cast<double>(step_counts_[i]), {.dtype = kInt64}));
+    int64_t count = step_counts_[i];
+    auto on_device = device_counts.find(params_[i].device());
+    if (count > 0 && on_device != device_counts.end()) count = on_device->second;
+    if (count > 0)
+      out.emplace_back(prefix + "step", full({}, static_cast<double>(count), {.dtype = kInt64}));
     for (const auto& [name, t] : state_[i]) out.emplace_back(prefix + name, t);
   }
   return out;
@@ -134,9 +180,10 @@ void Optimizer::load_state_dict(const nn::NamedTensors& saved) {
   state_ = std::move(state);
   step_counts_ = std::move(steps);
   lr_ = *lr;
+  device_scalars_.clear();  // made again from the loaded counts at the next step
 }
 
-SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), o.lr), options(o) {
+SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), o.lr, o.capturable), options(o) {
   LOOM_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD: momentum and weight_decay must be non-negative");
   LOOM_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: Nesterov momentum needs momentum > 0 and no dampening");
 }
@@ -150,11 +197,16 @@ void SGD::step() {
   NoGradGuard no_grad;
   const bool momentum = options.momentum != 0;
   for (const auto& [device, indices] : params_with_grad_by_device()) {
+    check_capture("SGD::step", indices, momentum ? "momentum_buffer" : "");
     // Parameters whose momentum starts this step take their buffer from the
     // gradient itself: they are one launch, the others a second.
     struct Launch {
       TensorList params, grads, buffers;
     } starting, continuing;
+    LOOM_CHECK(!capturable() || std::all_of(indices.begin(), indices.end(),
+                                            [&](size_t i) { return step_count(i) == step_count(indices[0]); }),
+               "SGD with capturable = true: the parameters on ", device, " have taken different numbers of steps; a "
+               "capturable optimizer steps them all together");
     for (size_t i : indices) {
       Launch& l = momentum && !has_state(i, "momentum_buffer") ? starting : continuing;
       l.params.push_back(params()[i]);
@@ -166,6 +218,10 @@ void SGD::step() {
       if (l->params.empty()) continue;
       SgdParams p{lr(), options.momentum, options.dampening, options.weight_decay, options.nesterov,
                   /*first_step=*/l == &starting};
+      if (capturable()) {
+        p.device = device_scalars(device, step_count(indices[0]) - 1);
+        p.device.advance = l == &starting || starting.params.empty();  // one count a step
+      }
       backend_for(device).sgd_step(l->params, l->grads, l->buffers, p);
     }
   }
@@ -174,7 +230,7 @@ void SGD::step() {
 Adam::Adam(TensorList params, const AdamOptions& o) : Adam(std::move(params), o, false) {}
 
 Adam::Adam(TensorList params, const AdamOptions& o, bool decoupled)
-    : Optimizer(std::move(params), o.lr), options(o), decoupled_(decoupled) {
+    : Optimizer(std::move(params), o.lr, o.capturable), options(o), decoupled_(decoupled) {
   LOOM_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Adam: betas must be in [0, 1), got ",
              o.beta1, " and ", o.beta2);
   LOOM_CHECK(o.eps >= 0 && o.weight_decay >= 0, "Adam: eps and weight_decay must be non-negative");
@@ -183,9 +239,14 @@ Adam::Adam(TensorList params, const AdamOptions& o, bool decoupled)
 void Adam::step() {
   NoGradGuard no_grad;
   for (const auto& [device, indices] : params_with_grad_by_device()) {
+    check_capture(decoupled_ ? "AdamW::step" : "Adam::step", indices, "exp_avg");
     // One launch per distinct step count (normally all parameters share one).
     std::map<int64_t, std::vector<size_t>> by_step;
     for (size_t i : indices) by_step[++step_count(i)].push_back(i);
+    // The device keeps one count per device for all of them.
+    LOOM_CHECK(!capturable() || by_step.size() == 1, decoupled_ ? "AdamW" : "Adam", " with capturable = true: the "
+               "parameters on ", device, " have taken different numbers of steps; a capturable optimizer steps them "
+               "all together");
     for (const auto& [count, group] : by_step) {
       TensorList params, grads, m, v;
       for (size_t i : group) {
@@ -195,6 +256,7 @@ void Adam::step() {
         v.push_back(state(i, "exp_avg_sq"));
       }
       AdamParams p{lr(), options.beta1, options.beta2, options.eps, options.weight_decay, decoupled_, count};
+      if (capturable()) p.device = device_scalars(device, count - 1);
       backend_for(device).adam_step(params, grads, m, v, p);
     }
   }

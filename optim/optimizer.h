@@ -10,18 +10,28 @@
 //   nn::save_safetensors("opt.safetensors", opt.state_dict());
 //
 // Parameters whose .grad() is undefined are skipped by step(), as in PyTorch.
+//
+// A step captured into a CUDA graph (tensor/device_graph.h) runs again at
+// every replay with the values the host gave it at capture. So an optimizer
+// made with `capturable = true` (PyTorch's name) keeps what changes from step
+// to step on the device: the learning rate, which set_lr() writes there, and
+// the step count, which each step advances there (Adam's bias corrections
+// follow from it). It steps the same eagerly and under a graph; without it, a
+// step inside a capture is refused. A capture also refuses to create state:
+// take one step outside it first (a warm-up), as PyTorch asks too.
 #pragma once
 
 #include <map>
 #include <vector>
 
 #include "nn/module.h"
+#include "tensor/backend.h"  // DeviceStepScalars
 
 namespace loom::optim {
 
 class Optimizer {
  public:
-  explicit Optimizer(TensorList params, double lr);
+  Optimizer(TensorList params, double lr, bool capturable = false);
   virtual ~Optimizer() = default;
 
   virtual void step() = 0;
@@ -31,7 +41,10 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  // Capturable: also writes the device's copy, queued as any op (call it
+  // between replays, not inside a capture).
+  void set_lr(double lr);
+  bool capturable() const { return capturable_; }
   const TensorList& params() const { return params_; }
   // Indices of the parameters that have a gradient, grouped by device (the
   // steps, and GradScaler, make one fused launch per group).
@@ -54,11 +67,24 @@ class Optimizer {
   // Step counts per parameter, kept as PyTorch does.
   int64_t& step_count(size_t i) { return step_counts_[i]; }
 
+  // Checks the step about to run on `device` over `indices` against a
+  // capture under way: refused unless capturable, and `state_name` (the
+  // state the step needs, "" for none) must exist already. `who` names the
+  // optimizer in the errors.
+  void check_capture(const char* who, const std::vector<size_t>& indices, const std::string& state_name) const;
+  // A capturable optimizer's scalars on `device` (backend.h's
+  // DeviceStepScalars), made at its first step there with the step count
+  // before this step, `count_before`; never made inside a capture.
+  DeviceStepScalars device_scalars(Device device, int64_t count_before);
+
  private:
   TensorList params_;
   double lr_;
   std::vector<std::map<std::string, Tensor>> state_;
   std::vector<int64_t> step_counts_;
+  bool capturable_;
+  // Capturable: float64 [lr, step count, ...] on each device that stepped.
+  std::map<Device, Tensor> device_scalars_;
 };
 
 struct SGDOptions {
@@ -67,6 +93,7 @@ struct SGDOptions {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
+  bool capturable = false;  // steps a CUDA graph can replay (above)
 };
 
 class SGD : public Optimizer {
@@ -83,6 +110,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;  // Adam: added to the gradient (L2)
+  bool capturable = false;  // steps a CUDA graph can replay (above)
 };
 
 class Adam : public Optimizer {

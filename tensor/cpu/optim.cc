@@ -8,9 +8,43 @@
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
+namespace {
+
+// A capturable step (backend.h's DeviceStepScalars) on the CPU: its scalars
+// are in host memory (the CPU never captures a graph, but a capturable
+// optimizer runs the same bookkeeping there). Whether GradScaler's flag says
+// to skip the step.
+bool skipped(const DeviceStepScalars& d) { return d.found_inf != nullptr && *d.found_inf != 0; }
+
+// The host values of a capturable Adam step, its count advanced.
+AdamParams from_scalars(const AdamParams& p) {
+  double* s = p.device.scalars;
+  if (p.device.advance) s[1] += 1;
+  AdamParams host = p;
+  host.device = {};
+  host.lr = s[0];
+  host.step = static_cast<int64_t>(s[1]);
+  s[2] = host.lr / (1 - std::pow(p.beta1, s[1]));
+  s[3] = 1 / std::sqrt(1 - std::pow(p.beta2, s[1]));
+  return host;
+}
+
+SgdParams from_scalars(const SgdParams& p) {
+  if (p.device.advance) p.device.scalars[1] += 1;
+  SgdParams host = p;
+  host.device = {};
+  host.lr = p.device.scalars[0];
+  return host;
+}
+
+}  // namespace
 
 void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
                            const TensorList& exp_avg_sq, const AdamParams& p) {
+  if (p.device.scalars != nullptr) {
+    if (!skipped(p.device)) adam_step(params, grads, exp_avg, exp_avg_sq, from_scalars(p));
+    return;
+  }
   if (any_16bit(params) || any_16bit(grads) || any_16bit(exp_avg) || any_16bit(exp_avg_sq)) {
     for (size_t t = 0; t < params.size(); ++t)  // a tensor at a time: the others may be float32
       if (!run_in_float32({params[t], grads[t], exp_avg[t], exp_avg_sq[t]}, {0, 2, 3}, [&](const TensorList& w) {
@@ -49,6 +83,10 @@ void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, co
 
 void CpuBackend::sgd_step(const TensorList& params, const TensorList& grads, const TensorList& buffers,
                           const SgdParams& p) {
+  if (p.device.scalars != nullptr) {
+    if (!skipped(p.device)) sgd_step(params, grads, buffers, from_scalars(p));
+    return;
+  }
   if (any_16bit(params) || any_16bit(grads) || any_16bit(buffers)) {
     // A tensor at a time: the others may be float32. No buffers without momentum.
     auto list = [](const Tensor& t) { return t.defined() ? TensorList{t} : TensorList{}; };

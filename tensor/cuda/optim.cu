@@ -90,14 +90,38 @@ void multi_tensor_apply(const char* op, const std::array<const TensorList*, NPTR
   flush();
 }
 
+// A capturable step (backend.h's DeviceStepScalars) reads its values from
+// the device when it runs: a graph replays it with its arguments fixed.
+__device__ __forceinline__ bool skipped(const DeviceStepScalars& d) {
+  return d.found_inf != nullptr && *d.found_inf != 0;
+}
+
+// One thread, before a capturable Adam step's update: advances the count and
+// writes the bias corrections the update reads (as the CPU computes them).
+__global__ void adam_prepare(DeviceStepScalars d, double beta1, double beta2) {
+  if (skipped(d)) return;
+  double* s = d.scalars;
+  if (d.advance) s[1] += 1;
+  s[2] = s[0] / (1 - pow(beta1, s[1]));
+  s[3] = 1 / sqrt(1 - pow(beta2, s[1]));
+}
+
 // S: the storage type; T: the type each element is updated in.
 template <typename S, typename T>
 struct AdamUpdate {
   T lr, beta1, beta2, eps, weight_decay, step_size, inv_sqrt_bias2;
   bool decoupled;
+  DeviceStepScalars device;  // where set, lr and the bias corrections come from there
 
   // p: param, grad, exp_avg, exp_avg_sq
   __device__ void operator()(S* const* p, int64_t i) const {
+    T lr = this->lr, step_size = this->step_size, inv_sqrt_bias2 = this->inv_sqrt_bias2;
+    if (device.scalars != nullptr) {
+      if (skipped(device)) return;
+      lr = T(device.scalars[0]);
+      step_size = T(device.scalars[2]);
+      inv_sqrt_bias2 = T(device.scalars[3]);
+    }
     T w = widen(p[0][i]), grad = widen(p[1][i]), m = widen(p[2][i]), v = widen(p[3][i]);
     if (decoupled)
       w *= T(1) - lr * weight_decay;  // AdamW: decay the weight itself
@@ -112,13 +136,27 @@ struct AdamUpdate {
   }
 };
 
+// One thread, before a capturable SGD step's update: advances the count.
+__global__ void sgd_prepare(DeviceStepScalars d) {
+  if (!skipped(d) && d.advance) d.scalars[1] += 1;
+}
+
+// The learning rate of an SGD step: the host's, or a capturable step's from the device.
+template <typename T>
+__device__ __forceinline__ T sgd_lr(T host_lr, const DeviceStepScalars& d) {
+  return d.scalars != nullptr ? T(d.scalars[0]) : host_lr;
+}
+
 template <typename S, typename T>
 struct SgdUpdate {
   T lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
+  DeviceStepScalars device;
 
   // p: param, grad
   __device__ void operator()(S* const* p, int64_t i) const {
+    if (skipped(device)) return;
+    const T lr = sgd_lr(this->lr, device);
     const T w = widen(p[0][i]);
     p[0][i] = narrow_to<S>(w - lr * (widen(p[1][i]) + weight_decay * w));
   }
@@ -128,9 +166,12 @@ template <typename S, typename T>
 struct SgdMomentumUpdate {
   T lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
+  DeviceStepScalars device;
 
   // p: param, grad, momentum buffer
   __device__ void operator()(S* const* p, int64_t i) const {
+    if (skipped(device)) return;
+    const T lr = sgd_lr(this->lr, device);
     const T w = widen(p[0][i]);
     T d = widen(p[1][i]) + weight_decay * w;
     const T buf = first_step ? d : momentum * widen(p[2][i]) + (T(1) - dampening) * d;
@@ -179,11 +220,16 @@ void CudaBackend::adam_step(const TensorList& params, const TensorList& grads, c
   check_floating("adam_step", params);
   const double bias1 = 1 - std::pow(p.beta1, static_cast<double>(p.step));
   const double bias2 = 1 - std::pow(p.beta2, static_cast<double>(p.step));
+  if (p.device.scalars != nullptr && !params.empty()) {
+    LaunchContext ctx(params[0]);
+    adam_prepare<<<1, 1, 0, ctx.stream>>>(p.device, p.beta1, p.beta2);
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+  }
   for_each_floating([&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
     const AdamUpdate<S, T> update{T(p.lr), T(p.beta1), T(p.beta2), T(p.eps), T(p.weight_decay),
-                                  T(p.lr / bias1), T(1 / std::sqrt(bias2)), p.decoupled_weight_decay};
+                                  T(p.lr / bias1), T(1 / std::sqrt(bias2)), p.decoupled_weight_decay, p.device};
     multi_tensor_apply<S, 4>("adam_step", {&params, &grads, &exp_avg, &exp_avg_sq}, update);
   });
 }
@@ -196,16 +242,21 @@ void CudaBackend::sgd_step(const TensorList& params, const TensorList& grads, co
   const bool momentum = p.momentum != 0;
   LOOM_CHECK(!momentum || momentum_buffers.size() == params.size(), "sgd_step: ", params.size(),
              " parameters but ", momentum_buffers.size(), " momentum buffers");
+  if (p.device.scalars != nullptr && p.device.advance && !params.empty()) {
+    LaunchContext ctx(params[0]);
+    sgd_prepare<<<1, 1, 0, ctx.stream>>>(p.device);
+    LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
+  }
   for_each_floating([&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
     if (momentum) {
       const SgdMomentumUpdate<S, T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
-                                           p.first_step};
+                                           p.first_step, p.device};
       multi_tensor_apply<S, 3>("sgd_step", {&params, &grads, &momentum_buffers}, update);
     } else {
       const SgdUpdate<S, T> update{T(p.lr), T(p.momentum), T(p.dampening), T(p.weight_decay), p.nesterov,
-                                   p.first_step};
+                                   p.first_step, p.device};
       multi_tensor_apply<S, 2>("sgd_step", {&params, &grads}, update);
     }
   });
