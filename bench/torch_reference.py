@@ -15,6 +15,13 @@ products, convolutions and RNNs exact (PyTorch lets cuDNN use TF32 by
 default; loom does not) unless --tf32 (then both use it), and 16-bit products
 reduced in float32 (loom's cuBLAS handle forbids reduced-precision
 reductions; PyTorch allows them by default).
+
+Beyond eager mode, the two ways PyTorch users make small steps fast:
+--compile MODE compiles the model's forward with torch.compile (its backward
+follows; "reduce-overhead" also replays both as CUDA graphs), and
+--cuda-graph captures the whole step, the fused AdamW with capturable=True
+included, as one torch.cuda.CUDAGraph (PyTorch's recipe for whole-network
+capture), as train_bench --cuda-graph does for loom.
 """
 import argparse
 import json
@@ -153,7 +160,13 @@ def main():
                         help="bf16/fp16: the forward under torch.autocast (fp16 with a GradScaler)")
     parser.add_argument("--tf32", action="store_true",
                         help="CUDA: TF32 for float32 matmuls, convolutions and RNNs (as train_bench --tf32)")
+    parser.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead", "max-autotune"],
+                        help="torch.compile the model's forward in this mode (its warm-up steps compile)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="CUDA: capture the whole step (forward, backward, capturable fused AdamW) once and replay it")
     args = parser.parse_args()
+    if args.cuda_graph and (args.compile != "none" or args.precision == "fp16" or not args.device.startswith("cuda")):
+        raise SystemExit("torch_reference: --cuda-graph needs a CUDA device, no --compile and no fp16 GradScaler")
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -165,7 +178,14 @@ def main():
         torch.backends.cudnn.benchmark = True
     model, loss_fn, samples, tokens = workload(args.model, device)
     # AdamW's default weight decay (0.01), as train_bench's; fused on CUDA.
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if gpu else {}))
+    fused = {"fused": True, "capturable": args.cuda_graph} if gpu else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **fused)
+    compiling = args.compile != "none"
+    if compiling:
+        # The workload's loss calls model(...): compiling the bound forward
+        # compiles what it calls.
+        model.forward = torch.compile(model.forward, mode=args.compile)
+        args.warmup = max(args.warmup, 5)  # compilation, then cudagraph recording, happen in these
 
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = None
@@ -174,6 +194,8 @@ def main():
             else torch.cuda.amp.GradScaler()
 
     def step():
+        if args.compile == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # a new iteration: last step's outputs may be overwritten
         if low is None:
             loss = loss_fn()
         else:
@@ -190,9 +212,25 @@ def main():
         return loss
 
     sync = torch.cuda.synchronize if gpu else (lambda: None)
-    for _ in range(args.warmup):
+    warm_start = time.perf_counter()
+    if args.cuda_graph:
+        # Warm up on a side stream (the optimizer's state, cuDNN's choices), then capture one step.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(max(args.warmup, 3)):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_loss = step()
+        step = lambda: (graph.replay(), static_loss)[1]  # noqa: E731
         step()
+    else:
+        for _ in range(args.warmup):
+            step()
     sync()
+    warmup_seconds = time.perf_counter() - warm_start
     start = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
@@ -201,6 +239,8 @@ def main():
     print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "blas": blas(), "model": args.model,
                       "device": str(device), "gpu": torch.cuda.get_device_name(device) if gpu else "",
                       "precision": args.precision, "tf32": gpu and args.tf32, "optimizer": "AdamW fused" if gpu else "AdamW",
+                      "compile": args.compile, "cuda_graph": args.cuda_graph,
+                      "warmup_s": round(warmup_seconds, 2),
                       "steps": args.steps, "threads": torch.get_num_threads(),
                       "ms_per_step": round(1000 * seconds / args.steps, 3),
                       "samples_per_s": round(samples * args.steps / seconds, 1),

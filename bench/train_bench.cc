@@ -14,6 +14,9 @@
 // by default cuBLASLt, which adds the bias in its epilogue); --attention picks
 // the attention kernel, --attention-backward deterministic keeps its CUDA
 // backward from adding dq with atomics (nn::functional::set_deterministic_attention).
+// --cuda-graph captures the step once after the warm-up (a capturable AdamW,
+// tensor/device_graph.h) and times its replays, as torch_reference.py
+// --cuda-graph does for PyTorch.
 // The timed steps lie between two device synchronisations, after --warmup
 // untimed ones; the line names the GPU.
 //
@@ -35,11 +38,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "bench/gpu_name.h"
 #include "bench/malloc_counter.h"
+#include "bench/peak_flops.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -49,6 +54,7 @@
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
 #include "tensor/blas_library.h"
+#include "tensor/device_graph.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/host_waits.h"
 #include "tensor/precision.h"
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
                 attention_backward = "atomic",
                 blas = blas_library_name(preferred_blas_library());
     int steps = 20, warmup = 3, threads = 0;
-    bool tf32 = false;
+    bool tf32 = false, cuda_graph = false;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));
     flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run, examples::device_name());
     flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
@@ -122,8 +128,14 @@ int main(int argc, char** argv) {
               CLI::IsMember({"cublas", "cublaslt"}));
     flags.add("--threads", threads, "CPU threads (0: OpenMP's default, one per core)", Scope::Run,
               integer_in(0, 1024));
+    flags.add_switch("--cuda-graph", cuda_graph,
+                     "CUDA: capture the step (forward, backward, AdamW) once after the warm-up and time its replays",
+                     Scope::Run);
     flags.parse(argc, argv);
     const Device device = Device::parse(device_name);
+    LOOM_CHECK(!cuda_graph || device.is_cuda(), "train_bench: --cuda-graph needs a CUDA device (--device cuda)");
+    LOOM_CHECK(!cuda_graph || precision != "fp16", "train_bench: --cuda-graph with --precision fp16: the "
+               "GradScaler reads its inf flag on the host, which a graph cannot replay; use bf16");
     if (threads > 0) omp_set_num_threads(threads);
     tf32 = tf32 && device.is_cuda();  // the CPU computes float32 exactly either way
     set_allow_tf32(tf32);
@@ -137,7 +149,7 @@ int main(int argc, char** argv) {
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
     // PyTorch's AdamW defaults (weight decay 0.01), as torch_reference.py's.
-    optim::AdamW opt(w.model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+    optim::AdamW opt(w.model->parameters(), {.lr = 1e-3, .weight_decay = 0.01, .capturable = cuda_graph});
     const std::optional<DType> autocast = autocast_dtype_for(precision);
     optim::GradScaler scaler({.enabled = precision == "fp16"});
     auto train_step = [&] {
@@ -155,14 +167,25 @@ int main(int argc, char** argv) {
     // Warm-up keeps the last loss alive as the timed loop does, so that the
     // allocator has seen every block a timed step holds.
     Tensor loss;
-    for (int i = 0; i < warmup; ++i) loss = train_step();
+    for (int i = 0; i < std::max(warmup, cuda_graph ? 1 : 0); ++i) loss = train_step();
+    std::function<Tensor()> timed_step = train_step;
+    std::optional<DeviceGraph> graph;
+    if (cuda_graph) {
+      graph.emplace(device);
+      graph->capture([&] { loss = train_step(); });
+      timed_step = [&] {
+        graph->replay();
+        return loss;
+      };
+      timed_step();  // the first launch uploads the graph
+    }
     synchronize(device);
     reset_peak_memory_stats(device);
     const int64_t system_allocs_before = memory_stats(device).system_allocations;
     const int64_t malloc_calls_before = bench::malloc_calls();
     const auto start = std::chrono::steady_clock::now();
     const int64_t host_waits_before = host_waits();
-    for (int i = 0; i < steps; ++i) loss = train_step();
+    for (int i = 0; i < steps; ++i) loss = timed_step();
     const double waits = double(host_waits() - host_waits_before) / steps;
     synchronize(device);
     const double seconds = seconds_since(start);
@@ -173,15 +196,21 @@ int main(int argc, char** argv) {
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
                 "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"attention_backward\": \"%s\", "
-                "\"blas\": \"%s\", \"steps\": %d, "
+                "\"blas\": \"%s\", \"cuda_graph\": %s, \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
-                "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f",
+                "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f, \"flops_per_step\": %.4g",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
-                tf32 ? "true" : "false", attention.c_str(), attention_backward.c_str(), blas.c_str(), steps,
+                tf32 ? "true" : "false", attention.c_str(), attention_backward.c_str(), blas.c_str(),
+                cuda_graph ? "true" : "false", steps,
                 omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
-                system_allocs, malloc_calls, waits, peak_mb);
+                system_allocs, malloc_calls, waits, peak_mb, w.flops_per_step);
+    // Model FLOPs utilisation against the data sheet's dense peak for the
+    // precision (TF32's where --tf32), where the table knows the GPU.
+    const double peak = bench::dense_peak_flops(bench::gpu_name(device), tf32 && precision == "fp32" ? "tf32" : precision);
+    if (peak > 0 && w.flops_per_step > 0)
+      std::printf(", \"mfu\": %.4f", w.flops_per_step * steps / seconds / peak);
     if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {
       const Efficiency e = measure_efficiency(w.flops_per_step, train_step);
       std::printf(", \"step_gflop\": %.3f, \"step_gflops\": %.1f, \"gemm_gflops\": %.1f, "

@@ -21,7 +21,29 @@ double fashion_cnn_flops(int64_t batch) {
   return 2 * conv1 + 3 * (conv2 + fc1 + fc2);
 }
 
+// A GPT's training FLOPs as nanoGPT and PaLM count them: 6 per parameter of
+// a product and token (forward, both gradients), plus 12 L T d per token
+// for the attention's two products (counted whole, as if not causal).
+// The products' parameters: 12 d^2 a block and the head's d x vocab.
+double gpt_flops(const models::GPTConfig& c, int64_t batch) {
+  const double d = static_cast<double>(c.n_embd), layers = static_cast<double>(c.n_layer);
+  const double product_params = layers * 12 * d * d + d * static_cast<double>(c.vocab_size);
+  const double tokens = static_cast<double>(batch * c.block_size);
+  return tokens * (6 * product_params + 12 * layers * static_cast<double>(c.block_size) * d);
+}
+
+// An LSTM's: each step and layer multiplies [x, h] by a (4H, I + H) matrix;
+// the classifier reads the last step. Times 3 for training.
+double lstm_flops(int64_t batch, int64_t steps, int64_t input, int64_t hidden, int layers, int64_t classes) {
+  double forward = 0;
+  for (int l = 0; l < layers; ++l)
+    forward += 2.0 * batch * steps * 4 * hidden * ((l == 0 ? input : hidden) + hidden);
+  forward += 2.0 * batch * hidden * classes;
+  return 3 * forward;
+}
+
 void set_gpt(Workload& w, const models::GPTConfig& c, int64_t batch, Device device) {
+  w.flops_per_step = gpt_flops(c, batch);
   w.model = models::GPT(c);
   w.input = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
   w.target = randint(0, c.vocab_size, {batch, c.block_size}, {.dtype = kInt64, .device = device});
@@ -55,6 +77,7 @@ Workload make_workload(const std::string& name, Device device, MlpShape mlp, Gpt
     w.model = models::LSTMClassifier({.input_size = 64, .hidden_size = hidden, .num_layers = 2, .classes = 10});
     w.input = randn({64, 64, 64}, {.device = device});
     w.target = randint(0, 10, {64}, {.dtype = kInt64, .device = device});
+    w.flops_per_step = lstm_flops(64, 64, 64, hidden, 2, 10);
   } else if (name == "mlp") {
     LOOM_CHECK(mlp.layers >= 2 && mlp.hidden > 0 && mlp.batch > 0,
                "mlp: needs at least 2 layers, a positive width and a positive batch");

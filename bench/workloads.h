@@ -32,8 +32,8 @@ struct Workload {
   int64_t samples_per_step = 0;
   int64_t tokens_per_step = 0;  // 0 where tokens mean nothing
   // Floating-point operations of one training step in its matrix products
-  // and convolutions (forward, and both gradients where they are needed);
-  // 0 where not counted.
+  // and convolutions (forward, and both gradients where they are needed;
+  // a GPT's attention products as nanoGPT counts them); 0 where not counted.
   double flops_per_step = 0;
 };
 

@@ -24,6 +24,7 @@
 
 #include "data/char_corpus.h"
 #include "examples/common/flags.h"
+#include "examples/common/graphed_step.h"
 #include "examples/common/program.h"
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
@@ -64,7 +65,7 @@ int train(int argc, char** argv) {
   double lr = 2e-3, weight_decay = 0.1;
   uint64_t seed = 0;
   int tp = 1, dp = 1, cp = 1;
-  bool sequence_parallel = false;
+  bool sequence_parallel = false, cuda_graph = false;
   std::string precision = "fp32", cp_exchange = "all-gather";
   flags.add("--preset", preset, "cpu (the defaults) or shakespeare (nanoGPT's GPU shape)", Scope::Run,
             CLI::IsMember({"cpu", "shakespeare"}));
@@ -104,7 +105,14 @@ int train(int argc, char** argv) {
                    "with --tp: the layer norms, residuals and dropouts between the tensor-parallel layers run on "
                    "1/tp of the tokens (Megatron's sequence parallelism)",
                    Scope::Job);
+  flags.add_switch("--cuda-graph", cuda_graph,
+                   "CUDA, one device: capture the training step once and replay it every step (not with fp16)",
+                   Scope::Run);
   flags.parse(argc, argv);
+  LOOM_CHECK(!cuda_graph || dp * tp * cp == 1, "--cuda-graph captures one device's step: it does not take --dp, "
+             "--tp or --cp, whose collectives run on other streams");
+  LOOM_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph with --precision fp16: the GradScaler reads its inf "
+             "flag on the host, which a graph cannot replay; use bf16");
   LOOM_CHECK(dp * tp * cp == world->size(), "--dp ", dp, " x --tp ", tp, " x --cp ", cp, " with ", world->size(),
              " process(es): tensor parallelism takes one rank per slice, context parallelism one per share of the "
              "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
@@ -178,8 +186,8 @@ int train(int argc, char** argv) {
   // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
   TensorList decay, no_decay;
   for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
-  optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0});
+  optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay, .capturable = cuda_graph});
+  optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0, .capturable = cuda_graph});
   // In tensor parallel each rank sees its slices' gradients: the ranks agree on skipping a step.
   const optim::GradScalerOptions scaling{.enabled = precision == "fp16"};
   std::unique_ptr<optim::GradScaler> scaler_owner =
@@ -206,16 +214,7 @@ int train(int argc, char** argv) {
   if (tp > 1) logits = [&](const Tensor& idx) { return tp_model->full_logits(idx); };
   examples::TextRun run(training, trained, train, validation, logits);
   const int64_t share = batch / dp, first = share * mesh.coordinate("data");  // this replica's rows of a batch
-  for (int64_t step = 1; step <= steps; ++step) {
-    auto [x, y] = run.next_batch();  // the same batch on every rank
-    if (dp > 1) {
-      x = x.narrow(0, first, share);
-      y = y.narrow(0, first, share);
-    }
-    if (cp > 1) {  // this rank's tokens of every sequence
-      x = parallel::shard_sequence(x, *mesh.group("context"), kZigZag);
-      y = parallel::shard_sequence(y, *mesh.group("context"), kZigZag);
-    }
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
     Tensor loss;
     {
       AutocastGuard autocast(autocast_dtype_for(precision));
@@ -235,6 +234,20 @@ int train(int argc, char** argv) {
     scaler.step(opt_decay);
     scaler.step(opt_plain);
     scaler.update();
+    return loss;
+  };
+  examples::GraphedStep graphed(cuda_graph, device);  // with --cuda-graph, replays of one captured step
+  for (int64_t step = 1; step <= steps; ++step) {
+    auto [x, y] = run.next_batch();  // the same batch on every rank
+    if (dp > 1) {
+      x = x.narrow(0, first, share);
+      y = y.narrow(0, first, share);
+    }
+    if (cp > 1) {  // this rank's tokens of every sequence
+      x = parallel::shard_sequence(x, *mesh.group("context"), kZigZag);
+      y = parallel::shard_sequence(y, *mesh.group("context"), kZigZag);
+    }
+    const Tensor loss = graphed(x, y, train_step);
     schedule_decay->step();
     schedule_plain->step();
     run.step_done(step, loss);

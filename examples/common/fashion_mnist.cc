@@ -144,7 +144,7 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
       device_(device),
       ranks_(std::move(ranks)),
       model(cnn_on(config_, device)),
-      optimizer(model->parameters(), {.lr = config_.lr, .weight_decay = 1e-4}),
+      optimizer(model->parameters(), {.lr = config_.lr, .weight_decay = 1e-4, .capturable = config_.cuda_graph}),
       train_(train_loader(config_, device, ranks_)),
       test_(data::FashionMnist::test(config_.data_root, {.normalize = true}),
             {.batch_size = 1000, .num_workers = config_.workers, .device = device}) {

@@ -46,6 +46,7 @@ struct FashionMnistConfig {
   std::string metrics, checkpoint;  // default: <name>.csv, <name>.safetensors
   std::string trace;                // Chrome trace of a few steps (per rank: .rankN inserted); empty: none
   bool resume = false;
+  bool cuda_graph = false;  // the optimizer capturable (GraphedStep replays the step)
 };
 
 // Registers the flags every version shares, with their valid ranges and scopes.
