@@ -22,8 +22,17 @@
 // _amp_foreach_non_finite_check_and_unscale_: one launch per dtype on a GPU),
 // which raises a flag on the device; the flag is the one number read back
 // per optimizer and step, not one per tensor.
+//
+// With `capturable = true` nothing is read back at all, so that a CUDA graph
+// can capture the step (tensor/device_graph.h), as PyTorch's GradScaler with
+// a fused optimizer: the scale and the count of good steps live on the loss's
+// device (made at the first scale(), outside a capture), the optimizer
+// (capturable too) skips its step on the device where the flag is up, and
+// update() is one kernel. step() then returns true whether or not the
+// device skipped; get_scale() and found_inf() read the device (they wait).
 #pragma once
 
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -39,6 +48,7 @@ struct GradScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int growth_interval = 2000;
+  bool capturable = false;  // everything on the device (above)
 };
 
 class GradScaler {
@@ -58,9 +68,9 @@ class GradScaler {
   // optimizers' step().
   void update();
 
-  double get_scale() const { return scale_; }
+  double get_scale() const;
   // Whether the gradients unscaled in the last step (of any optimizer) had an inf or NaN.
-  bool found_inf() const { return found_inf_; }
+  bool found_inf() const;
 
  protected:
   // Whether to skip, given whether this process's gradients of one optimizer
@@ -75,6 +85,14 @@ class GradScaler {
   // This step's unscaled optimizers, each with whether its gradients had an inf or NaN.
   std::vector<std::pair<const Optimizer*, bool>> unscaled_;
   bool found_inf_ = false;
+
+  // Capturable: the scale and the good steps since the last inf (one float32
+  // each, on the loss's device), made by the first scale(), hence mutable;
+  // this step's flags by optimizer and device, and the last step's sum.
+  void unscale_on_device(Optimizer& optimizer, const std::map<Device, std::vector<size_t>>& groups);
+  mutable Tensor device_scale_, device_good_steps_;
+  std::map<const Optimizer*, std::map<Device, Tensor>> device_flags_;
+  Tensor last_flags_;
 };
 
 }  // namespace loom::optim

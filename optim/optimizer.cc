@@ -61,6 +61,12 @@ void Optimizer::check_capture(const char* who, const std::vector<size_t>& indice
                "capture first (a warm-up)");
 }
 
+void Optimizer::skip_step_where(std::map<Device, Tensor> found_inf) {
+  LOOM_CHECK(capturable_ || found_inf.empty(), "optimizer: skipping a step on the device's inf flag needs "
+             ".capturable = true");
+  found_inf_ = std::move(found_inf);
+}
+
 DeviceStepScalars Optimizer::device_scalars(Device device, int64_t count_before) {
   Tensor& scalars = device_scalars_[device];
   if (!scalars.defined()) {
@@ -69,7 +75,8 @@ DeviceStepScalars Optimizer::device_scalars(Device device, int64_t count_before)
     // [lr, step count, and two words a step writes for itself (Adam's bias corrections)]
     scalars = from_vector<double>({lr_, static_cast<double>(count_before), 0, 0}).to(device);
   }
-  return {scalars.data_ptr<double>(), nullptr};
+  auto flag = found_inf_.find(device);
+  return {scalars.data_ptr<double>(), flag == found_inf_.end() ? nullptr : flag->second.data_ptr<float>()};
 }
 
 Tensor& Optimizer::state(size_t i, const std::string& name) {

@@ -45,6 +45,10 @@ class Optimizer {
   // between replays, not inside a capture).
   void set_lr(double lr);
   bool capturable() const { return capturable_; }
+  // Capturable: GradScaler's inf flags (one float32 element per device) for
+  // the steps that follow: where a flag is not 0, a step changes nothing on
+  // its device, decided there. An empty map clears them.
+  void skip_step_where(std::map<Device, Tensor> found_inf);
   const TensorList& params() const { return params_; }
   // Indices of the parameters that have a gradient, grouped by device (the
   // steps, and GradScaler, make one fused launch per group).
@@ -85,6 +89,7 @@ class Optimizer {
   bool capturable_;
   // Capturable: float64 [lr, step count, ...] on each device that stepped.
   std::map<Device, Tensor> device_scalars_;
+  std::map<Device, Tensor> found_inf_;  // skip_step_where's
 };
 
 struct SGDOptions {

@@ -31,10 +31,25 @@ int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int d
   return span < 0 ? 0 : span / stride + 1;
 }
 
-void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf) {
-  LOOM_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1 &&
-                 found_inf.is_contiguous(),
+namespace {
+
+bool one_float32(const Tensor& t) { return t.defined() && t.dtype() == kFloat32 && t.numel() == 1; }
+
+}  // namespace
+
+void check_update_scale_arguments(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf) {
+  LOOM_CHECK(one_float32(scale) && one_float32(good_steps) && one_float32(found_inf),
+             "update_grad_scale: scale, good_steps and found_inf must be one float32 element each");
+  LOOM_CHECK(good_steps.device() == scale.device() && found_inf.device() == scale.device(),
+             "update_grad_scale: scale is on ", scale.device(), ", good_steps on ", good_steps.device(),
+             " and found_inf on ", found_inf.device());
+}
+
+void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf, const Tensor& device_scale) {
+  LOOM_CHECK(one_float32(found_inf) && found_inf.is_contiguous(),
              "unscale_and_check_finite: found_inf must be one float32 element");
+  LOOM_CHECK(!device_scale.defined() || (one_float32(device_scale) && device_scale.device() == found_inf.device()),
+             "unscale_and_check_finite: the device scale must be one float32 element on found_inf's device");
   for (size_t t = 0; t < grads.size(); ++t) {
     const Tensor& g = grads[t];
     LOOM_CHECK(g.defined(), "unscale_and_check_finite: gradient ", t, " is undefined");

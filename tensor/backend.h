@@ -294,12 +294,23 @@ class Backend {
   // each of `grads` (contiguous, floating, on found_inf's device) *= inv_scale,
   // in its compute type and rounded once; found_inf (one float32 element) is
   // set to 1 if any result is inf or NaN, and otherwise left as it is. Nothing
-  // is read back to the host.
-  virtual void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) = 0;
+  // is read back to the host. Where `device_scale` is defined (one float32
+  // element on the device: a capturable GradScaler's), inv_scale is 1 over it,
+  // read when the kernel runs.
+  virtual void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf,
+                                        const Tensor& device_scale = Tensor()) = 0;
+  // A capturable GradScaler's update (PyTorch's _amp_update_scale_), on the
+  // device; scale, good_steps and found_inf are one float32 element each.
+  // found_inf not 0: scale *= backoff_factor, good_steps = 0. Otherwise
+  // good_steps += 1, and at growth_interval scale *= growth_factor (if that
+  // stays finite) and good_steps = 0.
+  virtual void update_grad_scale(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf,
+                                 double growth_factor, double backoff_factor, int growth_interval) = 0;
 };
 
-// unscale_and_check_finite's argument checks, shared by the backends.
-void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf);
+// unscale_and_check_finite's and update_grad_scale's argument checks, shared by the backends.
+void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf, const Tensor& device_scale);
+void check_update_scale_arguments(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf);
 
 // Output size of a convolution or pooling window along one dim.
 int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int dilation);

@@ -8,6 +8,8 @@ namespace loom::parallel {
 ShardedGradScaler::ShardedGradScaler(std::shared_ptr<ProcessGroup> group, optim::GradScalerOptions options)
     : GradScaler(options), group_(std::move(group)) {
   LOOM_CHECK(group_ != nullptr, "ShardedGradScaler: needs a process group");
+  LOOM_CHECK(!options.capturable, "ShardedGradScaler: its ranks agree on the inf flag on the host, so it cannot be "
+             "capturable");
 }
 
 bool ShardedGradScaler::agree_on_inf(bool found_here) {

@@ -119,11 +119,13 @@ void CpuBackend::sgd_step(const TensorList& params, const TensorList& grads, con
   }
 }
 
-void CpuBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) {
-  check_unscale_arguments(grads, found_inf);
+void CpuBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf,
+                                          const Tensor& device_scale) {
+  check_unscale_arguments(grads, found_inf, device_scale);
+  if (device_scale.defined()) return unscale_and_check_finite(grads, 1.0 / device_scale.item(), found_inf, Tensor());
   std::atomic<bool> non_finite{false};
   for (const Tensor& grad : grads) {
-    if (run_in_float32({grad}, {0}, [&](const TensorList& w) { unscale_and_check_finite(w, inv_scale, found_inf); }))
+    if (run_in_float32({grad}, {0}, [&](const TensorList& w) { unscale_and_check_finite(w, inv_scale, found_inf, Tensor()); }))
       continue;
     dispatch_floating(grad.dtype(), "unscale_and_check_finite", [&](auto tag) {
       using T = decltype(tag);
@@ -140,6 +142,21 @@ void CpuBackend::unscale_and_check_finite(const TensorList& grads, double inv_sc
     });
   }
   if (non_finite.load()) found_inf.data_ptr<float>()[0] = 1;
+}
+
+void CpuBackend::update_grad_scale(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf,
+                                   double growth_factor, double backoff_factor, int growth_interval) {
+  check_update_scale_arguments(scale, good_steps, found_inf);
+  float& s = scale.data_ptr<float>()[0];
+  float& good = good_steps.data_ptr<float>()[0];
+  if (found_inf.data_ptr<float>()[0] != 0) {
+    s = static_cast<float>(s * backoff_factor);
+    good = 0;
+  } else if (++good >= growth_interval) {
+    const float grown = static_cast<float>(s * growth_factor);
+    if (std::isfinite(grown)) s = grown;
+    good = 0;
+  }
 }
 
 }  // namespace loom::cpu

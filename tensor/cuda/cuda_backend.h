@@ -90,7 +90,10 @@ class CudaBackend final : public Backend {
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads,
                 const TensorList& momentum_buffers, const SgdParams& p) override;
-  void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) override;
+  void unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf,
+                                const Tensor& device_scale = Tensor()) override;
+  void update_grad_scale(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf,
+                         double growth_factor, double backoff_factor, int growth_interval) override;
 };
 
 // dst = src converted to dst's dtype, both on one GPU, any strides (convert.cu).

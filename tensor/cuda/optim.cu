@@ -136,6 +136,19 @@ struct AdamUpdate {
   }
 };
 
+// One thread: a capturable GradScaler's update (backend.h), as the CPU's.
+__global__ void update_grad_scale_kernel(float* scale, float* good_steps, const float* found_inf, double growth,
+                                         double backoff, int interval) {
+  if (*found_inf != 0) {
+    *scale = static_cast<float>(*scale * backoff);
+    *good_steps = 0;
+  } else if ((*good_steps += 1) >= interval) {
+    const float grown = static_cast<float>(*scale * growth);
+    if (isfinite(grown)) *scale = grown;
+    *good_steps = 0;
+  }
+}
+
 // One thread, before a capturable SGD step's update: advances the count.
 __global__ void sgd_prepare(DeviceStepScalars d) {
   if (!skipped(d) && d.advance) d.scalars[1] += 1;
@@ -185,10 +198,12 @@ template <typename S, typename T>
 struct UnscaleAndCheck {
   T inv_scale;
   float* found_inf;
+  const float* device_scale;  // where set, inv_scale is 1 over it (a capturable GradScaler's)
 
   // p: grad. Threads that see a non-finite value all store the same 1.
   __device__ void operator()(S* const* p, int64_t i) const {
-    const T g = widen(p[0][i]) * inv_scale;
+    const T inv = device_scale != nullptr ? T(1) / T(*device_scale) : inv_scale;
+    const T g = widen(p[0][i]) * inv;
     p[0][i] = narrow_to<S>(g);
     if (!isfinite(g)) *found_inf = 1.0f;
   }
@@ -262,14 +277,26 @@ void CudaBackend::sgd_step(const TensorList& params, const TensorList& grads, co
   });
 }
 
-void CudaBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf) {
-  check_unscale_arguments(grads, found_inf);
+void CudaBackend::unscale_and_check_finite(const TensorList& grads, double inv_scale, const Tensor& found_inf,
+                                           const Tensor& device_scale) {
+  check_unscale_arguments(grads, found_inf, device_scale);
+  const float* scale = device_scale.defined() ? device_scale.data_ptr<float>() : nullptr;
   for_each_floating([&](auto storage, auto compute) {
     using S = decltype(storage);
     using T = decltype(compute);
-    const UnscaleAndCheck<S, T> update{T(inv_scale), found_inf.data_ptr<float>()};
+    const UnscaleAndCheck<S, T> update{T(inv_scale), found_inf.data_ptr<float>(), scale};
     multi_tensor_apply<S, 1>("unscale_and_check_finite", {&grads}, update);
   });
+}
+
+void CudaBackend::update_grad_scale(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf,
+                                    double growth_factor, double backoff_factor, int growth_interval) {
+  check_update_scale_arguments(scale, good_steps, found_inf);
+  LaunchContext ctx(scale);
+  update_grad_scale_kernel<<<1, 1, 0, ctx.stream>>>(scale.data_ptr<float>(), good_steps.data_ptr<float>(),
+                                                    found_inf.data_ptr<float>(), growth_factor, backoff_factor,
+                                                    growth_interval);
+  LOOM_CUDA_LAUNCH_CHECK(ctx.stream);
 }
 
 }  // namespace loom::cuda

@@ -183,5 +183,45 @@ TEST(GradScaler, KeepsSmallFloat16GradientsFromUnderflowing) {
   for (double g : values(w.grad())) EXPECT_NEAR(g, 1e-8, 1e-10);
 }
 
+// A capturable scaler keeps its scale and flags on the device (here: the
+// CPU's memory, the same bookkeeping). Against the host-driven scaler, over
+// steps where one gradient overflows (skip, halve) and good steps grow the
+// scale back: the same parameters, scales and flags, step by step.
+TEST(GradScaler, CapturableMatchesTheHostDrivenScalerThroughSkipsAndGrowth) {
+  Tensor host_w = from_vector<float>({1.5f, -2.0f, 0.25f}).requires_grad_();
+  Tensor device_w = from_vector<float>({1.5f, -2.0f, 0.25f}).requires_grad_();
+  Adam host_opt({host_w}, {.lr = 0.01});
+  Adam device_opt({device_w}, {.lr = 0.01, .capturable = true});
+  GradScaler host_scaler({.init_scale = 256.0, .growth_interval = 2});
+  GradScaler device_scaler({.init_scale = 256.0, .growth_interval = 2, .capturable = true});
+  // Step 2's loss overflows float32 once scaled: its gradient is inf.
+  const std::vector<float> factors = {1.0f, 1e37f, 1.0f, 2.0f, 0.5f, 1.0f};
+  for (size_t step = 0; step < factors.size(); ++step) {
+    for (auto* side : {&host_w, &device_w}) {
+      GradScaler& scaler = side == &host_w ? host_scaler : device_scaler;
+      Adam& opt = side == &host_w ? host_opt : device_opt;
+      Tensor loss = ((*side) * (*side)).sum() * factors[step];
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+    }
+    EXPECT_EQ(values(device_w), values(host_w)) << "step " << step;
+    EXPECT_EQ(device_scaler.get_scale(), host_scaler.get_scale()) << "step " << step;
+    EXPECT_EQ(device_scaler.found_inf(), host_scaler.found_inf()) << "step " << step;
+  }
+  EXPECT_EQ(host_scaler.get_scale(), 256.0 / 2 * 2 * 2) << "halved once, grown twice: the test took both paths";
+  // The skipped step did not count: the saved step counts agree.
+  EXPECT_EQ(values(device_opt.state_dict()[1].second), values(host_opt.state_dict()[1].second));
+}
+
+TEST(GradScaler, CapturableNeedsACapturableOptimizer) {
+  Tensor w = from_vector<float>({1.0f}).requires_grad_();
+  SGD opt({w}, {.lr = 0.1});
+  GradScaler scaler({.capturable = true});
+  scaler.scale((w * w).sum()).backward();
+  EXPECT_THROW_MSG(scaler.step(opt), "the optimizer must be capturable too");
+}
+
 }  // namespace
 }  // namespace loom::optim
