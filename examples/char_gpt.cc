@@ -86,8 +86,9 @@ int train(int argc, char** argv) {
   flags.add("--seed", seed, "random seed", Scope::Run);
   flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.add("--precision", precision,
-            "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); weights stay fp32",
-            Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
+            "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); fp8: bf16 autocast with the "
+            "blocks' Linear layers in float8 (nn/float8_training.h); weights stay fp32",
+            Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   flags.add("--tp", tp, "tensor-parallel ranks per replica", Scope::Job, integer_in(1, 64));
   flags.add("--dp", dp, "data-parallel replicas (DDP), each on its share of every batch; mpirun -np = dp x tp",
             Scope::Job, integer_in(1, 1024));
@@ -114,6 +115,8 @@ int train(int argc, char** argv) {
              "between context-parallel ranks: it needs --cp 2 or more");
   LOOM_CHECK(!sequence_parallel || tp > 1,
              "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
+  LOOM_CHECK(precision != "fp8" || tp == 1, "--precision fp8 runs nn::Linear layers in float8; the tensor-parallel ",
+             "layers of --tp have no float8 mode");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
     batch = 64;
@@ -143,6 +146,12 @@ int train(int argc, char** argv) {
   const int64_t vocab = corpus.vocab.size();
   config.vocab_size = (vocab + tp - 1) / tp * tp;
   models::GPT model(config);  // on every rank alike (same seed): the tensor-parallel model takes its slices
+  // float8: the blocks' attention and MLP projections. Not the head, as torchtitan's float8 converter
+  // leaves the output layer (the fortunes' vocabulary of 114 is no multiple of 16 either).
+  const std::vector<std::string> float8_layers =
+      precision == "fp8" ? nn::convert_to_float8_training(
+                               *model, [](const std::string& name, const nn::LinearImpl&) { return name != "head"; })
+                         : std::vector<std::string>();
   models::TensorParallelGPT tp_model{nullptr};
   if (tp > 1) {
     const auto tokens = sequence_parallel ? parallel::TokenLayout::kSequenceSharded : parallel::TokenLayout::kReplicated;
@@ -198,6 +207,9 @@ int train(int argc, char** argv) {
                 static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
                 layout_text(dp, tp, cp, sequence_parallel, cp_exchange).c_str(),
                 device.str().c_str());
+  if (writer && !float8_layers.empty())
+    std::printf("float8 training: %zu Linear layers (%s, ...), the rest under bf16 autocast\n", float8_layers.size(),
+                float8_layers.front().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
