@@ -75,7 +75,8 @@ Tensor float8_scaled_mm(const Float8Matrix& a, const Float8Matrix& b, const Tens
   Tensor row;
   if (bias_in_product) {
     row = bias.contiguous();
-    if (reinterpret_cast<uintptr_t>(row.raw_data()) % 16 != 0) row = row.clone();  // the epilogue reads 16 bytes at a time
+    // cuBLASLt chooses kernels by their pointers' alignment: a fresh copy is 16-byte aligned.
+    if (reinterpret_cast<uintptr_t>(row.raw_data()) % 16 != 0) row = row.clone();
   }
   backend_for(out.device()).float8_matmul(a.bits, a.format, a.inv_scale, b.bits, b.format, b.inv_scale, row, out);
   if (bias.defined() && !bias_in_product) out.add_(bias);

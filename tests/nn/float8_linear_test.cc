@@ -206,8 +206,11 @@ TEST(ConvertToFloat8Training, RefusesWhatItCannotConvert) {
       "the filter must accept");
   model->to(kBFloat16);
   EXPECT_THROW_MSG(nn::convert_to_float8_training(*model), "float32 master weights");
-  for (const auto& [name, module] : model->named_modules())  // the refusal changed nothing
-    if (auto* linear = dynamic_cast<nn::LinearImpl*>(module.get())) EXPECT_FALSE(linear->float8_training()) << name;
+  for (const auto& [name, module] : model->named_modules()) {  // the refusal changed nothing
+    if (auto* linear = dynamic_cast<nn::LinearImpl*>(module.get())) {
+      EXPECT_FALSE(linear->float8_training()) << name;
+    }
+  }
 }
 
 // An MLP learns a fixed random teacher MLP's outputs, under bfloat16 autocast
@@ -221,7 +224,9 @@ Losses train_student(bool float8, int steps) {
   manual_seed(11);
   nn::Sequential teacher(nn::Linear(32, 64), nn::GELU(), nn::Linear(64, 16));
   nn::Sequential student(nn::Linear(32, 64), nn::GELU(), nn::Linear(64, 64), nn::GELU(), nn::Linear(64, 16));
-  if (float8) EXPECT_EQ(nn::convert_to_float8_training(*student).size(), 3u);
+  if (float8) {
+    EXPECT_EQ(nn::convert_to_float8_training(*student).size(), 3u);
+  }
   optim::AdamW opt(student->parameters(), {.lr = 3e-3, .weight_decay = 0});
   Generator data(12);
   Losses losses;
