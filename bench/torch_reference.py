@@ -125,6 +125,26 @@ def workload(name, device):
     raise SystemExit(f"unknown model {name}")
 
 
+def convert_to_float8(model, args):
+    """--precision fp8: torchao's float8 training (tensorwise dynamic scales,
+    its default) for the Linear layers whose in and out features are multiples
+    of 16, except the output layer ("head", as torchtitan leaves it), as
+    train_bench does; the rest runs under bf16 autocast. Without torchao the
+    reason goes into the JSON line and the run fails."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError as e:
+        print(json.dumps({"framework": "torch", "torch_version": torch.__version__, "model": args.model,
+                          "device": args.device, "precision": "fp8", "error": f"torchao is not available: {e}"}))
+        raise SystemExit(f"torch_reference: --precision fp8 needs torchao.float8 ({e})")
+
+    def fits(module, name):
+        return (isinstance(module, nn.Linear) and name != "head"
+                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+    convert_to_float8_training(model, module_filter_fn=fits)
+
+
 def blas():
     """The BLAS this PyTorch runs its CPU products on: the libblas.so.3 a
     Debian build links, or what a wheel bundles (from its build config)."""
@@ -156,8 +176,9 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
-                        help="bf16/fp16: the forward under torch.autocast (fp16 with a GradScaler)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "fp8"],
+                        help="bf16/fp16: the forward under torch.autocast (fp16 with a GradScaler); fp8: bf16 "
+                             "with the Linear layers in torchao's float8 (gpt, gpt_large)")
     parser.add_argument("--tf32", action="store_true",
                         help="CUDA: TF32 for float32 matmuls, convolutions and RNNs (as train_bench --tf32)")
     parser.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead", "max-autotune"],
@@ -177,6 +198,8 @@ def main():
         match_loom_numerics(args.tf32)
         torch.backends.cudnn.benchmark = True
     model, loss_fn, samples, tokens = workload(args.model, device)
+    if args.precision == "fp8":
+        convert_to_float8(model, args)
     # AdamW's default weight decay (0.01), as train_bench's; fused on CUDA.
     fused = {"fused": True, "capturable": args.cuda_graph} if gpu else {}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **fused)
@@ -187,7 +210,7 @@ def main():
         model.forward = torch.compile(model.forward, mode=args.compile)
         args.warmup = max(args.warmup, 5)  # compilation, then cudagraph recording, happen in these
 
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(args.precision)
     scaler = None
     if args.precision == "fp16":
         scaler = torch.amp.GradScaler(device.type) if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler") \

@@ -7,7 +7,9 @@
 // Shapes: bench/workloads.h (the same as torch_reference.py's).
 // Inputs are random but fixed; each step is forward, backward, optimizer step.
 // --precision bf16|fp16 runs the forward under autocast (tensor/autocast.h;
-// fp16 with a GradScaler), as torch_reference.py does with torch.autocast.
+// fp16 with a GradScaler), as torch_reference.py does with torch.autocast;
+// fp8 (gpt, gpt_large) is bf16 with the blocks' Linear layers in float8
+// (nn/float8_training.h), as torch_reference.py with torchao's.
 // float32 products and convolutions on the GPU are exact FP32 unless --tf32;
 // torch_reference.py sets PyTorch's switches alike (its cuDNN default is TF32).
 // --blas picks the library of the Linear layers' products (tensor/blas_library.h;
@@ -48,6 +50,7 @@
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
+#include "nn/float8_training.h"
 #include "nn/functional.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -115,8 +118,9 @@ int main(int argc, char** argv) {
     flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
     flags.add("--warmup", warmup, "untimed steps first", Scope::Run, integer_in(0, 1000000));
     flags.add("--precision", precision,
-              "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); parameters stay fp32",
-              Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
+              "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); fp8 (gpt, gpt_large): "
+              "bf16 with the blocks' Linear layers in float8; parameters stay fp32",
+              Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
     flags.add("--attention-backward", attention_backward,
               "atomic (the default: the fused CUDA backward adds dq with atomics in float32, float64) or deterministic", Scope::Run,
@@ -134,8 +138,6 @@ int main(int argc, char** argv) {
     flags.parse(argc, argv);
     const Device device = Device::parse(device_name);
     LOOM_CHECK(!cuda_graph || device.is_cuda(), "train_bench: --cuda-graph needs a CUDA device (--device cuda)");
-    LOOM_CHECK(!cuda_graph || precision != "fp16", "train_bench: --cuda-graph with --precision fp16: the "
-               "GradScaler reads its inf flag on the host, which a graph cannot replay; use bf16");
     if (threads > 0) omp_set_num_threads(threads);
     tf32 = tf32 && device.is_cuda();  // the CPU computes float32 exactly either way
     set_allow_tf32(tf32);
@@ -148,10 +150,15 @@ int main(int argc, char** argv) {
 
     manual_seed(0);
     bench::Workload w = bench::make_workload(model, device);
+    if (precision == "fp8") {  // not the head: torchtitan's float8 converter leaves the output layer
+      LOOM_CHECK(model == "gpt" || model == "gpt_large", "--precision fp8 is for the gpt models, not ", model);
+      nn::convert_to_float8_training(*w.model,
+                                     [](const std::string& name, const nn::LinearImpl&) { return name != "head"; });
+    }
     // PyTorch's AdamW defaults (weight decay 0.01), as torch_reference.py's.
     optim::AdamW opt(w.model->parameters(), {.lr = 1e-3, .weight_decay = 0.01, .capturable = cuda_graph});
     const std::optional<DType> autocast = autocast_dtype_for(precision);
-    optim::GradScaler scaler({.enabled = precision == "fp16"});
+    optim::GradScaler scaler({.enabled = precision == "fp16", .capturable = cuda_graph});
     auto train_step = [&] {
       Tensor loss;
       {

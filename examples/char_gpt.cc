@@ -87,8 +87,9 @@ int train(int argc, char** argv) {
   flags.add("--seed", seed, "random seed", Scope::Run);
   flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.add("--precision", precision,
-            "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); weights stay fp32",
-            Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
+            "fp32, or bf16 / fp16: the forward under autocast (fp16 with a GradScaler); fp8: bf16 autocast with the "
+            "blocks' Linear layers in float8 (nn/float8_training.h); weights stay fp32",
+            Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   flags.add("--tp", tp, "tensor-parallel ranks per replica", Scope::Job, integer_in(1, 64));
   flags.add("--dp", dp, "data-parallel replicas (DDP), each on its share of every batch; mpirun -np = dp x tp",
             Scope::Job, integer_in(1, 1024));
@@ -106,13 +107,11 @@ int train(int argc, char** argv) {
                    "1/tp of the tokens (Megatron's sequence parallelism)",
                    Scope::Job);
   flags.add_switch("--cuda-graph", cuda_graph,
-                   "CUDA, one device: capture the training step once and replay it every step (not with fp16)",
+                   "CUDA, one device: capture the training step once and replay it every step",
                    Scope::Run);
   flags.parse(argc, argv);
   LOOM_CHECK(!cuda_graph || dp * tp * cp == 1, "--cuda-graph captures one device's step: it does not take --dp, "
              "--tp or --cp, whose collectives run on other streams");
-  LOOM_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph with --precision fp16: the GradScaler reads its inf "
-             "flag on the host, which a graph cannot replay; use bf16");
   LOOM_CHECK(dp * tp * cp == world->size(), "--dp ", dp, " x --tp ", tp, " x --cp ", cp, " with ", world->size(),
              " process(es): tensor parallelism takes one rank per slice, context parallelism one per share of the "
              "sequence, data parallelism one set of them per replica (mpirun -np ", dp * tp * cp, ")");
@@ -122,6 +121,8 @@ int train(int argc, char** argv) {
              "between context-parallel ranks: it needs --cp 2 or more");
   LOOM_CHECK(!sequence_parallel || tp > 1,
              "--sequence-parallel splits the tokens over the --tp ranks: it needs --tp 2 or more");
+  LOOM_CHECK(precision != "fp8" || tp == 1, "--precision fp8 runs nn::Linear layers in float8; the tensor-parallel ",
+             "layers of --tp have no float8 mode");
   if (preset == "shakespeare") {  // nanoGPT's config/train_shakespeare_char.py
     config = {0, 256, 6, 6, 384, 0.2};
     batch = 64;
@@ -151,6 +152,12 @@ int train(int argc, char** argv) {
   const int64_t vocab = corpus.vocab.size();
   config.vocab_size = (vocab + tp - 1) / tp * tp;
   models::GPT model(config);  // on every rank alike (same seed): the tensor-parallel model takes its slices
+  // float8: the blocks' attention and MLP projections. Not the head, as torchtitan's float8 converter
+  // leaves the output layer (the fortunes' vocabulary of 114 is no multiple of 16 either).
+  const std::vector<std::string> float8_layers =
+      precision == "fp8" ? nn::convert_to_float8_training(
+                               *model, [](const std::string& name, const nn::LinearImpl&) { return name != "head"; })
+                         : std::vector<std::string>();
   models::TensorParallelGPT tp_model{nullptr};
   if (tp > 1) {
     const auto tokens = sequence_parallel ? parallel::TokenLayout::kSequenceSharded : parallel::TokenLayout::kReplicated;
@@ -189,7 +196,7 @@ int train(int argc, char** argv) {
   optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay, .capturable = cuda_graph});
   optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0, .capturable = cuda_graph});
   // In tensor parallel each rank sees its slices' gradients: the ranks agree on skipping a step.
-  const optim::GradScalerOptions scaling{.enabled = precision == "fp16"};
+  const optim::GradScalerOptions scaling{.enabled = precision == "fp16", .capturable = cuda_graph};
   std::unique_ptr<optim::GradScaler> scaler_owner =
       tp > 1 ? std::make_unique<parallel::ShardedGradScaler>(world, scaling) : std::make_unique<optim::GradScaler>(scaling);
   optim::GradScaler& scaler = *scaler_owner;
@@ -206,6 +213,9 @@ int train(int argc, char** argv) {
                 static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
                 layout_text(dp, tp, cp, sequence_parallel, cp_exchange).c_str(),
                 device.str().c_str());
+  if (writer && !float8_layers.empty())
+    std::printf("float8 training: %zu Linear layers (%s, ...), the rest under bf16 autocast\n", float8_layers.size(),
+                float8_layers.front().c_str());
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,

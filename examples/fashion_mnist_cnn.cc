@@ -30,13 +30,12 @@ int main(int argc, char** argv) {
               "fp32, or bf16 / fp16: the forward under autocast (fp16 with loss scaling); weights stay fp32",
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16"}));
     flags.add_switch("--cuda-graph", config.cuda_graph,
-                     "CUDA: capture the training step once and replay it for every full batch (not with fp16)",
+                     "CUDA: capture the training step once and replay it for every full batch",
                      Scope::Run);
     flags.parse(argc, argv);
-    LOOM_CHECK(!config.cuda_graph || precision != "fp16", "fashion_mnist_cnn: --cuda-graph with --precision fp16: "
-               "the GradScaler reads its inf flag on the host, which a graph cannot replay; use bf16");
     const std::optional<DType> autocast = autocast_dtype_for(precision);
-    optim::GradScaler scaler({.enabled = precision == "fp16"});  // its scale starts over on --resume
+    // Its scale starts over on --resume; with --cuda-graph it lives on the GPU.
+    optim::GradScaler scaler({.enabled = precision == "fp16", .capturable = config.cuda_graph});
 
     FashionMnist run(config, flags, Device::parse(config.device));
     GraphedStep graphed(config.cuda_graph, Device::parse(config.device));

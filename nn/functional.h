@@ -16,6 +16,12 @@ namespace loom::nn::functional {
 
 // x (..., in) @ weight (out, in)^T + bias (out); bias may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// linear with its three products in float8 (float8_linear.cc): x and weight
+// cast to e4m3, the output's gradient to e5m2, each with a tensorwise scale
+// (tensor/float8.h). The output is in the autocast dtype, else x's; the
+// gradients in x's and the weight's dtypes. The rows of x (its leading dims
+// together), in and out must be multiples of 16.
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // x (N, C_in, H, W), weight (C_out, C_in / groups, kH, kW), bias (C_out) or undefined.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dParams params = {});

@@ -2,6 +2,7 @@
 // checkpoints.
 #pragma once
 
+#include "nn/float8_training.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers/attention.h"

@@ -20,7 +20,8 @@ std::optional<DType> autocast_dtype_for(const std::string& precision) {
   if (precision == "fp32") return std::nullopt;
   if (precision == "bf16") return kBFloat16;
   if (precision == "fp16") return kFloat16;
-  LOOM_FAIL("precision '", precision, "': expected fp32, bf16 or fp16");
+  if (precision == "fp8") return kBFloat16;  // the Linear layers converted apart (nn/float8_training.h)
+  LOOM_FAIL("precision '", precision, "': expected fp32, bf16, fp16 or fp8");
 }
 
 bool autocast_wants_low(std::initializer_list<Tensor> tensors) {

@@ -51,7 +51,9 @@ bool autocast_wants_low(std::initializer_list<Tensor> tensors);
 // (autocast is on, and a defined tensor is a 16-bit float).
 bool autocast_wants_float32(std::initializer_list<Tensor> tensors);
 
-// The autocast dtype a --precision flag names: "fp32" none, "bf16", "fp16".
+// The autocast dtype a --precision flag names: "fp32" none, "bf16", "fp16";
+// "fp8" is bf16 too, the Linear layers being converted to float8 on their
+// own (nn/float8_training.h).
 std::optional<DType> autocast_dtype_for(const std::string& precision);
 
 // `t` in the autocast dtype if it is floating (undefined stays undefined).

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "tensor/allocator.h"
+#include "tensor/float8_rounding.h"
 #include "tensor/generator.h"
 #include "tensor/tensor.h"
 
@@ -283,6 +284,23 @@ class Backend {
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
                                   const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
+
+  // ---- float8 (tensor/float8.h): the casts and the product of float8 training ----
+  // x (M, K) contiguous, floating; amax () float32 = max |x|. Writes
+  // inv_scale () float32 = 1 / scale with scale = float8::scale_for_amax(amax),
+  // bits (M, K) uint8 = float8::encode(float(x) * scale), and the same codes
+  // transposed into bits_t (K, M) when it is defined. Outputs contiguous.
+  virtual void float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, const Tensor& bits,
+                           const Tensor& bits_t, const Tensor& inv_scale) = 0;
+  // out (M, N) = a_inv_scale * b_inv_scale * (decode(a) (M, K) @ decode(b) (N, K)^T) + bias,
+  // accumulated in float32 and rounded into out (float32, bfloat16 or float16,
+  // contiguous). a and b: contiguous uint8 codes, 16-byte aligned, not both
+  // e5m2; the inverse scales () float32; bias (N) of out's dtype, contiguous
+  // and 16-byte aligned, given only for 16-bit outputs (else undefined). M,
+  // N and K are multiples of 16.
+  virtual void float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_inv_scale, const Tensor& b,
+                             Float8Format b_format, const Tensor& b_inv_scale, const Tensor& bias,
+                             const Tensor& out) = 0;
 
   // ---- fused optimizer steps over many tensors at once, in place ----
   virtual void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,

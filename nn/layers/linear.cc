@@ -4,6 +4,7 @@
 
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "tensor/float8.h"
 
 namespace loom::nn {
 
@@ -25,11 +26,24 @@ void LinearImpl::reset() {
   }
 }
 
-Tensor LinearImpl::forward(const Tensor& x) { return functional::linear(x, weight, bias); }
+Tensor LinearImpl::forward(const Tensor& x) {
+  if (float8_training_ && x.dim() >= 1 && x.size(-1) == options.in_features &&
+      float8_fits(x.numel() / options.in_features))
+    return functional::float8_linear(x, weight, bias);
+  return functional::linear(x, weight, bias);
+}
+
+void LinearImpl::set_float8_training(bool on) {
+  LOOM_CHECK(!on || (float8_fits(options.in_features) && float8_fits(options.out_features)),
+             "Linear(in_features=", options.in_features, ", out_features=", options.out_features,
+             "): float8 training needs both to be multiples of 16 (the tensor cores' float8 products read ",
+             "16-byte aligned rows)");
+  float8_training_ = on;
+}
 
 void LinearImpl::pretty_print(std::ostream& out) const {
   out << "Linear(in_features=" << options.in_features << ", out_features=" << options.out_features
-      << ", bias=" << (options.bias ? "true" : "false") << ")";
+      << ", bias=" << (options.bias ? "true" : "false") << (float8_training_ ? ", float8=true" : "") << ")";
 }
 
 }  // namespace loom::nn

@@ -2,6 +2,9 @@
 //
 //   nn::Linear fc(784, 128);                       // or nn::Linear({.in_features = 784, .out_features = 128})
 //   Tensor y = fc->forward(x);                     // x (..., 784) -> y (..., 128)
+//
+// In float8 training (nn/float8_training.h) its products run in float8
+// (functional::float8_linear); its parameters stay as they are.
 #pragma once
 
 #include "nn/module.h"
@@ -25,8 +28,18 @@ class LinearImpl : public Cloneable<LinearImpl> {
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& out) const override;
 
+  // From now on, forward runs functional::float8_linear wherever the rows of
+  // x (its leading dims together) are a multiple of 16, and linear for other
+  // batches (generation's single tokens); `false` goes back. in_features and
+  // out_features must be multiples of 16. Clones keep the setting.
+  void set_float8_training(bool on);
+  bool float8_training() const { return float8_training_; }
+
   LinearOptions options;
   Tensor weight, bias;
+
+ private:
+  bool float8_training_ = false;
 };
 LOOM_MODULE(Linear);
 

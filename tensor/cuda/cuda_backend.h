@@ -86,6 +86,11 @@ class CudaBackend final : public Backend {
   void lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Tensor& activations, const Tensor& c_prev,
                           const Tensor& c, const Tensor& dgates, const Tensor& dc_prev) override;
 
+  void float8_cast(const Tensor& x, const Tensor& amax, Float8Format format, const Tensor& bits, const Tensor& bits_t,
+                   const Tensor& inv_scale) override;
+  void float8_matmul(const Tensor& a, Float8Format a_format, const Tensor& a_inv_scale, const Tensor& b,
+                     Float8Format b_format, const Tensor& b_inv_scale, const Tensor& bias, const Tensor& out) override;
+
   void adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
                  const TensorList& exp_avg_sq, const AdamParams& p) override;
   void sgd_step(const TensorList& params, const TensorList& grads,

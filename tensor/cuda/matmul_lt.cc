@@ -14,40 +14,10 @@
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/gemm.h"
 #include "tensor/cuda/handles.h"
+#include "tensor/cuda/lt_descriptors.h"
 
 namespace loom::cuda {
 namespace {
-
-// Owns one cuBLASLt descriptor, destroyed at scope exit (also on a throw).
-template <typename Descriptor, cublasStatus_t (*Destroy)(Descriptor)>
-class LtDescriptor {
- public:
-  LtDescriptor() = default;
-  LtDescriptor(const LtDescriptor&) = delete;
-  LtDescriptor& operator=(const LtDescriptor&) = delete;
-  ~LtDescriptor() {
-    if (descriptor_ != nullptr) Destroy(descriptor_);
-  }
-  Descriptor* address() { return &descriptor_; }
-  Descriptor get() const { return descriptor_; }
-
- private:
-  Descriptor descriptor_ = nullptr;
-};
-
-using MatmulDesc = LtDescriptor<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using MatrixLayout = LtDescriptor<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using Preference = LtDescriptor<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
-
-template <typename T>
-void set(const MatmulDesc& desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.get(), attribute, &value, sizeof(value)));
-}
-
-template <typename T>
-void set(const Preference& preference, cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &value, sizeof(value)));
-}
 
 // An operand's layout as stored, before its op: op N reads `rows x cols`
 // column-major with leading dimension ld, op T that matrix's transpose.

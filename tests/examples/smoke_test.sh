@@ -15,6 +15,10 @@ run autograd_mlp "$1" --steps 20
 run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20
 run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20 --precision bf16
 run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20 --precision fp16
+# float8 on the CPU: the simulated products, 256 tokens a batch (a multiple of 16).
+run char_gpt "$2" --steps 4 --eval-every 4 --batch-size 4 --sample 20 --precision fp8
+grep -q "^float8 training: 8 Linear layers" char_gpt.log || { echo "char_gpt --precision fp8: not converted"; cat char_gpt.log; exit 1; }
+! grep -qi "nan" <(grep "^RESULT" char_gpt.log) || { echo "char_gpt --precision fp8: a NaN"; cat char_gpt.log; exit 1; }
 run lstm_lm "$3" --steps 4 --eval-every 4 --batch-size 4 --hidden 32 --sample 20
 # --fortunes reads another folder: a text of a, b and newlines has a vocabulary of 3.
 mkdir -p text && python3 -c "print('ab' * 40 + '\n%\n' + 'ba' * 40, end='\n%\n', file=open('text/ab', 'w'))" &&

@@ -122,7 +122,8 @@ TEST(Autocast, ScopesNestAndRestore) {
   EXPECT_EQ(autocast_dtype_for("fp32"), std::nullopt);
   EXPECT_EQ(autocast_dtype_for("bf16"), kBFloat16);
   EXPECT_EQ(autocast_dtype_for("fp16"), kFloat16);
-  EXPECT_THROW_MSG(autocast_dtype_for("fp8"), "precision 'fp8': expected fp32, bf16 or fp16");
+  EXPECT_EQ(autocast_dtype_for("fp8"), kBFloat16);  // float8 Linear layers, the rest in bf16
+  EXPECT_THROW_MSG(autocast_dtype_for("fp4"), "precision 'fp4': expected fp32, bf16, fp16 or fp8");
   EXPECT_THROW_MSG(AutocastGuard{kFloat64}, "autocast: expected kBFloat16 or kFloat16, got float64");
 }
 
