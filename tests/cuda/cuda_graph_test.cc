@@ -5,12 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "examples/models/models.h"
+#include "nn/float8_training.h"
 #include "nn/nn.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "tensor/autocast.h"
 #include "tensor/device_graph.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -20,18 +25,27 @@ namespace {
 using testing::gpu_device;
 using testing::values;
 
-// A model, its capturable optimizer, and one static batch on the GPU.
+// A model, its capturable optimizer (and GradScaler, under fp16), and one
+// static batch on the GPU.
 struct Training {
   nn::ModulePtr model;
   std::unique_ptr<optim::Optimizer> optimizer;
   Tensor input, target;
   std::function<Tensor(const Tensor&, const Tensor&)> loss;
+  std::optional<DType> autocast;
+  std::shared_ptr<optim::GradScaler> scaler = std::make_shared<optim::GradScaler>(
+      optim::GradScalerOptions{.enabled = false});
 
   Tensor step() {
     optimizer->zero_grad();
-    Tensor l = loss(model->forward(input), target);
-    l.backward();
-    optimizer->step();
+    Tensor l;
+    {
+      AutocastGuard guard(autocast);
+      l = loss(model->forward(input), target);
+    }
+    scaler->scale(l).backward();
+    scaler->step(*optimizer);
+    scaler->update();
     return l;
   }
 };
@@ -78,15 +92,39 @@ Training gpt() {
   return t;
 }
 
+// The GPT under float16 autocast with a capturable GradScaler that grows
+// its scale after every good step: it climbs until float16 gradients
+// overflow, then each overflow halves it, so the replays must skip steps and
+// grow on the device as the eager steps do.
+Training gpt_fp16_scaled() {
+  Training t = gpt();
+  t.autocast = kFloat16;
+  t.scaler = std::make_shared<optim::GradScaler>(
+      optim::GradScalerOptions{.init_scale = 1 << 20, .growth_interval = 1, .capturable = true});
+  return t;
+}
+
+// The GPT with its blocks' Linear layers in float8 under bf16 autocast.
+Training gpt_fp8() {
+  Training t = gpt();
+  nn::convert_to_float8_training(*t.model, [](const std::string& name, const nn::LinearImpl&) { return name != "head"; });
+  t.autocast = kBFloat16;
+  return t;
+}
+
 // Warm-up steps, then `steps` uncaptured steps of one copy against a
-// capture and `steps` replays of another made alike: the same losses and
-// parameters, bit for bit, and the generator left at the same offset.
-void expect_replays_equal_eager_steps(const std::function<Training()>& make, int steps) {
+// capture and `steps` replays of another made alike: the same losses,
+// parameters and loss scales, bit for bit, and the generator left at the
+// same offset. Returns the eager steps' loss scales.
+std::vector<double> expect_replays_equal_eager_steps(const std::function<Training()>& make, int steps) {
   constexpr int kWarmup = 2;
   Training eager = make();
-  std::vector<double> eager_losses;
+  std::vector<double> eager_losses, eager_scales;
   for (int i = 0; i < kWarmup; ++i) eager.step();
-  for (int i = 0; i < steps; ++i) eager_losses.push_back(eager.step().item());
+  for (int i = 0; i < steps; ++i) {
+    eager_losses.push_back(eager.step().item());
+    eager_scales.push_back(eager.scaler->get_scale());
+  }
   const uint64_t eager_offset = default_generator().state().offset;
 
   Training captured = make();
@@ -94,15 +132,18 @@ void expect_replays_equal_eager_steps(const std::function<Training()>& make, int
   DeviceGraph graph(gpu_device());
   Tensor loss;
   graph.capture([&] { loss = captured.step(); });
-  std::vector<double> replay_losses;
+  std::vector<double> replay_losses, replay_scales;
   for (int i = 0; i < steps; ++i) {
     graph.replay();
     replay_losses.push_back(loss.item());
+    replay_scales.push_back(captured.scaler->get_scale());
   }
   EXPECT_EQ(replay_losses, eager_losses);
+  EXPECT_EQ(replay_scales, eager_scales);
   EXPECT_EQ(parameter_values(captured.model), parameter_values(eager.model));
   EXPECT_EQ(default_generator().state().offset, eager_offset) << "each replay takes the offsets a step takes";
   EXPECT_NE(replay_losses.front(), replay_losses.back()) << "the replays did train";
+  return eager_scales;
 }
 
 TEST(CudaGraph, ReplayedAdamWStepsWithDropoutEqualUncapturedStepsBitForBit) {
@@ -119,6 +160,27 @@ TEST(CudaGraph, ReplayedGptStepsEqualUncapturedStepsBitForBit) {
   LOOM_REQUIRE_CUDA();
   nn::functional::set_deterministic_attention(true);  // the atomic dq's last bits vary from run to run
   expect_replays_equal_eager_steps(gpt, 4);
+  nn::functional::set_deterministic_attention(false);
+}
+
+TEST(CudaGraph, ReplayedFloat16StepsWithAGradScalerSkipAndHalveAsUncapturedSteps) {
+  LOOM_REQUIRE_CUDA();
+  nn::functional::set_deterministic_attention(true);
+  const std::vector<double> scales = expect_replays_equal_eager_steps(gpt_fp16_scaled, 8);
+  nn::functional::set_deterministic_attention(false);
+  bool halved = false, grew = false;
+  for (size_t i = 1; i < scales.size(); ++i) {
+    halved = halved || scales[i] < scales[i - 1];
+    grew = grew || scales[i] > scales[i - 1];
+  }
+  EXPECT_TRUE(halved && grew) << "the steps compared must include skipped (halving) and good (growing) ones; "
+                              << "the scale went " << ::testing::PrintToString(scales);
+}
+
+TEST(CudaGraph, ReplayedFloat8StepsEqualUncapturedStepsBitForBit) {
+  LOOM_REQUIRE_CUDA();
+  nn::functional::set_deterministic_attention(true);
+  expect_replays_equal_eager_steps(gpt_fp8, 4);
   nn::functional::set_deterministic_attention(false);
 }
 
