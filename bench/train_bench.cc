@@ -57,6 +57,7 @@
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
 #include "tensor/blas_library.h"
+#include "tensor/cudnn_benchmark.h"
 #include "tensor/device_graph.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/host_waits.h"
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
                 attention_backward = "atomic",
                 blas = blas_library_name(preferred_blas_library());
     int steps = 20, warmup = 3, threads = 0;
-    bool tf32 = false, cuda_graph = false;
+    bool tf32 = false, cuda_graph = false, cudnn_bench = false;
     flags.add("--model", model, "cnn, gpt, gpt_large, lstm or mlp", Scope::Run, CLI::IsMember({"cnn", "gpt", "gpt_large", "lstm", "mlp"}));
     flags.add("--device", device_name, "cpu or cuda[:N]", Scope::Run, examples::device_name());
     flags.add("--steps", steps, "timed steps", Scope::Run, integer_in(1, 1000000));
@@ -122,6 +123,10 @@ int main(int argc, char** argv) {
               "bf16 with the blocks' Linear layers in float8; parameters stay fp32",
               Scope::Run, CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     flags.add_switch("--tf32", tf32, "CUDA: TF32 for float32 matrix products and convolutions", Scope::Run);
+    flags.add_switch("--cudnn-benchmark", cudnn_bench,
+                     "CUDA: time cuDNN's convolution algorithms at a shape's first call and keep the fastest "
+                     "(PyTorch's cudnn.benchmark, which torch_reference.py sets)",
+                     Scope::Run);
     flags.add("--attention-backward", attention_backward,
               "atomic (the default: the fused CUDA backward adds dq with atomics in float32, float64) or deterministic", Scope::Run,
               CLI::IsMember({"deterministic", "atomic"}));
@@ -141,6 +146,7 @@ int main(int argc, char** argv) {
     if (threads > 0) omp_set_num_threads(threads);
     tf32 = tf32 && device.is_cuda();  // the CPU computes float32 exactly either way
     set_allow_tf32(tf32);
+    set_cudnn_benchmark(cudnn_bench);
     if (!device.is_cuda()) blas = "eigen";  // the CPU has its own GEMM either way
     set_preferred_blas_library(blas == "cublaslt" ? BlasLibrary::kCublasLt : BlasLibrary::kCublas);
     nn::functional::set_deterministic_attention(attention_backward == "deterministic");
@@ -203,13 +209,13 @@ int main(int argc, char** argv) {
     const double final_loss = loss.item();  // after timing: reading it synchronises
     std::printf("{\"framework\": \"loom\", \"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
                 "\"precision\": \"%s\", \"tf32\": %s, \"attention\": \"%s\", \"attention_backward\": \"%s\", "
-                "\"blas\": \"%s\", \"cuda_graph\": %s, \"steps\": %d, "
+                "\"blas\": \"%s\", \"cuda_graph\": %s, \"cudnn_benchmark\": %s, \"steps\": %d, "
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
                 "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f, \"flops_per_step\": %.4g",
                 model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
                 tf32 ? "true" : "false", attention.c_str(), attention_backward.c_str(), blas.c_str(),
-                cuda_graph ? "true" : "false", steps,
+                cuda_graph ? "true" : "false", cudnn_bench ? "true" : "false", steps,
                 omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls, waits, peak_mb, w.flops_per_step);

@@ -393,6 +393,9 @@ run() {
     graph_round() {  # graph_round MODEL ROUND: eager and graph, loom and PyTorch
       bench_step "$1 eager (loom, round $2)" 60 "$out/graphs.jsonl" "${loom_ref[@]}" --model "$1"
       bench_step "$1 cuda-graph (loom, round $2)" 60 "$out/graphs.jsonl" "${loom_ref[@]}" --model "$1" --cuda-graph
+      # cuDNN's algorithms timed, as PyTorch's cudnn.benchmark (torch_reference.py sets it).
+      bench_step "$1 cuda-graph cudnn-benchmark (loom, round $2)" 60 "$out/graphs.jsonl" "${loom_ref[@]}" --model "$1" \
+        --cuda-graph --cudnn-benchmark
       bench_step "$1 eager (torch, round $2)" 90 "$out/graphs.jsonl" "${torch_ref[@]}" --model "$1"
       bench_step "$1 cuda-graph (torch, round $2)" 90 "$out/graphs.jsonl" "${torch_ref[@]}" --model "$1" --cuda-graph
     }
@@ -461,6 +464,7 @@ for d in rows:
     if d.get("attention_backward", "deterministic") != "deterministic":
         attention = f" {d['attention'] + '+' + d['attention_backward']:9}"
     mode = "graph" if d.get("cuda_graph") else ("compile:" + d["compile"]) if d.get("compile", "none") != "none" else "eager"
+    mode += "+cudnn-benchmark" if d.get("cudnn_benchmark") else "
     flops, p = peak.get((d["model"], d["precision"]), (0, 0))
     mfu = f", MFU {flops / (d['ms_per_step'] / 1e3) / p:.3f}" if p else ""
     print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4} {mode:24}{attention} {d['ms_per_step']:8.3f} ms{mfu}{waits}")

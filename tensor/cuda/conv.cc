@@ -2,8 +2,10 @@
 // gradients, through cuDNN's convolution API.
 //
 // Algorithms: cuDNN's heuristics rank the candidates for a shape
-// (cudnnGet*Algorithm_v7, no trial runs); the first one that runs is
-// remembered per (direction, shapes, geometry, dtype, TF32 switch, device).
+// (cudnnGet*Algorithm_v7, no trial runs), or with set_cudnn_benchmark(true)
+// its trial runs on the real operands do (cudnnFind*AlgorithmEx, fastest
+// first); the first one that runs is remembered per (direction, shapes,
+// geometry, dtype, TF32 switch, benchmark switch, device).
 // For float32 without set_allow_tf32(true), candidates that need tensor-op
 // math are skipped and the rest run with CUDNN_FMA_MATH: exact FP32, like
 // matmul. Workspace comes from the caching allocator on the current stream.
@@ -19,6 +21,7 @@
 // it is still shipped and supported, and is much shorter to use correctly.
 #include <cudnn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -26,6 +29,8 @@
 #include <vector>
 
 #include "tensor/creation.h"
+#include "tensor/cudnn_benchmark.h"
+#include "tensor/host_waits.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/handles.h"
@@ -147,7 +152,7 @@ std::string problem_key(Direction direction, const Tensor& x, const Tensor& w, c
                         const Conv2dParams& p, int device) {
   std::ostringstream key;
   key << static_cast<int>(direction) << '|' << device << '|' << x.dtype() << '|' << allow_tf32() << '|'
-      << x.shape() << w.shape() << y.shape() << '|' << p.stride_h << ',' << p.stride_w << ',' << p.pad_h << ','
+      << cudnn_benchmark() << '|' << x.shape() << w.shape() << y.shape() << '|' << p.stride_h << ',' << p.stride_w << ',' << p.pad_h << ','
       << p.pad_w << ',' << p.dilation_h << ',' << p.dilation_w << ',' << p.groups;
   return key.str();
 }
@@ -173,6 +178,42 @@ std::vector<Candidate> usable(const Perf* perf, int count, DType dtype) {
                    perf[i].memory});
   }
   return out;
+}
+
+// The workspace cuDNN's trial runs may use: as much as its heuristics'
+// hungriest candidate asks, capped (an algorithm needing more is not tried).
+constexpr size_t kMaxBenchmarkWorkspace = size_t{1} << 30;
+
+// A scratch workspace for cudnnFind*AlgorithmEx, of `bytes` or less if the
+// device cannot spare them; its size in `bytes`.
+Tensor benchmark_workspace(const Device& device, size_t* bytes) {
+  *bytes = std::min(*bytes, kMaxBenchmarkWorkspace);
+  while (*bytes > 0) {
+    try {
+      return empty({static_cast<int64_t>(*bytes)}, {.dtype = kUInt8, .device = device});
+    } catch (const Error&) {
+      *bytes /= 2;
+    }
+  }
+  return Tensor();
+}
+
+// A direction's candidates, best first: as cuDNN's heuristics rank them, or
+// with cudnn_benchmark() as its trial runs on the real operands do. `get`
+// and `find` fill a Perf array (the _v7 and FindEx calls of the direction).
+template <typename Perf, typename Get, typename Find>
+std::vector<Candidate> ranked(DType dtype, const Device& device, int max_count, const Get& get, const Find& find) {
+  std::vector<Perf> perf(max_count);
+  int count = 0;
+  CUDNN_CHECK(get(max_count, &count, perf.data()));
+  if (!cudnn_benchmark()) return usable(perf.data(), count, dtype);
+  size_t bytes = 0;
+  for (const Candidate& c : usable(perf.data(), count, dtype)) bytes = std::max(bytes, c.workspace);
+  // Timing waits for the device: refused inside a CUDA graph capture.
+  note_host_wait("cuDNN's timing of convolution algorithms (set_cudnn_benchmark) for a shape first met here");
+  Tensor workspace = benchmark_workspace(device, &bytes);
+  CUDNN_CHECK(find(max_count, &count, perf.data(), workspace.defined() ? workspace.raw_data() : nullptr, bytes));
+  return usable(perf.data(), count, dtype);  // fastest first
 }
 
 // Whether cuDNN refused an algorithm for this call rather than failed:
@@ -278,11 +319,17 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   run_convolution(
       op, problem_key(Direction::Forward, x, w, out, p, ctx.device), conv, x.dtype(), out.device(),
       [&] {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        int count = 0;
-        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, xd.get(), wd.get(), conv.get(), yd.get(),
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
-        return usable(perf, count, x.dtype());
+        return ranked<cudnnConvolutionFwdAlgoPerf_t>(
+            x.dtype(), out.device(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+            [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* perf) {
+              return cudnnGetConvolutionForwardAlgorithm_v7(handle, xd.get(), wd.get(), conv.get(), yd.get(), n,
+                                                            count, perf);
+            },
+            [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* perf, void* workspace, size_t bytes) {
+              return cudnnFindConvolutionForwardAlgorithmEx(handle, xd.get(), x.raw_data(), wd.get(), w.raw_data(),
+                                                            conv.get(), yd.get(), out.raw_data(), n, count, perf,
+                                                            workspace, bytes);
+            });
       },
       [&](const Candidate& c, void* workspace, size_t bytes) {
         return cudnnConvolutionForward(handle, s.one(), xd.get(), x.raw_data(), wd.get(), w.raw_data(), conv.get(),
@@ -308,11 +355,17 @@ void CudaBackend::conv2d_backward_input(const Tensor& dy_in, const Tensor& relu_
   run_convolution(
       op, problem_key(Direction::BackwardData, dx, w, dy, p, ctx.device), conv, dy.dtype(), dx.device(),
       [&] {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        int count = 0;
-        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, wd.get(), dyd.get(), conv.get(), dxd.get(),
-                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
-        return usable(perf, count, dy.dtype());
+        return ranked<cudnnConvolutionBwdDataAlgoPerf_t>(
+            dy.dtype(), dx.device(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+            [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+              return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, wd.get(), dyd.get(), conv.get(), dxd.get(),
+                                                                 n, count, perf);
+            },
+            [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* workspace, size_t bytes) {
+              return cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wd.get(), w.raw_data(), dyd.get(),
+                                                                 dy.raw_data(), conv.get(), dxd.get(), dx.raw_data(),
+                                                                 n, count, perf, workspace, bytes);
+            });
       },
       [&](const Candidate& c, void* workspace, size_t bytes) {
         return cudnnConvolutionBackwardData(handle, s.one(), wd.get(), w.raw_data(), dyd.get(), dy.raw_data(),
@@ -350,12 +403,17 @@ void CudaBackend::conv2d_backward_weight(const Tensor& dy_in, const Tensor& relu
   run_convolution(
       op, problem_key(Direction::BackwardFilter, x, dw, dy, p, ctx.device), conv, x.dtype(), dw.device(),
       [&] {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        int count = 0;
-        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, xd.get(), dyd.get(), conv.get(), dwd.get(),
-                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-                                                                  perf));
-        return usable(perf, count, x.dtype());
+        return ranked<cudnnConvolutionBwdFilterAlgoPerf_t>(
+            x.dtype(), dw.device(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+            [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+              return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, xd.get(), dyd.get(), conv.get(),
+                                                                   dwd.get(), n, count, perf);
+            },
+            [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* workspace, size_t bytes) {
+              return cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xd.get(), x.raw_data(), dyd.get(),
+                                                                   dy.raw_data(), conv.get(), dwd.get(),
+                                                                   dw.raw_data(), n, count, perf, workspace, bytes);
+            });
       },
       [&](const Candidate& c, void* workspace, size_t bytes) {
         return cudnnConvolutionBackwardFilter(handle, s.one(), xd.get(), x.raw_data(), dyd.get(), dy.raw_data(),

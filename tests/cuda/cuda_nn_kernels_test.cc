@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensor/backend.h"
+#include "tensor/cudnn_benchmark.h"
 #include "tensor/precision.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -62,10 +63,13 @@ TEST_P(CudaNnKernels, Conv2dAndItsGradients) {
   LOOM_REQUIRE_CUDA();
   const DType dtype = GetParam();
   uint64_t seed = 600;
+  // cuDNN's heuristics' algorithms, then the ones its trial runs pick (set_cudnn_benchmark).
+  for (bool benchmark : {false, true})
   for (ConvCase c : conv_cases())
     for (bool relu : {false, true}) {  // with and without the fused ReLU
+      set_cudnn_benchmark(benchmark);
       c.p.relu = relu;
-      const std::string name = c.name + std::string(relu ? " + relu" : "");
+      const std::string name = c.name + std::string(relu ? " + relu" : "") + (benchmark ? " (benchmark)" : "");
       const int64_t ho = window_output_size(c.h, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
       const int64_t wo = window_output_size(c.w, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
       Tensor x = random({c.n, c.c, c.h, c.w}, dtype, ++seed);
@@ -90,6 +94,7 @@ TEST_P(CudaNnKernels, Conv2dAndItsGradients) {
       cuda().conv2d_backward_weight(gpu(dy), relu_out_gpu, gpu(x), c.p, dw_gpu, db_gpu);
       expect_close(dw_gpu, dw_cpu, sum_tol(dtype, c.n * ho * wo), "conv2d_backward_weight " + name);
       expect_close(db_gpu, db_cpu, sum_tol(dtype, c.n * ho * wo), "conv2d bias gradient " + name);
+      set_cudnn_benchmark(false);
     }
 }
 
