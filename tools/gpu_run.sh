@@ -464,7 +464,7 @@ for d in rows:
     if d.get("attention_backward", "deterministic") != "deterministic":
         attention = f" {d['attention'] + '+' + d['attention_backward']:9}"
     mode = "graph" if d.get("cuda_graph") else ("compile:" + d["compile"]) if d.get("compile", "none") != "none" else "eager"
-    mode += "+cudnn-benchmark" if d.get("cudnn_benchmark") else "
+    mode += "+cudnn-benchmark" if d.get("cudnn_benchmark") else ""
     flops, p = peak.get((d["model"], d["precision"]), (0, 0))
     mfu = f", MFU {flops / (d['ms_per_step'] / 1e3) / p:.3f}" if p else ""
     print(f"step: {d['framework']:5} {d['model']:9} {d['precision']:4} {mode:24}{attention} {d['ms_per_step']:8.3f} ms{mfu}{waits}")
@@ -492,7 +492,7 @@ PY
     }
     if [ -n "$ncu" ]; then
       local model side
-      for model in gpt lstm; do
+      for model in ${LOOM_PROFILE_MODELS:-gpt lstm}; do
         for side in loom torch; do profile "$model" "$side"; done
       done
     else

@@ -6,6 +6,7 @@
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/stream.h"
+#include "tensor/error.h"
 
 namespace loom::cuda {
 namespace {
@@ -78,6 +79,13 @@ Handle thread_handle(int device, std::vector<Handle>& mine, Pool<Handle>& pool, 
     Handle handle = nullptr;
     if (!pool.take(device, &handle)) {
       DeviceGuard guard(device);
+      // Creating one allocates device memory, which a CUDA graph capture
+      // cannot hold (cuDNN reports only "device allocation failed").
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(current_stream(device).handle(), &capturing));
+      LOOM_CHECK(capturing == cudaStreamCaptureStatusNone, "this thread's first cuBLAS or cuDNN call on cuda:",
+                 device, " is inside a CUDA graph capture, which cannot create its library handle; take one step "
+                 "outside the capture first (a warm-up)");
       handle = create();
     }
     mine[device] = handle;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "examples/models/models.h"
@@ -282,9 +283,21 @@ TEST(CudaGraph, TimingCudnnAlgorithmsForAShapeFirstMetInsideTheCaptureIsRefused)
   LOOM_REQUIRE_CUDA();
   set_cudnn_benchmark(true);
   Tensor x = randn({2, 3, 17, 13}, {.device = gpu_device()}), w = randn({5, 3, 3, 3}, {.device = gpu_device()});
+  nn::functional::conv2d(x.narrow(0, 0, 1), w);  // another shape: this thread's cuDNN handle exists
   const std::string message = capture_error([&] { nn::functional::conv2d(x, w); });
   set_cudnn_benchmark(false);
   EXPECT_NE(message.find("cuDNN's timing"), std::string::npos) << message;
+}
+
+TEST(CudaGraph, AThreadsFirstLibraryCallInsideTheCaptureIsRefusedByName) {
+  LOOM_REQUIRE_CUDA();
+  std::string message;
+  std::thread fresh([&] {  // a thread with no cuBLAS handle yet
+    Tensor a = randn({8, 8}, {.device = gpu_device()});
+    message = capture_error([&] { a.matmul(a); });
+  });
+  fresh.join();
+  EXPECT_NE(message.find("library handle"), std::string::npos) << message;
 }
 
 TEST(CudaGraph, ACopyFromTheHostInsideTheCaptureIsRefused) {
