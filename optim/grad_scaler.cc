@@ -8,6 +8,21 @@
 #include "tensor/device_graph.h"
 
 namespace loom::optim {
+namespace {
+
+// The gradients of the optimizer's parameters `indices`, made contiguous in
+// place: the fused unscale pass, as the optimizers' steps, takes them so.
+TensorList contiguous_grads(Optimizer& optimizer, const std::vector<size_t>& indices) {
+  TensorList grads;
+  for (size_t i : indices) {
+    const Tensor& p = optimizer.params()[i];
+    if (!p.grad().is_contiguous()) p.set_grad(p.grad().contiguous());
+    grads.push_back(p.grad());
+  }
+  return grads;
+}
+
+}  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   LOOM_CHECK(options_.init_scale > 0 && options_.growth_factor > 1 && options_.backoff_factor > 0 &&
@@ -57,15 +72,8 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   if (options_.capturable) return unscale_on_device(optimizer, groups);
   bool found_here = false;
   for (const auto& [device, indices] : groups) {
-    TensorList grads;
-    for (size_t i : indices) {
-      const Tensor& p = optimizer.params()[i];
-      // The fused pass, as the optimizers' steps, takes contiguous gradients.
-      if (!p.grad().is_contiguous()) p.set_grad(p.grad().contiguous());
-      grads.push_back(p.grad());
-    }
     Tensor flag = zeros({1}, {.dtype = kFloat32, .device = device});
-    backend_for(device).unscale_and_check_finite(grads, 1.0 / scale_, flag);
+    backend_for(device).unscale_and_check_finite(contiguous_grads(optimizer, indices), 1.0 / scale_, flag);
     found_here = found_here || flag.item() != 0;  // the read-back: one per device, normally one
   }
   const bool inf = agree_on_inf(found_here);
@@ -82,14 +90,8 @@ void GradScaler::unscale_on_device(Optimizer& optimizer, const std::map<Device, 
   for (const auto& [device, indices] : groups) {
     LOOM_CHECK(device == device_scale_.device(), "GradScaler (capturable): a gradient is on ", device,
                " but the scale on ", device_scale_.device(), "; one device a scaler");
-    TensorList grads;
-    for (size_t i : indices) {
-      const Tensor& p = optimizer.params()[i];
-      if (!p.grad().is_contiguous()) p.set_grad(p.grad().contiguous());
-      grads.push_back(p.grad());
-    }
     Tensor flag = zeros({1}, {.dtype = kFloat32, .device = device});
-    backend_for(device).unscale_and_check_finite(grads, 0, flag, device_scale_);
+    backend_for(device).unscale_and_check_finite(contiguous_grads(optimizer, indices), 0, flag, device_scale_);
     flags[device] = flag;
   }
   unscaled_.emplace_back(&optimizer, false);  // whether it had an inf is known on the device alone

@@ -224,7 +224,7 @@ void SGD::step() {
     for (Launch* l : {&starting, &continuing}) {
       if (l->params.empty()) continue;
       SgdParams p{lr(), options.momentum, options.dampening, options.weight_decay, options.nesterov,
-                  /*first_step=*/l == &starting};
+                  /*first_step=*/l == &starting, /*device=*/{}};
       if (capturable()) {
         p.device = device_scalars(device, step_count(indices[0]) - 1);
         p.device.advance = l == &starting || starting.params.empty();  // one count a step
@@ -262,7 +262,8 @@ void Adam::step() {
         m.push_back(state(i, "exp_avg"));
         v.push_back(state(i, "exp_avg_sq"));
       }
-      AdamParams p{lr(), options.beta1, options.beta2, options.eps, options.weight_decay, decoupled_, count};
+      AdamParams p{lr(), options.beta1, options.beta2, options.eps, options.weight_decay, decoupled_, count,
+                   /*device=*/{}};
       if (capturable()) p.device = device_scalars(device, count - 1);
       backend_for(device).adam_step(params, grads, m, v, p);
     }

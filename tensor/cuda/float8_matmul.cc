@@ -65,12 +65,8 @@ void CudaBackend::float8_matmul(const Tensor& a, Float8Format a_format, const Te
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(layout_b.address(), float8_type(a_format), k, m, k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(layout_d.address(), out_type, n, m, n));
 
-  // As matmul_lt.cc: split-K partial sums add in float32, not in a 16-bit D.
   Preference preference;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.address()));
-  set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kGemmWorkspaceBytes));
-  set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-      static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
+  make_exact_sum_preference(preference, kGemmWorkspaceBytes);
 
   cublasLtHandle_t handle = cublaslt_handle(ctx.device);
   cublasLtMatmulHeuristicResult_t best{};

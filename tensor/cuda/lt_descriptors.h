@@ -11,6 +11,9 @@
 
 #include <cublasLt.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "tensor/cuda/cuda_check.h"
 
 namespace loom::cuda {
@@ -45,6 +48,17 @@ void set(const MatmulDesc& desc, cublasLtMatmulDescAttributes_t attribute, const
 template <typename T>
 void set(const Preference& preference, cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &value, sizeof(value)));
+}
+
+// Makes the preference every loom product asks for: at most
+// `workspace_bytes` of workspace, and split-K partial sums added in FP32,
+// never in a 16-bit output type, so that a product rounds once (as the
+// cuBLAS handle, handles.cc).
+inline void make_exact_sum_preference(Preference& preference, size_t workspace_bytes) {
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.address()));
+  set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes));
+  set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+      static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
 }
 
 }  // namespace loom::cuda

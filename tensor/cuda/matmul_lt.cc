@@ -50,13 +50,8 @@ bool matmul_with_bias_epilogue(const LaunchContext& ctx, const Tensor& a, const 
   describe_operand(layout_a, type, la, k, m);  // op(A): K x M
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(layout_d.address(), type, n, m, n));
 
-  // As the cuBLAS handle (handles.cc): split-K partial sums add in FP32,
-  // never in a 16-bit output type, so the product rounds once.
   Preference preference;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(preference.address()));
-  set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kGemmWorkspaceBytes));
-  set(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-      static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
+  make_exact_sum_preference(preference, kGemmWorkspaceBytes);
 
   cublasLtHandle_t handle = cublaslt_handle(ctx.device);
   cublasLtMatmulHeuristicResult_t best{};
