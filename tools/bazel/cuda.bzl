@@ -70,6 +70,11 @@ def cuda_library(
       linkopts: extra link options.
       **kwargs: passed to cc_library.
     """
+    # loom's includes are relative to its root: the exec root itself inside
+    # loom, external/<name> where another workspace uses loom as a repository.
+    repository = native.repository_name().lstrip("@")
+    includes = "-Iexternal/{0} -I$(GENDIR)/external/{0}".format(repository) if repository else "-I. -I$(GENDIR)"
+
     objects = []
     if CUDA_FOUND:
         for cu in cu_srcs:
@@ -86,7 +91,7 @@ def cuda_library(
                     " ".join(NVCC_FLAGS),
                     "$$mode",
                     extra,
-                    "-I. -I$(GENDIR)",
+                    includes,
                     "-o $@ $(location %s)" % cu,
                 ]),
                 message = "nvcc %s" % cu,

@@ -7,7 +7,9 @@ It writes @local_cuda with
 A machine without a toolkit builds the CPU backend only.
 """
 
-_LIBS = ["cudart", "cublas", "cublasLt", "cudnn", "nccl"]
+# The libraries the CUDA backend links; the installed CMake and pkg-config
+# files name them too (//:dist).
+CUDA_LIBS = ["cudart", "cublas", "cublasLt", "cudnn", "nccl"]
 
 def _cuda_configure_impl(ctx):
     root = ctx.os.environ.get("CUDA_PATH", "/usr/local/cuda")
@@ -26,7 +28,7 @@ cc_library(
     linkopts = ["-L{root}/lib64", "-Wl,-rpath,{root}/lib64"] + {libs},
     visibility = ["//visibility:public"],
 )
-""".format(root = root, libs = repr(["-l" + lib for lib in _LIBS])))
+""".format(root = root, libs = repr(["-l" + lib for lib in CUDA_LIBS])))
     else:
         ctx.file("BUILD", """
 cc_library(
