@@ -147,20 +147,20 @@ class Backend {
   struct QueueObject {  // a queue, a point in one, or a scope using one
     virtual ~QueueObject() = default;
   };
-  virtual std::shared_ptr<QueueObject> new_queue(int device_index) { return nullptr; }
+  virtual std::shared_ptr<QueueObject> new_queue(int /*device_index*/) { return nullptr; }
   // Until the returned object dies, the calling thread's work on the device goes on `queue`.
-  virtual std::shared_ptr<QueueObject> enter_queue(const QueueObject& queue) { return nullptr; }
+  virtual std::shared_ptr<QueueObject> enter_queue(const QueueObject& /*queue*/) { return nullptr; }
   // The current end of the calling thread's queue; `timed`: one that
   // seconds_between() can measure from (it costs a little on the GPU).
-  virtual std::shared_ptr<QueueObject> mark_queue(int device_index, bool timed = false) { return nullptr; }
+  virtual std::shared_ptr<QueueObject> mark_queue(int /*device_index*/, bool /*timed*/ = false) { return nullptr; }
   // Seconds of the device's time between two timed marks, waiting (host)
   // until `to` is reached.
-  virtual double seconds_between(const QueueObject& from, const QueueObject& to) { return 0; }
+  virtual double seconds_between(const QueueObject& /*from*/, const QueueObject& /*to*/) { return 0; }
   // The calling thread's queue waits until `mark` is reached (no host wait).
-  virtual void wait_for_mark(const QueueObject& mark, int device_index) {}
+  virtual void wait_for_mark(const QueueObject& /*mark*/, int /*device_index*/) {}
   // `t` is used by work queued so far on the calling thread's queue: its
   // memory is not reused before that work is done.
-  virtual void used_on_current_queue(const Tensor& t) {}
+  virtual void used_on_current_queue(const Tensor& /*t*/) {}
 
   // ---- graphs: a device's work captured once, replayed (tensor/device_graph.h) ----
   // Runs `work` on the calling thread with the device's work recorded into a

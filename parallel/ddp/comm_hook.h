@@ -26,7 +26,7 @@ class CommHook {
   // `group`; the Reducer waits for the work, then calls finish().
   virtual WorkPtr launch(ProcessGroup& group, size_t index, const Tensor& bucket) = 0;
   // Leaves the average in `bucket`, once the work from launch() is done.
-  virtual void finish(size_t index, const Tensor& bucket) {}
+  virtual void finish(size_t /*index*/, const Tensor& /*bucket*/) {}
   // The bytes one rank contributes to the collective for `bucket`.
   virtual int64_t wire_bytes(const Tensor& bucket) const { return static_cast<int64_t>(bucket.nbytes()); }
   virtual std::string name() const = 0;
