@@ -15,6 +15,7 @@ PACKAGES=(
   gnuplot-nox                       # loss-curve and comparison charts
   dataset-fashion-mnist fortunes    # the examples' data
   strace iproute2                   # tests: kills at chosen writes; two hosts as network namespaces
+  cmake pkg-config dpkg-dev         # tests: programs of your own against an installed loom, its .deb
 )
 
 SUDO=""
