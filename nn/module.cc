@@ -61,6 +61,14 @@ void Module::replace_module(const std::string& name, ModulePtr module) {
   it->second = std::move(module);
 }
 
+void Module::set_forward_override(ForwardFn forward, std::string description) {
+  LOOM_CHECK(forward != nullptr, type_name_, ": an empty forward override");
+  LOOM_CHECK(!forward_override_, type_name_, " already runs ", forward_override_description_, "; it cannot also run ",
+             description);
+  forward_override_ = std::move(forward);
+  forward_override_description_ = std::move(description);
+}
+
 void Module::collect_named(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const {
   for (const auto& [name, t] : buffers ? buffers_ : parameters_) out.emplace_back(prefix + name, t);
   if (!recurse) return;
@@ -191,6 +199,11 @@ void Module::clear_registrations() {
 }
 
 void Module::copy_state_from(const Module& original, std::optional<Device> device) {
+  // An override's closure refers to the original's own tensors and groups: a
+  // copy would run the original's computation, or a rank's slices twice.
+  LOOM_CHECK(!original.forward_override_, "clone: this ", type_name_, " runs ",
+             original.forward_override_description_, " (parallel/parallelize.h), which a copy cannot share; ",
+             "clone the model before parallelizing it");
   NoGradGuard no_grad;
   auto copy_entries = [&](const NamedTensors& from, NamedTensors& to, const char* what) {
     LOOM_CHECK(from.size() == to.size(), "clone: ", type_name_, "::reset() registered ", to.size(), " ", what,
@@ -222,6 +235,7 @@ namespace {
 void print_tree(std::ostream& out, const Module& m, int indent) {
   if (m.named_children().empty()) {
     m.pretty_print(out);
+    if (m.has_forward_override()) out << " [" << m.forward_override_description() << "]";
     return;
   }
   out << m.type_name() << "(\n";
@@ -231,6 +245,7 @@ void print_tree(std::ostream& out, const Module& m, int indent) {
     out << '\n';
   }
   out << std::string(indent, ' ') << ')';
+  if (m.has_forward_override()) out << " [" << m.forward_override_description() << "]";
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 //   for (auto& [name, p] : model->named_parameters()) ...   // "fc.weight", "fc.bias", "scale"
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -116,6 +117,20 @@ class Module : public std::enable_shared_from_this<Module> {
   // the child (a member) goes on calling the old one.
   void replace_module(const std::string& name, ModulePtr module);
 
+  // ---- a forward run another way (parallel/parallelize.h) ----
+  // From now on forward(x) calls `forward` instead of the module's own
+  // computation; `description` says what it runs ("colwise over 2 ranks")
+  // and is printed after the module. The module keeps its place, its name
+  // and its parameters (a parallel transform reshapes them in place to this
+  // rank's slices), so every handle to it, a member or a container's entry,
+  // runs the new forward. Linear, Embedding, LayerNorm, Dropout and
+  // CausalSelfAttention honour it; a module that already has one refuses a
+  // second, and a module that has one, or holds one, cannot be cloned.
+  using ForwardFn = std::function<Tensor(const Tensor&)>;
+  void set_forward_override(ForwardFn forward, std::string description);
+  bool has_forward_override() const { return static_cast<bool>(forward_override_); }
+  const std::string& forward_override_description() const { return forward_override_description_; }
+
   // ---- traversal; names are dotted paths from this module ----
   NamedTensors named_parameters(bool recurse = true) const;
   TensorList parameters(bool recurse = true) const;
@@ -153,6 +168,8 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual void pretty_print(std::ostream& out) const;
 
  protected:
+  // What a layer's forward calls first: the override, if one is set.
+  const ForwardFn& forward_override() const { return forward_override_; }
   // Cloneable's deep copy: drop the registrations copied from the original...
   void clear_registrations();
   // ...and, after reset() rebuilt them, copy the original's values in.
@@ -169,6 +186,8 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
   bool training_ = true;
+  ForwardFn forward_override_;
+  std::string forward_override_description_;
 };
 
 // Prints the module tree as PyTorch does.

@@ -20,15 +20,21 @@ void CausalSelfAttentionImpl::reset() {
 }
 
 Tensor CausalSelfAttentionImpl::forward(const Tensor& x) {
+  if (forward_override()) return forward_override()(x);
   LOOM_CHECK(x.dim() == 3 && x.size(2) == options.embed_dim, "CausalSelfAttention: expected input (B, T, ",
              options.embed_dim, "), got ", x.shape());
-  const int64_t b = x.size(0), t = x.size(1), c = options.embed_dim, heads = options.num_heads;
-  TensorList qkv_parts = split(qkv->forward(x), c, 2);  // three (B, T, C)
-  // (B, T, C) -> (B, heads, T, C / heads)
-  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, c / heads}).transpose(1, 2); };
+  // The heads are counted from the projection's output, not the options: in
+  // tensor parallel qkv yields this rank's heads only (3W of the 3C), and
+  // with the tokens sharded it gathers them (T here may exceed x's).
+  const Tensor projected = qkv->forward(x);
+  const int64_t b = projected.size(0), t = projected.size(1), width = projected.size(2) / 3;
+  const int64_t head_dim = options.embed_dim / options.num_heads, heads = width / head_dim;
+  TensorList qkv_parts = split(projected, width, 2);  // three (B, T, W)
+  // (B, T, W) -> (B, heads, T, head_dim)
+  auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, head_dim}).transpose(1, 2); };
   Tensor y = functional::scaled_dot_product_attention(by_head(qkv_parts[0]), by_head(qkv_parts[1]),
                                                       by_head(qkv_parts[2]), /*causal=*/true);
-  y = y.transpose(1, 2).reshape({b, t, c});  // heads side by side again
+  y = y.transpose(1, 2).reshape({b, t, width});  // heads side by side again
   return dropout->forward(proj->forward(y));
 }
 

@@ -15,7 +15,10 @@ void EmbeddingImpl::reset() {
   init::normal_(weight, 0, 1);
 }
 
-Tensor EmbeddingImpl::forward(const Tensor& indices) { return functional::embedding(indices, weight); }
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
+  if (forward_override()) return forward_override()(indices);
+  return functional::embedding(indices, weight);
+}
 
 void EmbeddingImpl::pretty_print(std::ostream& out) const {
   out << "Embedding(" << options.num_embeddings << ", " << options.embedding_dim << ")";
@@ -25,7 +28,10 @@ DropoutImpl::DropoutImpl(const DropoutOptions& o) : Cloneable("Dropout"), option
   LOOM_CHECK(o.p >= 0 && o.p <= 1, "Dropout: p must be in [0, 1], got ", o.p);
 }
 
-Tensor DropoutImpl::forward(const Tensor& x) { return functional::dropout(x, options.p, is_training()); }
+Tensor DropoutImpl::forward(const Tensor& x) {
+  if (forward_override()) return forward_override()(x);
+  return functional::dropout(x, options.p, is_training());
+}
 
 void DropoutImpl::pretty_print(std::ostream& out) const { out << "Dropout(p=" << options.p << ")"; }
 

@@ -27,6 +27,7 @@ void LinearImpl::reset() {
 }
 
 Tensor LinearImpl::forward(const Tensor& x) {
+  if (forward_override()) return forward_override()(x);
   if (float8_training_ && x.dim() >= 1 && x.size(-1) == options.in_features &&
       float8_fits(x.numel() / options.in_features))
     return functional::float8_linear(x, weight, bias);

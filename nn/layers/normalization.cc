@@ -45,6 +45,7 @@ void LayerNormImpl::reset() {
 }
 
 Tensor LayerNormImpl::forward(const Tensor& x) {
+  if (forward_override()) return forward_override()(x);
   return functional::layer_norm(x, options.normalized_shape, weight, bias, options.eps);
 }
 
