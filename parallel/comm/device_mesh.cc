@@ -24,12 +24,38 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, std::vector<std::pai
     rest /= dims_[d].second;
   }
   for (size_t d = 0; d < dims_.size(); ++d) {
-    // The ranks that share every other coordinate: color = those coordinates as one number.
-    int color = 0;
-    for (size_t e = 0; e < dims_.size(); ++e)
-      if (e != d) color = color * dims_[e].second + coordinates_[e];
-    groups_.push_back(world_->split(color, coordinates_[d]));
+    std::vector<bool> in(dims_.size(), false);
+    in[d] = true;
+    groups_.push_back(split_along(in));
   }
+}
+
+std::shared_ptr<ProcessGroup> DeviceMesh::split_along(const std::vector<bool>& in) const {
+  // color: the coordinates outside `in` as one number; key: those inside, row-major.
+  int color = 0, key = 0;
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    int& number = in[d] ? key : color;
+    number = number * dims_[d].second + coordinates_[d];
+  }
+  return world_->split(color, key);
+}
+
+const std::shared_ptr<ProcessGroup>& DeviceMesh::group(std::initializer_list<std::string> dims) {
+  return group(std::vector<std::string>(dims));
+}
+
+const std::shared_ptr<ProcessGroup>& DeviceMesh::group(const std::vector<std::string>& dims) {
+  LOOM_CHECK(!dims.empty(), "DeviceMesh::group: no dimensions given");
+  std::vector<bool> in(dims_.size(), false);
+  for (const std::string& dim : dims) {
+    const size_t d = index(dim);
+    LOOM_CHECK(!in[d], "DeviceMesh::group: dimension '", dim, "' is named twice");
+    in[d] = true;
+  }
+  if (dims.size() == 1) return groups_[index(dims[0])];
+  auto it = joint_groups_.find(in);
+  if (it == joint_groups_.end()) it = joint_groups_.emplace(in, split_along(in)).first;
+  return it->second;
 }
 
 size_t DeviceMesh::index(const std::string& dim) const {
