@@ -45,23 +45,29 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, std:
   init_like_linear(weight, this->bias, in);
 }
 
+Tensor column_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const std::shared_ptr<ProcessGroup>& group, TokenLayout input, bool gather_output) {
+  Tensor y = input == TokenLayout::kSequenceSharded ? gather_sequence_linear(x, weight, bias, group)
+                                                   : F::linear(copy_to_tensor_parallel(x, group), weight, bias);
+  return gather_output ? gather_from_tensor_parallel(y, group) : y;
+}
+
+Tensor column_slice(const Tensor& full, int parts, const ProcessGroup& group) {
+  const int64_t block = full.size(0) / parts, local = block / group.size(), r = group.rank();
+  TensorList rows;
+  for (int p = 0; p < parts; ++p) rows.push_back(full.narrow(0, p * block + r * local, local));
+  return cat(rows, 0);
+}
+
 Tensor ColumnParallelLinearImpl::forward(const Tensor& x) {
-  Tensor y = input_ == TokenLayout::kSequenceSharded ? gather_sequence_linear(x, weight, bias, group_)
-                                                    : F::linear(copy_to_tensor_parallel(x, group_), weight, bias);
-  return gather_output_ ? gather_from_tensor_parallel(y, group_) : y;
+  return column_parallel_linear(x, weight, bias, group_, input_, gather_output_);
 }
 
 void ColumnParallelLinearImpl::load_from(const nn::LinearImpl& full) { load_from(full, 1); }
 
 void ColumnParallelLinearImpl::load_from(const nn::LinearImpl& full, int parts) {
-  const int64_t block = full.weight.size(0) / parts, local = block / group_->size(), r = group_->rank();
-  TensorList rows, biases;
-  for (int p = 0; p < parts; ++p) {
-    rows.push_back(full.weight.narrow(0, p * block + r * local, local));
-    if (bias.defined()) biases.push_back(full.bias.narrow(0, p * block + r * local, local));
-  }
-  copy_into(weight, cat(rows, 0), "the weight's rows");
-  if (bias.defined()) copy_into(bias, cat(biases, 0), "the bias");
+  copy_into(weight, column_slice(full.weight, parts, *group_), "the weight's rows");
+  if (bias.defined()) copy_into(bias, column_slice(full.bias, parts, *group_), "the bias");
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, std::shared_ptr<ProcessGroup> group, bool bias,
@@ -73,18 +79,25 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, std::share
   init_like_linear(weight, this->bias, in);
 }
 
-Tensor RowParallelLinearImpl::forward(const Tensor& x) {
-  if (output_ == TokenLayout::kReplicated) {
-    Tensor y = reduce_from_tensor_parallel(F::linear(x, weight), group_);
+Tensor row_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           const std::shared_ptr<ProcessGroup>& group, TokenLayout output) {
+  if (output == TokenLayout::kReplicated) {
+    Tensor y = reduce_from_tensor_parallel(F::linear(x, weight), group);
     return bias.defined() ? y + bias : y;
   }
-  Tensor y = reduce_scatter_to_sequence_parallel(F::linear(x, weight), group_);
-  return bias.defined() ? y + copy_to_tensor_parallel(bias, group_) : y;
+  Tensor y = reduce_scatter_to_sequence_parallel(F::linear(x, weight), group);
+  return bias.defined() ? y + copy_to_tensor_parallel(bias, group) : y;
 }
 
+Tensor row_slice(const Tensor& full, const ProcessGroup& group) {
+  const int64_t local = full.size(1) / group.size();
+  return full.narrow(1, group.rank() * local, local);
+}
+
+Tensor RowParallelLinearImpl::forward(const Tensor& x) { return row_parallel_linear(x, weight, bias, group_, output_); }
+
 void RowParallelLinearImpl::load_from(const nn::LinearImpl& full) {
-  const int64_t local = weight.size(1);
-  copy_into(weight, full.weight.narrow(1, group_->rank() * local, local), "the weight's columns");
+  copy_into(weight, row_slice(full.weight, *group_), "the weight's columns");
   if (bias.defined()) copy_into(bias, full.bias, "the bias");
 }
 
@@ -128,14 +141,19 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num, int64_t dim,
   nn::init::normal_(weight, 0, 1);
 }
 
-Tensor VocabParallelEmbeddingImpl::forward(const Tensor& indices) {
-  const int64_t local = weight.size(0);
+Tensor vocab_parallel_embedding(const Tensor& indices, const Tensor& weight, const std::shared_ptr<ProcessGroup>& group,
+                                TokenLayout output) {
+  const int64_t local = weight.size(0), first = group->rank() * local;
   Tensor mine = logical_and(indices >= static_cast<double>(first), indices < static_cast<double>(first + local));
   // Ids of other ranks look up row 0 and are zeroed; the all-reduce adds each id's one real row.
   Tensor local_ids = where(mine, indices - static_cast<double>(first), zeros_like(indices));
   Tensor rows = F::embedding(local_ids, weight) * mine.unsqueeze(mine.dim()).to(weight.dtype());
-  return output_ == TokenLayout::kSequenceSharded ? reduce_scatter_to_sequence_parallel(rows, group_)
-                                                  : reduce_from_tensor_parallel(rows, group_);
+  return output == TokenLayout::kSequenceSharded ? reduce_scatter_to_sequence_parallel(rows, group)
+                                                 : reduce_from_tensor_parallel(rows, group);
+}
+
+Tensor VocabParallelEmbeddingImpl::forward(const Tensor& indices) {
+  return vocab_parallel_embedding(indices, weight, group_, output_);
 }
 
 void VocabParallelEmbeddingImpl::load_from(const nn::EmbeddingImpl& full) {

@@ -114,6 +114,24 @@ class VocabParallelEmbeddingImpl : public nn::Module {
 };
 LOOM_MODULE(VocabParallelEmbedding);
 
+// The layers' computations, on tensors a module already holds (the plans of
+// parallel/parallelize.h run a model's own Linear and Embedding modules
+// through them). `weight` and `bias` are this rank's slices.
+Tensor column_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const std::shared_ptr<ProcessGroup>& group, TokenLayout input = TokenLayout::kReplicated,
+                              bool gather_output = false);
+Tensor row_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           const std::shared_ptr<ProcessGroup>& group, TokenLayout output = TokenLayout::kReplicated);
+// `weight`: rows [r num/N, (r+1) num/N) of the vocabulary's.
+Tensor vocab_parallel_embedding(const Tensor& indices, const Tensor& weight, const std::shared_ptr<ProcessGroup>& group,
+                                TokenLayout output = TokenLayout::kReplicated);
+
+// This rank's slice of a full tensor: rows (a column-parallel weight or
+// bias, or an embedding's vocabulary; `parts` stacked blocks each sliced,
+// as attention's q, k, v), or columns (a row-parallel weight).
+Tensor column_slice(const Tensor& full, int parts, const ProcessGroup& group);
+Tensor row_slice(const Tensor& full, const ProcessGroup& group);
+
 // Mean cross-entropy of logits split along the vocabulary (this rank's
 // (..., V/N) slice, from a ColumnParallelLinear without gather) against
 // targets (...,) over the whole vocabulary. Only scalars per position cross
