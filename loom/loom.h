@@ -80,10 +80,12 @@
 
 // The parallel strategies, and tracing.
 #include "parallel/context_parallel/attention.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/sequence_split.h"
 #include "parallel/context_parallel/ulysses_attention.h"
 #include "parallel/data_parallel.h"
+#include "parallel/parallelize.h"
 #include "parallel/ddp/comm_hook.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/pipeline/balance.h"

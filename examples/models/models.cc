@@ -74,16 +74,27 @@ int64_t sample_token(const Tensor& logits, double temperature, Generator& genera
   return static_cast<int64_t>(p.size()) - 1;
 }
 
-Tensor GPTImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator) {
+Tensor generate_with(const WindowLogits& logits, Tensor idx, int64_t count, int64_t block_size, double temperature,
+                     Generator& generator, int64_t multiple, int64_t drawn) {
   NoGradGuard no_grad;
-  Generator& gen = generator ? *generator : default_generator();
+  LOOM_CHECK(multiple >= 1 && block_size % multiple == 0, "generate: windows of up to ", block_size,
+             " tokens cannot be padded to a multiple of ", multiple);
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - config.block_size);
-    Tensor logits = forward(idx.narrow(1, start, t - start)).select(0, 0).select(0, -1);  // (vocab)
-    const int64_t next = sample_token(logits, temperature, gen);
+    const int64_t t = idx.size(1), start = std::max<int64_t>(0, t - block_size), length = t - start;
+    Tensor window = idx.narrow(1, start, length);
+    if (length % multiple != 0)
+      window = cat({window, zeros({1, multiple - length % multiple}, {.dtype = kInt64, .device = idx.device()})}, 1);
+    Tensor last = logits(window).select(0, 0).select(0, length - 1);  // (V)
+    if (drawn > 0) last = last.narrow(0, 0, drawn);
+    const int64_t next = sample_token(last, temperature, generator);
     idx = cat({idx, full({1, 1}, static_cast<double>(next), {.dtype = kInt64, .device = idx.device()})}, 1);
   }
   return idx;
+}
+
+Tensor GPTImpl::generate(Tensor idx, int64_t count, double temperature, Generator* generator) {
+  return generate_with([this](const Tensor& window) { return forward(window); }, std::move(idx), count,
+                       config.block_size, temperature, generator ? *generator : default_generator());
 }
 
 CharLSTMImpl::CharLSTMImpl(const CharLSTMOptions& o) : Cloneable("CharLSTM"), options(o) {

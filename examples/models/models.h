@@ -7,6 +7,8 @@
 //   models::LSTMClassifier rnn({.input_size = 64, .hidden_size = 128, .num_layers = 2, .classes = 10});
 #pragma once
 
+#include <functional>
+
 #include "nn/nn.h"
 
 namespace loom::models {
@@ -111,5 +113,16 @@ LOOM_MODULE(CharLSTM);
 
 // Draws a token from the softmax of `logits` (V) at `temperature`.
 int64_t sample_token(const Tensor& logits, double temperature, Generator& generator);
+
+// Extends idx (1, T) by `count` tokens, each drawn from the last of `logits`
+// (a window (1, W) of at most `block_size` tokens -> (1, W, V)) at
+// `temperature`. `multiple`: each window is padded at its end to a multiple
+// of it, for a model whose ranks each take a share of the sequence (causal
+// attention keeps the padding out of the last real token's logits).
+// `drawn`: only the first `drawn` entries of V are drawn (0: all), for a
+// vocabulary padded to a multiple of the ranks.
+using WindowLogits = std::function<Tensor(const Tensor& window)>;
+Tensor generate_with(const WindowLogits& logits, Tensor idx, int64_t count, int64_t block_size, double temperature,
+                     Generator& generator, int64_t multiple = 1, int64_t drawn = 0);
 
 }  // namespace loom::models

@@ -8,7 +8,8 @@
 
 #include <memory>
 
-#include "examples/models/context_parallel_gpt.h"
+#include "examples/models/gpt_plans.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "tests/parallel/tensor_parallel_checks.h"
 
 namespace loom::parallel::testing {
@@ -29,8 +30,8 @@ inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
                                                SequenceSplit split, bool reseed = false,
                                                KeyValueExchange exchange = KeyValueExchange::kAllGather) {
   auto& [full, copy] = models;
-  models::ContextParallelGPT cp(copy, group, split, exchange);
-  DistributedDataParallel replica(cp, group);
+  context_parallel(*copy, group, models::gpt_context_parallel({.split = split, .exchange = exchange}));
+  DistributedDataParallel replica(copy, group);
   const Device device = full->head->weight.device();
   Generator gen(5);
   const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen).to(device),
@@ -50,6 +51,11 @@ inline void check_cp_gpt_matches_single_device(const std::shared_ptr<ProcessGrou
     expect_same_step(expected, {mean_over(*group, loss), norm.item()}, max_param_difference(*copy, *full),
                      group->rank(), step);
   }
+  if (!reseed) {  // evaluation and sampling see the whole sequence's logits, put back in order
+    NoGradGuard no_grad;
+    const models::GptLayout layout{.context = group, .split = split};
+    EXPECT_LT(loom::testing::max_rel_error(models::whole_logits(*copy, layout, idx), full->forward(idx)), 1e-10);
+  }
 }
 
 // Context x tensor parallel on a C x T mesh (rank = context * T + tensor):
@@ -67,16 +73,16 @@ inline void check_context_x_tensor_parallel_matches_single_device(const std::sha
   const bool reseed = full->config.dropout > 0;
   DeviceMesh mesh(world, {{"context", context}, {"tensor", world->size() / context}});
   const std::shared_ptr<ProcessGroup>&context_group = mesh.group("context"), &tensor_group = mesh.group("tensor");
-  models::TensorParallelGPT tp = tp_gpt(full, tensor_group);
-  models::ContextTensorParallelGPT cp_tp(tp, context_group, split, exchange);
-  DistributedDataParallel replica(cp_tp, context_group);  // the ranks that hold the same slices
+  PlannedGpt tp = tp_gpt(full, tensor_group);
+  context_parallel(*tp.gpt, context_group, models::gpt_context_parallel({.split = split, .exchange = exchange}));
+  DistributedDataParallel replica(tp.gpt, context_group);  // the ranks that hold the same slices
   Generator gen(5);
   const Tensor idx = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen),
                targets = randint(0, 16, {3, 8}, {.dtype = kInt64}, &gen);
   const Tensor my_idx = shard_sequence(idx, *context_group, split),
                my_targets = shard_sequence(targets, *context_group, split);
   optim::AdamW opt_full(full->parameters(), {.lr = 1e-2});
-  optim::AdamW opt_tp(tp->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_tp(tp.gpt->parameters(), {.lr = 1e-2});
   for (int step = 0; step < 3; ++step) {
     if (reseed) manual_seed(100 + step);
     const StepResult expected = reference_step(full, opt_full, idx, targets);
@@ -84,10 +90,10 @@ inline void check_context_x_tensor_parallel_matches_single_device(const std::sha
     opt_tp.zero_grad();
     Tensor loss = vocab_parallel_cross_entropy(replica->forward(my_idx), my_targets, tensor_group);
     loss.backward();  // DDP averages each slice's gradient over the context group
-    const Tensor norm = tp->clip_grad_norm_(0.5);
+    const Tensor norm = tp.tp.clip_grad_norm_(0.5);
     opt_tp.step();
-    expect_same_step(expected, {mean_over(*context_group, loss), norm.item()},
-                     max_slice_difference(full, tp, tensor_group), world->rank(), step);
+    expect_same_step(expected, {mean_over(*context_group, loss), norm.item()}, max_slice_difference(full, tp),
+                     world->rank(), step);
   }
 }
 

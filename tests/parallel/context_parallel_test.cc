@@ -169,10 +169,11 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ContextParallelGpt,
 
 // Context parallelism with sharded data parallelism in place of DDP: the
 // weights' gradients reduce-scattered as backward goes (ZeRO-2), or the
-// model one FSDP unit, gathered for each pass. Two ranks, zig-zag, ring
+// model one FSDP unit, or one unit per block (context parallelism changes
+// the model's own modules, so FSDP may wrap them), gathered for each pass. Two ranks, zig-zag, ring
 // attention; three AdamW steps against the GPT on whole sequences: the
 // ranks' mean loss each step and every weight after.
-enum class Sharding { kZero2, kFsdp };
+enum class Sharding { kZero2, kFsdp, kFsdpPerBlock };
 
 class ContextParallelSharded : public ::testing::TestWithParam<Sharding> {};
 
@@ -182,15 +183,18 @@ TEST_P(ContextParallelSharded, MatchesSingleDevice) {
       2, [](int) { return testing::reference_and_copy(); },
       [&](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
         auto& [full, copy] = models;
-        models::ContextParallelGPT cp(copy, group, SequenceSplit::kZigZag, kRing);
+        context_parallel(*copy, group, models::gpt_context_parallel({.split = SequenceSplit::kZigZag, .exchange = kRing}));
         FullyShardedDataParallel fsdp{nullptr};
         std::unique_ptr<optim::Optimizer> opt;
-        if (sharding == Sharding::kFsdp) {
-          fsdp = FullyShardedDataParallel(cp.ptr(), group);  // no wrap policy: one unit
+        if (sharding != Sharding::kZero2) {
+          // One unit for the whole model, or one per block: the blocks run their own modules.
+          fsdp = sharding == Sharding::kFsdp
+                     ? FullyShardedDataParallel(copy.ptr(), group)
+                     : FullyShardedDataParallel(copy.ptr(), group, {.wrap = wrap_type<models::BlockImpl>()});
           opt = std::make_unique<optim::AdamW>(fsdp->parameters(), optim::AdamOptions{.lr = 1e-2});
         } else {
           opt = std::make_unique<ZeroRedundancyOptimizer>(
-              cp->parameters(), group,
+              copy->parameters(), group,
               [](TensorList shard) { return std::make_unique<optim::AdamW>(shard, optim::AdamOptions{.lr = 1e-2}); },
               ZeroOptions{.stage = 2});
         }
@@ -206,39 +210,30 @@ TEST_P(ContextParallelSharded, MatchesSingleDevice) {
           expected.backward();
           opt_full.step();
           opt->zero_grad();
-          const Tensor logits = fsdp ? fsdp->forward(my_idx) : cp->forward(my_idx);
+          const Tensor logits = fsdp ? fsdp->forward(my_idx) : copy->forward(my_idx);
           Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, 16}), my_targets.reshape({-1}));
           loss.backward();
           opt->step();
           EXPECT_NEAR(testing::mean_over(*group, loss), expected.item(), 1e-12) << "step " << step;
         }
-        const nn::StateDict mine = fsdp ? fsdp->full_state_dict() : cp->state_dict();  // names from "gpt."
+        const nn::StateDict mine = fsdp ? fsdp->full_state_dict() : copy->state_dict();
         const nn::StateDict reference = full->state_dict();
         ASSERT_EQ(mine.size(), reference.size());
         for (const auto& [name, value] : mine) {
           const auto expected = std::find_if(reference.begin(), reference.end(),
-                                             [&](const auto& entry) { return "gpt." + entry.first == name; });
+                                             [&](const auto& entry) { return entry.first == name; });
           ASSERT_NE(expected, reference.end()) << name;
           EXPECT_LT(loom::testing::max_rel_error(value, expected->second), 1e-10) << name;
         }
       });
 }
 
-// FSDP units per block would wrap what the model calls part by part: refused, with what to do instead.
-TEST(ContextParallelSharded, FsdpUnitsInsideTheModelAreRefused) {
-  testing::run_prepared_ranks<testing::ReferenceAndCopy>(
-      2, [](int) { return testing::reference_and_copy(); },
-      [&](const std::shared_ptr<ProcessGroup>& group, testing::ReferenceAndCopy& models) {
-        models::ContextParallelGPT cp(models.second, group);
-        FullyShardedDataParallel fsdp(cp.ptr(), group, {.wrap = wrap_type<models::BlockImpl>()});
-        EXPECT_THROW_MSG(fsdp->forward(zeros({3, 4}, {.dtype = kInt64})),
-                         "block 0 must be the model's own, not a FsdpUnit (with FSDP, wrap the whole model");
-      });
-}
-
-INSTANTIATE_TEST_SUITE_P(Shardings, ContextParallelSharded, ::testing::Values(Sharding::kZero2, Sharding::kFsdp),
+INSTANTIATE_TEST_SUITE_P(Shardings, ContextParallelSharded,
+                         ::testing::Values(Sharding::kZero2, Sharding::kFsdp, Sharding::kFsdpPerBlock),
                          [](const ::testing::TestParamInfo<Sharding>& info) {
-                           return info.param == Sharding::kFsdp ? "Fsdp" : "Zero2";
+                           return info.param == Sharding::kFsdp           ? "Fsdp"
+                                  : info.param == Sharding::kFsdpPerBlock ? "FsdpPerBlock"
+                                                                          : "Zero2";
                          });
 
 struct MeshCase {
@@ -290,11 +285,15 @@ TEST(ContextTensorParallelGpt, SequenceShardedTensorParallelAndDropoutOverShared
   config.dropout = 0.1;
   testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
     const std::shared_ptr<ProcessGroup> alone = group->split(group->rank());  // a tensor group of one
-    EXPECT_THROW_MSG(models::ContextTensorParallelGPT(
-                         models::TensorParallelGPT(config, alone, TokenLayout::kSequenceSharded), group),
-                     "must replicate its tokens");
-    models::ContextTensorParallelGPT cp_tp(models::TensorParallelGPT(config, alone), group);
-    EXPECT_THROW_MSG(cp_tp->forward(zeros({1, 5}, {.dtype = kInt64})), "of sequences of T <= 8 over 2 context ranks");
+    models::GPT sharded(config);
+    parallelize(*sharded, alone, models::gpt_tensor_parallel_plan(/*sequence_parallel=*/true));
+    EXPECT_THROW_MSG(context_parallel(*sharded, group, models::gpt_context_parallel()),
+                     "already runs sequence_parallel over 1 ranks; context parallelism cannot also apply to it");
+    models::GPT cp_tp(config);
+    parallelize(*cp_tp, alone, models::gpt_tensor_parallel_plan());
+    context_parallel(*cp_tp, group, models::gpt_context_parallel());
+    EXPECT_THROW_MSG(cp_tp->forward(zeros({1, 5}, {.dtype = kInt64})),
+                     "sequences of 10 tokens over 2 context ranks, beyond the 8 positions");
     EXPECT_THROW_MSG(cp_tp->forward(zeros({1, 4}, {.dtype = kInt64})), "hold a ThreadDefaultGenerator");
   });
 }
@@ -303,9 +302,12 @@ TEST(ContextParallelGpt, SequencesLongerThanTheBlockAndDropoutOverThreadsAreErro
   models::GPTConfig config = testing::tp_config();
   config.dropout = 0.1;
   testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
-    models::ContextParallelGPT cp(models::GPT(config), group);
-    EXPECT_THROW_MSG(cp->forward(zeros({1, 5}, {.dtype = kInt64})), "of sequences of T <= 8 over 2 context ranks");
-    models::ContextParallelGPT zigzag(models::GPT(testing::tp_config()), group, SequenceSplit::kZigZag);
+    models::GPT cp(config);
+    context_parallel(*cp, group, models::gpt_context_parallel());
+    EXPECT_THROW_MSG(cp->forward(zeros({1, 5}, {.dtype = kInt64})),
+                     "sequences of 10 tokens over 2 context ranks, beyond the 8 positions");
+    models::GPT zigzag(testing::tp_config());
+    context_parallel(*zigzag, group, models::gpt_context_parallel({.split = SequenceSplit::kZigZag}));
     EXPECT_THROW_MSG(zigzag->forward(zeros({1, 3}, {.dtype = kInt64})),
                      "a rank's 3 tokens do not make two equal chunks");
     EXPECT_THROW_MSG(cp->forward(zeros({1, 4}, {.dtype = kInt64})), "hold a ThreadDefaultGenerator on each rank thread");

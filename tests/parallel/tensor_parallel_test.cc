@@ -108,13 +108,15 @@ TEST(SequenceConjugates, ASequenceThatDoesNotDivideIsAnError) {
     models::GPTConfig config = testing::tp_config();
     config.n_head = 3;
     config.n_embd = 12;
-    EXPECT_THROW_MSG(models::TensorParallelGPT(config, group, TokenLayout::kSequenceSharded),
-                     "needs a block_size that divides by them, got 8");
+    config.vocab_size = 18;
+    models::GPT gpt(config);
+    parallelize(*gpt, group, models::gpt_tensor_parallel_plan(/*sequence_parallel=*/true));
+    EXPECT_THROW_MSG(gpt->forward(zeros({1, 8}, {.dtype = kInt64})), "does not divide by the 3 ranks");
   });
   testing::run_rank_threads(2, [](int, const std::shared_ptr<ProcessGroup>& group) {
-    models::TensorParallelGPT tp(testing::tp_config(), group, TokenLayout::kSequenceSharded);
-    EXPECT_THROW_MSG(tp->forward(zeros({1, 5}, {.dtype = kInt64})),
-                     "sequence parallel over 2 ranks needs a sequence length that divides by them, got 5");
+    models::GPT gpt(testing::tp_config());
+    parallelize(*gpt, group, models::gpt_tensor_parallel_plan(/*sequence_parallel=*/true));
+    EXPECT_THROW_MSG(gpt->forward(zeros({1, 5}, {.dtype = kInt64})), "does not divide by the 2 ranks");
   });
 }
 
@@ -152,17 +154,15 @@ int64_t bytes_kept_for_backward(int ranks, TokenLayout tokens) {
                                  .dropout = 0};
   manual_seed(3);
   models::GPT full(config);
-  full->to(kFloat64);
+  full->to(kFloat64);  // each rank thread clones it before the count
   const Tensor idx = randint(0, 16, {4, 32}, {.dtype = kInt64}), targets = randint(0, 16, {4, 32}, {.dtype = kInt64});
   int64_t kept = 0;
   testing::run_rank_threads(ranks, [&](int rank, const std::shared_ptr<ProcessGroup>& group) {
-    models::TensorParallelGPT tp(config, group, tokens);
-    tp->to(kFloat64);
-    tp->load_from(*full);
+    testing::PlannedGpt tp = testing::tp_gpt(full, group, tokens);
     group->barrier()->wait();
     const int64_t before = memory_stats(Device::cpu()).allocated_bytes;
     group->barrier()->wait();  // no rank starts its forward before the count is read
-    Tensor loss = tp->loss(idx, targets);
+    Tensor loss = vocab_parallel_cross_entropy(tp.gpt->forward(idx), targets, group);
     group->barrier()->wait();
     if (rank == 0) kept = memory_stats(Device::cpu()).allocated_bytes - before;
     group->barrier()->wait();
@@ -205,12 +205,13 @@ TEST(TensorParallel, DropoutOverRankThreadsSharingAGeneratorIsAnError) {
   models::GPTConfig config = testing::tp_config();
   config.dropout = 0.1;
   testing::run_rank_threads(2, [&](int, const std::shared_ptr<ProcessGroup>& group) {
-    models::TensorParallelGPT tp(config, group);
+    models::GPT gpt(config);
+    parallelize(*gpt, group, models::gpt_tensor_parallel_plan());
     const Tensor idx = zeros({1, 8}, {.dtype = kInt64});
-    EXPECT_THROW_MSG(tp->forward(idx), "hold a ThreadDefaultGenerator on each rank thread, seeded alike");
-    EXPECT_THROW_MSG(tp->forward(idx), "or run one process per rank (mpirun)");
-    tp->eval();
-    EXPECT_EQ(tp->forward(idx).size(2), 8);
+    EXPECT_THROW_MSG(gpt->forward(idx), "hold a ThreadDefaultGenerator on each rank thread, seeded alike");
+    EXPECT_THROW_MSG(gpt->forward(idx), "or run one process per rank (mpirun)");
+    gpt->eval();
+    EXPECT_EQ(gpt->forward(idx).size(2), 8);
   });
 }
 
