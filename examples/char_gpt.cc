@@ -28,15 +28,15 @@
 #include "examples/common/program.h"
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
-#include "examples/models/context_parallel_gpt.h"
+#include "examples/models/gpt_plans.h"
 #include "examples/models/models.h"
-#include "examples/models/tensor_parallel_gpt.h"
 #include "optim/grad_scaler.h"
 #include "parallel/sharding/sharded_grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/parallelize.h"
 #include "parallel/tensor_parallel/layers.h"
 #include "tensor/autocast.h"
 
@@ -151,48 +151,41 @@ int train(int argc, char** argv) {
   // tokens never occur, and sampling never draws them.
   const int64_t vocab = corpus.vocab.size();
   config.vocab_size = (vocab + tp - 1) / tp * tp;
-  models::GPT model(config);  // on every rank alike (same seed): the tensor-parallel model takes its slices
+  models::GPT model(config);  // on every rank alike (same seed): the parallel transforms cut it in place
   // float8: the blocks' attention and MLP projections. Not the head, as torchtitan's float8 converter
   // leaves the output layer (the fortunes' vocabulary of 114 is no multiple of 16 either).
   const std::vector<std::string> float8_layers =
       precision == "fp8" ? nn::convert_to_float8_training(
                                *model, [](const std::string& name, const nn::LinearImpl&) { return name != "head"; })
                          : std::vector<std::string>();
-  models::TensorParallelGPT tp_model{nullptr};
+  // Tensor parallel: each rank keeps its slices, by the GPT's plan. Context parallel: each rank runs
+  // the model on its share of every sequence (an early and a late chunk).
+  models::GptLayout layout;
+  parallel::TensorParallel tensor_parallel;
   if (tp > 1) {
-    const auto tokens = sequence_parallel ? parallel::TokenLayout::kSequenceSharded : parallel::TokenLayout::kReplicated;
-    tp_model = models::TensorParallelGPT(config, mesh.group("tensor"), tokens);
-    tp_model->load_from(*model);
-    model = models::GPT(nullptr);
+    tensor_parallel = parallel::parallelize(*model, mesh.group("tensor"),
+                                            models::gpt_tensor_parallel_plan(sequence_parallel));
+    layout.tensor = mesh.group("tensor");
+    layout.sequence_parallel = sequence_parallel;
   }
-  nn::Module& trained = tp > 1 ? static_cast<nn::Module&>(*tp_model) : *model;
-  trained.to(device);
-  // Context parallel: the model (or with --tp, this rank's slices of it) runs on this rank's tokens.
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
-  models::ContextParallelGPT cp_model{nullptr};
-  models::ContextTensorParallelGPT cp_tp_model{nullptr};
-  const auto exchange = cp_exchange == "ring"         ? parallel::KeyValueExchange::kRing
-                        : cp_exchange == "all-to-all" ? parallel::KeyValueExchange::kAllToAll
-                                                      : parallel::KeyValueExchange::kAllGather;
-  if (cp > 1 && tp > 1)
-    cp_tp_model = models::ContextTensorParallelGPT(tp_model, mesh.group("context"), kZigZag, exchange);
-  else if (cp > 1)
-    cp_model = models::ContextParallelGPT(model, mesh.group("context"), kZigZag, exchange);
-  // DDP averages every gradient over the ranks that hold the same weights: in tensor parallel the
-  // ranks with the same slices (every replica's, every context share's), otherwise every rank.
-  parallel::DistributedDataParallel replica{nullptr};
-  const nn::ModulePtr replicated = cp_tp_model ? nn::ModulePtr(cp_tp_model.ptr())
-                                   : tp > 1    ? nn::ModulePtr(tp_model.ptr())
-                                   : cp > 1    ? nn::ModulePtr(cp_model.ptr())
-                                               : nn::ModulePtr(model.ptr());
-  if (dp * cp > 1) {
-    const std::shared_ptr<parallel::ProcessGroup> same_weights =
-        tp == 1 ? me.group : cp == 1 ? mesh.group("data") : me.group->split(mesh.coordinate("tensor"));
-    replica = parallel::DistributedDataParallel(replicated, same_weights);
+  if (cp > 1) {
+    const auto exchange = cp_exchange == "ring"         ? parallel::KeyValueExchange::kRing
+                          : cp_exchange == "all-to-all" ? parallel::KeyValueExchange::kAllToAll
+                                                        : parallel::KeyValueExchange::kAllGather;
+    parallel::context_parallel(*model, mesh.group("context"),
+                               models::gpt_context_parallel({.split = kZigZag, .exchange = exchange}));
+    layout.context = mesh.group("context");
+    layout.split = kZigZag;
   }
+  model->to(device);
+  // DDP averages every gradient over the ranks that hold the same weights: the same slices, in
+  // every replica and every share of the sequence.
+  parallel::DistributedDataParallel replica{nullptr};
+  if (dp * cp > 1) replica = parallel::DistributedDataParallel(model, mesh.group({"data", "context"}));
   // As nanoGPT: weight decay on tensors of two or more dims (matrices, embeddings), none on biases and norms.
   TensorList decay, no_decay;
-  for (auto& [name, p] : trained.named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (auto& [name, p] : model->named_parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   optim::AdamW opt_decay(decay, {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay, .capturable = cuda_graph});
   optim::AdamW opt_plain(no_decay, {.lr = lr, .beta2 = 0.99, .weight_decay = 0, .capturable = cuda_graph});
   // In tensor parallel each rank sees its slices' gradients: the ranks agree on skipping a step.
@@ -210,7 +203,7 @@ int train(int argc, char** argv) {
   auto schedule_decay = schedule(opt_decay), schedule_plain = schedule(opt_plain);
   if (writer)
     std::printf("vocabulary %lld, %lld training tokens, %lld parameters%s, on %s\n", static_cast<long long>(vocab),
-                static_cast<long long>(corpus.train.numel()), static_cast<long long>(trained.num_parameters()),
+                static_cast<long long>(corpus.train.numel()), static_cast<long long>(model->num_parameters()),
                 layout_text(dp, tp, cp, sequence_parallel, cp_exchange).c_str(),
                 device.str().c_str());
   if (writer && !float8_layers.empty())
@@ -221,14 +214,14 @@ int train(int argc, char** argv) {
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
                                               .metrics = metrics, .device = device, .writer = writer};
   examples::LanguageModel logits = nullptr;  // the whole vocabulary's logits, for the loss estimates
-  if (tp > 1) logits = [&](const Tensor& idx) { return tp_model->full_logits(idx); };
-  examples::TextRun run(training, trained, train, validation, logits);
+  if (tp * cp > 1) logits = [&](const Tensor& idx) { return models::whole_logits(*model, layout, idx); };
+  examples::TextRun run(training, *model, train, validation, logits);
   const int64_t share = batch / dp, first = share * mesh.coordinate("data");  // this replica's rows of a batch
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     Tensor loss;
     {
       AutocastGuard autocast(autocast_dtype_for(precision));
-      const Tensor logits = replica ? replica->forward(x) : tp > 1 ? tp_model->forward(x) : model->forward(x);
+      const Tensor logits = replica ? replica->forward(x) : model->forward(x);
       loss = tp > 1 ? parallel::vocab_parallel_cross_entropy(logits, y, mesh.group("tensor"))
                     : examples::next_token_loss(logits, y);
     }
@@ -238,7 +231,7 @@ int train(int argc, char** argv) {
     scaler.unscale_(opt_decay);  // clip the true gradients
     scaler.unscale_(opt_plain);
     if (tp > 1)
-      tp_model->clip_grad_norm_(1.0);
+      tensor_parallel.clip_grad_norm_(1.0);  // the slices' norms summed over the tensor group
     else
       optim::clip_grad_norm_(model->parameters(), 1.0);
     scaler.step(opt_decay);
@@ -264,7 +257,7 @@ int train(int argc, char** argv) {
   }
   run.finish("char_gpt", corpus.vocab,
              [&](const Tensor& idx, int64_t n, double t, Generator* g) {
-               return tp > 1 ? tp_model->generate(idx, n, t, g, vocab) : model->generate(idx, n, t, g);
+               return models::generate(*model, layout, idx, n, t, g, vocab);
              },
              sample_chars);
   return 0;

@@ -17,7 +17,6 @@
 #include "optim/optimizer.h"
 #include "autograd/checkpoint.h"
 #include "examples/models/models.h"
-#include "examples/models/tensor_parallel_gpt.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"

@@ -16,14 +16,15 @@
 #include "nn/nn.h"
 #include "optim/optimizer.h"
 #include "autograd/checkpoint.h"
+#include "examples/models/gpt_plans.h"
 #include "examples/models/models.h"
-#include "examples/models/context_parallel_gpt.h"
-#include "examples/models/tensor_parallel_gpt.h"
 #include "parallel/comm/device_mesh.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/data_parallel.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/parallelize.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
@@ -160,7 +161,9 @@ Measurement run_tensor_parallel(const Workload& w, const CompareConfig& c, const
   measure_on_ranks(m, c, data * tensor, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
     parallel::DeviceMesh mesh(world, {{"data", data}, {"tensor", tensor}});
     const std::shared_ptr<parallel::ProcessGroup>& group = mesh.group("tensor");
-    models::TensorParallelGPT model(config, group, row.tokens);
+    models::GPT model(config);  // cut in place to this rank's slices by the GPT's plan
+    parallel::parallelize(*model, group,
+                          models::gpt_tensor_parallel_plan(row.tokens == parallel::TokenLayout::kSequenceSharded));
     model->to(device);
     parallel::DistributedDataParallel replica{nullptr};
     if (data > 1) replica = parallel::DistributedDataParallel(model.ptr(), mesh.group("data"));
@@ -206,9 +209,9 @@ Measurement run_context_parallel(const Workload& w, const CompareConfig& c, para
   measure_on_ranks(m, c, c.devices, [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {
     models::GPT copy(std::dynamic_pointer_cast<models::GPTImpl>(models[c.group ? 0 : r]));
     copy->to(device);
-    models::ContextParallelGPT cp(copy, group, split, exchange);
-    parallel::DistributedDataParallel replica(cp, group);
-    optim::AdamW opt(cp->parameters(), {.lr = 1e-3});
+    parallel::context_parallel(*copy, group, models::gpt_context_parallel({.split = split, .exchange = exchange}));
+    parallel::DistributedDataParallel replica(copy, group);
+    optim::AdamW opt(copy->parameters(), {.lr = 1e-3});
     Tensor x = parallel::shard_sequence(w.input, *group, split).to(device),
            y = parallel::shard_sequence(w.target, *group, split).to(device);
     const int lane = trace::lane("rank" + std::to_string(r) + "/compute");
@@ -252,10 +255,12 @@ Measurement run_context_tensor_parallel(const Workload& w, const CompareConfig& 
   constexpr auto kZigZag = parallel::SequenceSplit::kZigZag;
   auto rank = [&](int r, const std::shared_ptr<parallel::ProcessGroup>& world, Device device) {
     parallel::DeviceMesh mesh(world, {{"context", context}, {"tensor", tensor}});
-    models::TensorParallelGPT tp(config, mesh.group("tensor"));
-    tp->to(device);
-    models::ContextTensorParallelGPT model(tp, mesh.group("context"), kZigZag, parallel::KeyValueExchange::kRing);
-    parallel::DistributedDataParallel replica(model.ptr(), mesh.group("context"));
+    models::GPT model(config);
+    parallel::parallelize(*model, mesh.group("tensor"), models::gpt_tensor_parallel_plan());
+    parallel::context_parallel(*model, mesh.group("context"),
+                               models::gpt_context_parallel({.split = kZigZag, .exchange = parallel::KeyValueExchange::kRing}));
+    model->to(device);
+    parallel::DistributedDataParallel replica(model, mesh.group("context"));
     optim::AdamW opt(model->parameters(), {.lr = 1e-3});
     Tensor x = parallel::shard_sequence(w.input, *mesh.group("context"), kZigZag).to(device),
            y = parallel::shard_sequence(w.target, *mesh.group("context"), kZigZag).to(device);

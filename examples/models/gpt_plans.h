@@ -33,9 +33,9 @@ parallel::ContextParallelOptions gpt_context_parallel(parallel::ContextParallelO
 
 // How a GPT lies over the ranks once made parallel by the two above.
 struct GptLayout {
-  std::shared_ptr<parallel::ProcessGroup> tensor;  // null: not tensor parallel
+  std::shared_ptr<parallel::ProcessGroup> tensor{};  // null: not tensor parallel
   bool sequence_parallel = false;
-  std::shared_ptr<parallel::ProcessGroup> context;  // null: not context parallel
+  std::shared_ptr<parallel::ProcessGroup> context{};  // null: not context parallel
   parallel::SequenceSplit split = parallel::SequenceSplit::kContiguous;
 };
 

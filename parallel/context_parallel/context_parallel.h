@@ -38,7 +38,7 @@ namespace loom::parallel {
 struct ContextParallelOptions {
   SequenceSplit split = SequenceSplit::kContiguous;  // how shard_sequence dealt the tokens
   KeyValueExchange exchange = KeyValueExchange::kAllGather;
-  std::string positions;  // the position Embedding's name, if the model has one
+  std::string positions{};  // the position Embedding's name, if the model has one
 };
 
 // Applies context parallelism over `group` to every attention and dropout
