@@ -5,8 +5,8 @@
 namespace loom {
 namespace {
 
-// Process-wide, as the PyTorch setting it mirrors (STYLE.md allows global
-// state when it is the point).
+// Process-wide, as the PyTorch setting it mirrors (docs/style.md, "State":
+// global state only where it is the point).
 std::atomic<BlasLibrary>& preferred() {
   static std::atomic<BlasLibrary> library{BlasLibrary::kCublasLt};
   return library;

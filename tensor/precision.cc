@@ -7,8 +7,8 @@
 namespace loom {
 namespace {
 
-// Deliberately process-wide (STYLE.md allows global state when it is the
-// point): it mirrors a PyTorch flag that users set once at start-up.
+// Deliberately process-wide (docs/style.md, "State": global state only where
+// it is the point): it mirrors a PyTorch flag that users set once at start-up.
 std::atomic<bool>& tf32_flag() {
   static std::atomic<bool> flag{false};
   return flag;

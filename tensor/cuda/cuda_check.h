@@ -1,6 +1,6 @@
 // CUDA_CHECK, CUBLAS_CHECK, CUDNN_CHECK: call a CUDA library function and throw
 // loom::Error with file:line, the call, and the library's own message when it
-// fails (STYLE.md §5). Library code never aborts on a CUDA error.
+// fails (docs/style.md, "Errors"). Library code never aborts on a CUDA error.
 //
 //   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 //   CUBLAS_CHECK(cublasSetStream(handle, stream));

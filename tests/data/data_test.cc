@@ -1,5 +1,5 @@
-// The whole module through its umbrella header, as DESIGN.md sketches its
-// use: Fashion-MNIST's test set through a shuffling DataLoader with workers.
+// The whole module through its umbrella header, used as data/data.h's example
+// shows: Fashion-MNIST's test set through a shuffling DataLoader with workers.
 #include "data/data.h"
 
 #include <gtest/gtest.h>

@@ -37,7 +37,7 @@ std::vector<int64_t> targets_of(DataLoader& loader, int64_t epoch) {
 // Every batch's input and target values, in order, as one list.
 std::vector<std::vector<double>> contents(DataLoader& loader, int64_t epoch) {
   std::vector<std::vector<double>> out;
-  for (auto& [x, y] : loader.epoch(epoch)) {  // structured bindings, as in DESIGN.md
+  for (auto& [x, y] : loader.epoch(epoch)) {  // structured bindings, as in data/data.h's example
     out.push_back(values(x));
     out.push_back(values(y));
   }
