@@ -24,7 +24,7 @@
 //   bazel run //bench:compare_parallel -- --model mlp --devices 4 --mesh 2x2   # adds the hybrid row
 //   bazel run //bench:compare_parallel -- --model gpt --mesh 2x2 --strategies single,tp,hybrid-tp
 //
-// The README's "Comparing strategies" section walks through a run.
+// docs/compare.md walks through a run.
 #include <omp.h>
 
 #include <algorithm>
