@@ -4,7 +4,8 @@
 
 namespace loom::optim {
 
-LRScheduler::LRScheduler(Optimizer& optimizer) : LRScheduler(optimizer, optimizer.lr()) {}
+LRScheduler::LRScheduler(Optimizer& optimizer)
+    : LRScheduler(optimizer, (optimizer.record_initial_lr(), optimizer.initial_lr())) {}
 
 LRScheduler::LRScheduler(Optimizer& optimizer, double base_lr) : optimizer_(optimizer), base_lr_(base_lr) {}
 
@@ -13,7 +14,9 @@ void LRScheduler::step() { set_step(step_ + 1); }
 void LRScheduler::set_step(int64_t step) {
   LOOM_CHECK(step >= 0, "LRScheduler: step must be non-negative, got ", step);
   step_ = step;
-  optimizer_.set_lr(base_lr_ * factor(step_));
+  const double lr = lr_at(step_);
+  LOOM_CHECK(std::isfinite(lr), "LRScheduler: the lr at step ", step_, " is ", lr, " (base lr ", base_lr_, ")");
+  optimizer_.set_lr(lr);
 }
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> fn)
@@ -35,11 +38,12 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double
   set_step(0);
 }
 
-double CosineAnnealingLR::factor(int64_t step) const {
+double CosineAnnealingLR::lr_at(int64_t step) const {
   const double t = static_cast<double>(std::min(step, t_max_)) / t_max_;
-  const double floor = eta_min_ / base_lr();
-  return floor + (1 - floor) * 0.5 * (1 + std::cos(M_PI * t));
+  return eta_min_ + (base_lr() - eta_min_) * 0.5 * (1 + std::cos(M_PI * t));
 }
+
+double CosineAnnealingLR::factor(int64_t step) const { return base_lr() == 0 ? 1 : lr_at(step) / base_lr(); }
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
     : LRScheduler(optimizer), start_(start_factor), end_(end_factor), total_(total_iters) {
@@ -54,8 +58,8 @@ double LinearLR::factor(int64_t step) const {
 
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
-    // The children already set the optimizer's lr at construction: take the base from the first.
-    : LRScheduler(optimizer, schedulers.empty() ? optimizer.lr() : schedulers[0]->base_lr()),
+    // The same base lr as its children: the optimizer's initial lr.
+    : LRScheduler(optimizer),
       schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
   LOOM_CHECK(!schedulers_.empty() && milestones_.size() + 1 == schedulers_.size(), "SequentialLR: ",
              schedulers_.size(), " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
@@ -64,11 +68,13 @@ SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRS
   set_step(0);  // the first scheduler's starting lr
 }
 
-double SequentialLR::factor(int64_t step) const {
+double SequentialLR::lr_at(int64_t step) const {
   size_t i = 0;
   int64_t start = 0;
   while (i < milestones_.size() && step >= milestones_[i]) start = milestones_[i++];
-  return schedulers_[i]->factor(step - start);
+  return schedulers_[i]->lr_at(step - start);
 }
+
+double SequentialLR::factor(int64_t step) const { return base_lr() == 0 ? 1 : lr_at(step) / base_lr(); }
 
 }  // namespace loom::optim

@@ -1,7 +1,9 @@
 // Learning-rate schedules. A scheduler sets its optimizer's lr to
-// base_lr * factor(step); step() advances by one (call it once per
-// optimizer step, or per epoch: the unit is yours). Schedules compose with
-// SequentialLR: e.g. a linear warm-up, then cosine decay.
+// lr_at(step), base_lr * factor(step) for the multiplicative ones; step()
+// advances by one (call it once per optimizer step, or per epoch: the unit
+// is yours). base_lr is the optimizer's lr before any scheduler changed it,
+// the same for every scheduler of one optimizer, as in PyTorch. Schedules
+// compose with SequentialLR: e.g. a linear warm-up, then cosine decay.
 //
 //   optim::SequentialLR schedule(opt, {std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, 100),
 //                                      std::make_shared<optim::CosineAnnealingLR>(opt, 900)},
@@ -24,6 +26,9 @@ class LRScheduler {
   virtual ~LRScheduler() = default;
   // The multiplier of the base lr after `step` steps (step 0: before training).
   virtual double factor(int64_t step) const = 0;
+  // The lr after `step` steps. A schedule with an absolute floor (cosine's
+  // eta_min) computes it directly, so that a base lr of 0 stays finite.
+  virtual double lr_at(int64_t step) const { return base_lr_ * factor(step); }
 
   void step();
   int64_t last_step() const { return step_; }
@@ -64,7 +69,8 @@ class StepLR : public LRScheduler {
 class CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
-  double factor(int64_t step) const override;
+  double factor(int64_t step) const override;  // lr_at / base_lr (1 when the base lr is 0)
+  double lr_at(int64_t step) const override;
 
  private:
   int64_t t_max_;
@@ -89,6 +95,7 @@ class SequentialLR : public LRScheduler {
   SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   double factor(int64_t step) const override;
+  double lr_at(int64_t step) const override;  // the current child's
 
  private:
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "nn/module.h"
@@ -41,6 +42,13 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }
+  // The lr before any scheduler changed it: what every scheduler of this
+  // optimizer scales (PyTorch's param_group["initial_lr"]). The first
+  // scheduler made for the optimizer records it.
+  double initial_lr() const { return initial_lr_.value_or(lr_); }
+  void record_initial_lr() {
+    if (!initial_lr_) initial_lr_ = lr_;
+  }
   // Capturable: also writes the device's copy, queued as any op (call it
   // between replays, not inside a capture).
   void set_lr(double lr);
@@ -84,6 +92,7 @@ class Optimizer {
  private:
   TensorList params_;
   double lr_;
+  std::optional<double> initial_lr_;
   std::vector<std::map<std::string, Tensor>> state_;
   std::vector<int64_t> step_counts_;
   bool capturable_;

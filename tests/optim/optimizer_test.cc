@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 
 #include "nn/nn.h"
@@ -283,6 +285,53 @@ TEST(LRScheduler, WarmupThenCosineSetsTheOptimizersLr) {
   EXPECT_NEAR(lrs[7], 0.2 * 0.5, 1e-12);                    // cosine step 4 of 8
   EXPECT_NEAR(lrs[11], 0.0, 1e-12);
   EXPECT_THROW_MSG(optim::SequentialLR(opt, {warm, cosine}, {}), "SequentialLR: 2 schedulers need 1 milestones");
+}
+
+// The warm-up changes the optimizer's lr before the cosine is made: both
+// must still scale the lr the optimizer started with (PyTorch's
+// initial_lr), so the cosine decays from the peak to eta_min. Taking the
+// warmed-up lr as its base made eta_min / base 10 here, and the "decay"
+// rose to ten times the peak.
+TEST(LRScheduler, WarmupThenCosineDecaysFromThePeakToEtaMin) {
+  Tensor w = param({1});
+  optim::SGD opt({w}, {.lr = 0.2});
+  auto warm = std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, 4);
+  auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, 8, /*eta_min=*/0.02);
+  EXPECT_DOUBLE_EQ(cosine->base_lr(), 0.2);
+  optim::SequentialLR schedule(opt, {warm, cosine}, {4});
+  double highest = opt.lr();
+  for (int s = 0; s < 12; ++s) {
+    schedule.step();
+    highest = std::max(highest, opt.lr());
+    if (s == 3) EXPECT_NEAR(opt.lr(), 0.2, 1e-12) << "the milestone: cosine's step 0 is the peak";
+  }
+  EXPECT_NEAR(highest, 0.2, 1e-12);
+  EXPECT_NEAR(opt.lr(), 0.02, 1e-12);
+  schedule.set_step(8);  // resuming: the same lr as stepping there
+  EXPECT_NEAR(opt.lr(), 0.02 + 0.18 * 0.5, 1e-12);
+}
+
+// A learning rate of 0 is legal: every schedule stays finite (no eta_min /
+// base_lr), and training leaves the weights as they were.
+TEST(LRScheduler, ALearningRateOfZeroTrainsNothingAndStaysFinite) {
+  Tensor w = param({0.5, -1.0, 2.0});
+  const std::vector<double> before = w.to_vector<double>();
+  optim::AdamW opt({w}, {.lr = 0, .weight_decay = 0.1});
+  auto warm = std::make_shared<optim::LinearLR>(opt, 0.01, 1.0, 2);
+  auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, 4, /*eta_min=*/0.0);
+  optim::SequentialLR schedule(opt, {warm, cosine}, {2});
+  for (int s = 0; s < 6; ++s) {
+    w.set_grad(ones({3}, {.dtype = kFloat64}));
+    opt.step();
+    schedule.step();
+    EXPECT_EQ(opt.lr(), 0.0) << "step " << s;
+    EXPECT_DOUBLE_EQ(cosine->factor(s), 1.0);
+  }
+  EXPECT_EQ(w.to_vector<double>(), before);
+  // A schedule that makes a lr that is not finite is refused where it happens.
+  optim::SGD sgd({w}, {.lr = 0.1});
+  EXPECT_THROW_MSG(optim::LambdaLR(sgd, [](int64_t) { return std::numeric_limits<double>::infinity(); }),
+                   "LRScheduler: the lr at step 0 is inf (base lr 0.1)");
 }
 
 }  // namespace
