@@ -301,8 +301,7 @@ def main():
         description="Draw a loom Chrome trace (parallel/trace.h) as a PNG timeline with gnuplot.")
     parser.add_argument("trace", help="a trace JSON (--trace FILE of the examples; compare_parallel_traces/*.json)")
     parser.add_argument("output", help="the PNG to write")
-    window = parser.add_mutually_exclusive_group()
-    window.add_argument("--last-step", action="store_true",
+    parser.add_argument("--last-step", action="store_true",
                         help="draw only the trace's last training step (found by 'step' or 'optimizer' "
                              "spans, else by the gaps between steps)")
     parser.add_argument("--from-ms", type=float, help="start of the window, ms from the first span")
