@@ -32,7 +32,7 @@ same_model() {  # one.log against $1, named $2
   python3 - one.log "$1" "$2" <<'PY'
 import json, sys
 def run(path):
-    text = open(path).read()
+    text = open(path, errors="replace").read()  # a sample may cut a UTF-8 character
     result = json.loads([l for l in text.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
     return result["val_loss"], text.split("---- sample ----")[1].split("----------------")[0]
 (one_loss, one_text), (loss, text) = run(sys.argv[1]), run(sys.argv[2])
@@ -81,7 +81,7 @@ for precision in bf16 fp16; do
   python3 - one_$precision.log tp_$precision.log $precision <<'PY' || exit 1
 import json, sys
 def loss(path):
-    line = [l for l in open(path).read().splitlines() if l.startswith("RESULT ")][-1]
+    line = [l for l in open(path, errors="replace").read().splitlines() if l.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])["val_loss"]
 one, tp = loss(sys.argv[1]), loss(sys.argv[2])
 assert abs(one - tp) < 0.02 * one, (one, tp)
