@@ -94,8 +94,10 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results,
 
 // Left: samples/s per strategy. Right: the step split into compute,
 // exposed communication and idle (stacked), with the projection as points.
-bool plot(const std::string& csv, const std::string& png, const std::string& title) {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) return false;
+// Returns why there is no chart, or "" when there is one.
+std::string plot(const std::string& csv, const std::string& png, const std::string& title) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
+    return "gnuplot is missing (apt-get install gnuplot-nox)";
   const std::string script = png + ".gp";
   std::ostringstream gp;
   gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << png << "'\n"
@@ -111,7 +113,8 @@ bool plot(const std::string& csv, const std::string& png, const std::string& tit
      << "'' using 0:6 with points pt 7 ps 1.5 lc rgb 'black' title 'projected (N devices)'\n"
      << "unset multiplot\n";
   write_file_atomically(script, gp.str());
-  return std::system(("gnuplot '" + script + "'").c_str()) == 0;
+  if (std::system(("gnuplot '" + script + "'").c_str()) != 0) return "gnuplot failed on " + script;
+  return "";
 }
 
 // --mesh DxN: D data-parallel pipelines of N >= 2 stages (hybrid), or D
@@ -230,14 +233,16 @@ int main(int argc, char** argv) {
         config.device_list = device_list(devices_text);
         config.devices = config.device_list.empty() ? std::stoi(devices_text) : static_cast<int>(config.device_list.size());
         if (world->size() > 1) {
-          LOOM_CHECK(devices_flag->count() == 0 || config.devices == world->size(), "--devices ", config.devices,
-                     " under mpirun -np ", world->size(), ": leave it out, the ranks are the devices");
+          if (devices_flag->count() != 0 && config.devices != world->size())
+            throw UsageError("--devices " + std::to_string(config.devices) + " under mpirun -np " +
+                             std::to_string(world->size()) + ": leave it out, the ranks are the devices");
           config.devices = world->size();
         }
         // The ranks agree on their settings, pick their devices ("cuda": each its local GPU) and the
         // group that moves them: NCCL when each rank has its own GPU, host staging when they share one.
-        LOOM_CHECK(config.device_list.empty() || world->size() == 1,
-                   "--devices ", devices_text, ": a list is for one process; under mpirun each rank has its --device");
+        if (!config.device_list.empty() && world->size() != 1)
+          throw UsageError("--devices " + devices_text +
+                           ": a list is for one process; under mpirun each rank has its --device");
         const Rank me = join_job(world, flags, config.device_list.empty() ? device_name : config.device_list[0].str());
         config.device = me.device;
         if (world->size() > 1) config.group = me.group;
@@ -404,11 +409,17 @@ int main(int argc, char** argv) {
                       m.comm_bytes, projected[i] >= 0 ? std::to_string(1e3 * projected[i]).c_str() : "null");
         }
         write_csv(out + ".csv", results, projected, batch);
+        // A run that measured nothing is a failure, not an empty table and a chart that cannot be drawn.
+        std::string skipped;
+        for (const Measurement& m : results) skipped += (skipped.empty() ? "" : "; ") + m.strategy + ": " + m.skipped;
+        LOOM_CHECK(std::any_of(results.begin(), results.end(), [](const Measurement& m) { return m.skipped.empty(); }),
+                   "every strategy was skipped (", skipped, ")");
         const std::string title = model + " on " + std::to_string(config.devices) + " x " + config.device.str();
-        if (plot(out + ".csv", out + ".png", title))
+        const std::string no_chart = plot(out + ".csv", out + ".png", title);
+        if (no_chart.empty())
           std::printf("chart: %s.png\n", out.c_str());
         else
-          std::printf("no chart: gnuplot is missing (apt-get install gnuplot-nox); data in %s.csv\n", out.c_str());
+          std::printf("no chart: %s; data in %s.csv\n", no_chart.c_str(), out.c_str());
         return 0;
       },
       parallel::abandon_job);

@@ -135,7 +135,7 @@ int train(int argc, char** argv) {
   LOOM_CHECK(!sequence_parallel || config.block_size % tp == 0, "--sequence-parallel: --block-size ", config.block_size,
              " does not split over --tp ", tp, " ranks");
   LOOM_CHECK(batch % dp == 0, "--batch-size ", batch, " does not split over --dp ", dp, " replicas");
-  LOOM_CHECK(config.block_size % (2 * cp) == 0, "--cp ", cp, ": --block-size ", config.block_size,
+  LOOM_CHECK(cp == 1 || config.block_size % (2 * cp) == 0, "--cp ", cp, ": --block-size ", config.block_size,
              " does not split into two chunks for each of the ", cp, " ranks");
 
   // The ranks agree on their settings and pick their devices; rank 0 prints and writes.

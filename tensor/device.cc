@@ -15,9 +15,14 @@ Device Device::parse(const std::string& text) {
   if (text == "cpu") return cpu();
   if (text == "cuda") return cuda(0);
   if (text.rfind("cuda:", 0) == 0 && text.size() > 5) {
-    char* end = nullptr;
-    long index = std::strtol(text.c_str() + 5, &end, 10);
-    if (*end == '\0') return cuda(static_cast<int>(index));
+    // Digits only, and the index checked before it is narrowed to an int:
+    // cuda:99999999999 is out of range, not device 1215752191.
+    const std::string digits = text.substr(5);
+    if (digits.find_first_not_of("0123456789") == std::string::npos) {
+      LOOM_CHECK(digits.size() <= 9 && std::stoi(digits) < 128, "invalid device '", text,
+                 "': a CUDA device index is from 0 to 127");
+      return cuda(std::stoi(digits));
+    }
   }
   LOOM_FAIL("invalid device '", text, "': expected cpu, cuda or cuda:N");
 }

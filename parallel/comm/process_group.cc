@@ -16,11 +16,15 @@ namespace loom::parallel {
 std::chrono::milliseconds default_timeout() {
   const char* text = std::getenv("LOOM_COMM_TIMEOUT_SECONDS");
   if (text == nullptr || *text == '\0') return std::chrono::minutes(5);
+  // A range, so that every value taken is what it says: far above it, the
+  // deadline overflows the clock (1e10 s failed at once, 1e16 s became 1 ms).
+  constexpr double kMin = 0.001, kMax = 30 * 24 * 3600.0;
   char* end = nullptr;
   double seconds = std::strtod(text, &end);
-  LOOM_CHECK(*end == '\0' && std::isfinite(seconds) && seconds > 0,
-             "LOOM_COMM_TIMEOUT_SECONDS: expected a positive number of seconds, got '", text, "'");
-  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+  LOOM_CHECK(*end == '\0' && std::isfinite(seconds) && seconds >= kMin && seconds <= kMax,
+             "LOOM_COMM_TIMEOUT_SECONDS: expected a positive number of seconds, from 0.001 to 2592000 (30 days), ",
+             "got '", text, "'");
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)

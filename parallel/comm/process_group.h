@@ -44,8 +44,9 @@
 namespace loom::parallel {
 
 // The timeout a group gets unless its options say otherwise: the environment
-// variable LOOM_COMM_TIMEOUT_SECONDS (a positive number, fractions allowed),
-// else 300 s. Throws loom::Error on a malformed value.
+// variable LOOM_COMM_TIMEOUT_SECONDS (seconds from 0.001 to 2592000, 30
+// days; fractions allowed), else 300 s. Throws loom::Error on a malformed or
+// out-of-range value.
 std::chrono::milliseconds default_timeout();
 
 struct ProcessGroupOptions {

@@ -110,6 +110,18 @@ if mpirun -np 2 --oversubscribe --bind-to none "$tool" --devices 3 --steps 1 > m
   echo "--devices 3 under mpirun -np 2 accepted"; exit 1
 fi
 grep -q "leave it out, the ranks are the devices" mismatch.log || { cat mismatch.log; exit 1; }
+# A usage error, as documented: status 2 (the mismatch above, checked by its status here).
+set +e
+mpirun -np 2 --oversubscribe --bind-to none "$tool" --devices 3 --strategies ddp --steps 1 > mismatch2.log 2>&1
+status=$?
+set -e
+grep -q "leave it out, the ranks are the devices" mismatch2.log || { cat mismatch2.log; exit 1; }
+[ "$status" = 2 ] || { echo "--devices 3 under mpirun -np 2: status $status, not 2 (a usage error)"; cat mismatch2.log; exit 1; }
+# Every strategy skipped is a failure that says why, not an empty table and status 0.
+if "$tool" --model mlp --strategies tp --steps 1 --out allskipped > allskipped.log 2>&1; then
+  echo "a run where every strategy was skipped exited 0"; cat allskipped.log; exit 1
+fi
+grep -q "every strategy was skipped (tp: " allskipped.log || { cat allskipped.log; exit 1; }
 # The hybrid over processes: mpirun -np 4 --mesh 2x2.
 mpirun -np 4 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --micro-batches 4 \
   --steps 2 --warmup 1 --strategies hybrid --mesh 2x2 --out mpimesh > mpimesh.log 2>&1 || { cat mpimesh.log; exit 1; }

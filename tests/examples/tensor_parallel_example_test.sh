@@ -106,4 +106,11 @@ if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --sequenc
   echo "--block-size 63 over --tp 2 with --sequence-parallel accepted"; exit 1
 fi
 grep -q "block-size 63 does not split over --tp 2 ranks" bad.log || { cat bad.log; exit 1; }
+# A check of one mode runs only in that mode: an odd block size is fine without --cp.
+"$gpt" --steps 1 --eval-every 1 --sample 0 --batch-size 2 --block-size 7 --metrics odd.csv > odd.log 2>&1 ||
+  { echo "--block-size 7 without --cp refused"; cat odd.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --cp 2 --block-size 6 > bad.log 2>&1; then
+  echo "--cp 2 --block-size 6 accepted"; exit 1
+fi
+grep -q "does not split into two chunks for each of the 2 ranks" bad.log || { cat bad.log; exit 1; }
 echo PASS

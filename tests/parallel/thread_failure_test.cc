@@ -81,6 +81,16 @@ TEST(ThreadFailure, TimeoutComesFromTheEnvironment) {
                    "LOOM_COMM_TIMEOUT_SECONDS: expected a positive number of seconds, got 'soon'");
   ASSERT_EQ(setenv("LOOM_COMM_TIMEOUT_SECONDS", "-3", 1), 0);
   EXPECT_THROW_MSG(default_timeout(), "got '-3'");
+  // Values the clock cannot hold are refused, not bent: 1e10 s used to fail
+  // the first collective at once, 1e16 s to become 1 ms.
+  for (const char* huge : {"1e10", "1e16", "2592001"}) {
+    ASSERT_EQ(setenv("LOOM_COMM_TIMEOUT_SECONDS", huge, 1), 0);
+    EXPECT_THROW_MSG(default_timeout(), "from 0.001 to 2592000 (30 days), got '" + std::string(huge) + "'");
+  }
+  ASSERT_EQ(setenv("LOOM_COMM_TIMEOUT_SECONDS", "0.0004", 1), 0);
+  EXPECT_THROW_MSG(default_timeout(), "got '0.0004'");
+  ASSERT_EQ(setenv("LOOM_COMM_TIMEOUT_SECONDS", "2592000", 1), 0);
+  EXPECT_EQ(default_timeout(), std::chrono::hours(24 * 30));
   ASSERT_EQ(unsetenv("LOOM_COMM_TIMEOUT_SECONDS"), 0);
   EXPECT_EQ(default_timeout(), std::chrono::minutes(5));
 }

@@ -167,6 +167,13 @@ TEST(Devices, ParseAndErrors) {
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());
   EXPECT_EQ(Device::cuda(2).str(), "cuda:2");
   EXPECT_THROW_MSG(Device::parse("gpu"), "invalid device 'gpu'");
+  // The index is checked as written, never after wrapping into an int.
+  EXPECT_THROW_MSG(Device::parse("cuda:99999999999"),
+                   "invalid device 'cuda:99999999999': a CUDA device index is from 0 to 127");
+  EXPECT_THROW_MSG(Device::parse("cuda:128"), "a CUDA device index is from 0 to 127");
+  EXPECT_THROW_MSG(Device::parse("cuda:-1"), "invalid device 'cuda:-1': expected cpu, cuda or cuda:N");
+  EXPECT_THROW_MSG(Device::parse("cuda:+1"), "expected cpu, cuda or cuda:N");
+  EXPECT_EQ(Device::parse("cuda:127"), Device::cuda(127));
 }
 
 TEST(Devices, MixingDevicesIsAnErrorNamingBoth) {
