@@ -78,7 +78,7 @@ TEST(ThreadFailure, TimeoutComesFromTheEnvironment) {
 
   ASSERT_EQ(setenv("LOOM_COMM_TIMEOUT_SECONDS", "soon", 1), 0);
   EXPECT_THROW_MSG(ProcessGroupOptions(),
-                   "LOOM_COMM_TIMEOUT_SECONDS: expected a positive number of seconds, got 'soon'");
+                   "LOOM_COMM_TIMEOUT_SECONDS: expected a positive number of seconds, from 0.001 to 2592000 (30 days), got 'soon'");
   ASSERT_EQ(setenv("LOOM_COMM_TIMEOUT_SECONDS", "-3", 1), 0);
   EXPECT_THROW_MSG(default_timeout(), "got '-3'");
   // Values the clock cannot hold are refused, not bent: 1e10 s used to fail
