@@ -146,6 +146,7 @@ int train(int argc, char** argv) {
   const bool writer = world->rank() == 0;
   manual_seed(seed);
   data::CharCorpus corpus = data::CharCorpus::fortunes(fortunes_dir);
+  examples::check_ranks_read_the_same_text(*world, corpus, "--fortunes");  // every rank, the same data
   data::CharDataset train(corpus.train, config.block_size), validation(corpus.validation, config.block_size);
   // Tensor parallel: the vocabulary padded to a multiple of the ranks (as Megatron does); the padding's
   // tokens never occur, and sampling never draws them.

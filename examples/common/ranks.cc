@@ -18,4 +18,35 @@ Rank join_job(std::shared_ptr<parallel::ProcessGroup> world, const Flags& flags,
   return {parallel::for_device(std::move(world), choice.device), choice.device};
 }
 
+namespace {
+
+// FNV-1a over bytes, continued from `hash`.
+uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 1469598103934665603u) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211u;
+  return hash;
+}
+
+std::string hex(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+}  // namespace
+
+void check_ranks_read_the_same_text(parallel::ProcessGroup& world, const data::CharCorpus& corpus,
+                                    const std::string& source_flag) {
+  const std::string& chars = corpus.vocab.chars();
+  uint64_t text = 1469598103934665603u;
+  for (const Tensor& part : {corpus.train, corpus.validation}) {
+    const Tensor tokens = part.to(Device::cpu()).contiguous();
+    text = fnv1a(tokens.data_ptr<int64_t>(), tokens.nbytes(), text);
+  }
+  const int64_t length = corpus.train.numel() + corpus.validation.numel();
+  parallel::check_ranks_agree(
+      world, {{"the vocabulary", std::to_string(chars.size()) + " characters, " + hex(fnv1a(chars.data(), chars.size()))},
+              {"the text (" + source_flag + ")", std::to_string(length) + " characters, " + hex(text)}});
+}
+
 }  // namespace loom::examples

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "data/char_corpus.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/process_group.h"
 
@@ -32,5 +33,14 @@ struct Rank {
 };
 
 Rank join_job(std::shared_ptr<parallel::ProcessGroup> world, const Flags& flags, const std::string& device_spec);
+
+// The ranks check that they read the same text: its vocabulary and its
+// characters, by size and fingerprint. The flags that name the text (its
+// folder, a Rank setting) may differ between ranks; what they read may not,
+// or tensor-parallel ranks would train on different data and exit 0. A
+// mismatch is every rank's error, naming the vocabulary or the text and
+// each rank's value.
+void check_ranks_read_the_same_text(parallel::ProcessGroup& world, const data::CharCorpus& corpus,
+                                    const std::string& source_flag);
 
 }  // namespace loom::examples

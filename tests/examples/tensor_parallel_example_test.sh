@@ -106,6 +106,14 @@ if mpirun -np 2 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --sequenc
   echo "--block-size 63 over --tp 2 with --sequence-parallel accepted"; exit 1
 fi
 grep -q "block-size 63 does not split over --tp 2 ranks" bad.log || { cat bad.log; exit 1; }
+# Ranks that read different texts stop before training, naming the vocabulary and the text.
+mkdir -p other_text && printf 'abc abc abc\n%%\ncab cab\n%%\n' > other_text/tiny
+if mpirun -np 1 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --metrics t0.csv \
+  : -np 1 --oversubscribe --bind-to none "$gpt" --steps 1 --tp 2 --metrics t1.csv --fortunes other_text > text.log 2>&1; then
+  echo "ranks with different texts trained"; cat text.log; exit 1
+fi
+grep -q "the ranks were started with different settings: the text (--fortunes) (rank 0: " text.log || { cat text.log; exit 1; }
+grep -q "the vocabulary (rank 0: 114 characters, " text.log || { cat text.log; exit 1; }
 # A check of one mode runs only in that mode: an odd block size is fine without --cp.
 "$gpt" --steps 1 --eval-every 1 --sample 0 --batch-size 2 --block-size 7 --metrics odd.csv > odd.log 2>&1 ||
   { echo "--block-size 7 without --cp refused"; cat odd.log; exit 1; }
