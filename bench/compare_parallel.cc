@@ -99,8 +99,11 @@ std::string plot(const std::string& csv, const std::string& png, const std::stri
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
     return "gnuplot is missing (apt-get install gnuplot-nox)";
   const std::string script = png + ".gp";
+  // gnuplot draws into a temporary made for it, never through a link
+  // planted at the PNG's name; the rename then replaces the name itself.
+  AtomicFile chart(png);
   std::ostringstream gp;
-  gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << png << "'\n"
+  gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << chart.temporary_path() << "'\n"
      << "set termoption noenhanced\nset datafile separator ','\nset multiplot layout 1,2 title '" << title << "'\n"
      << "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.7\n"
      << "set xtics rotate by -30\nset grid ytics\nset key top left\n"
@@ -114,6 +117,7 @@ std::string plot(const std::string& csv, const std::string& png, const std::stri
      << "unset multiplot\n";
   write_file_atomically(script, gp.str());
   if (std::system(("gnuplot '" + script + "'").c_str()) != 0) return "gnuplot failed on " + script;
+  chart.commit();
   return "";
 }
 

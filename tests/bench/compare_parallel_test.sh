@@ -117,6 +117,14 @@ status=$?
 set -e
 grep -q "leave it out, the ranks are the devices" mismatch2.log || { cat mismatch2.log; exit 1; }
 [ "$status" = 2 ] || { echo "--devices 3 under mpirun -np 2: status $status, not 2 (a usage error)"; cat mismatch2.log; exit 1; }
+# A link planted at the chart's name is replaced, never written through.
+echo "keep me" > victim.txt
+ln -s victim.txt planted.png
+"$tool" --model mlp --strategies single --steps 1 --warmup 0 --out planted > planted.log 2>&1 || { cat planted.log; exit 1; }
+[ "$(cat victim.txt)" = "keep me" ] || { echo "the chart was written through a planted link"; exit 1; }
+if command -v gnuplot > /dev/null; then
+  [ -f planted.png ] && [ ! -L planted.png ] || { echo "planted.png is still a link"; ls -l planted.png; exit 1; }
+fi
 # Every strategy skipped is a failure that says why, not an empty table and status 0.
 if "$tool" --model mlp --strategies tp --steps 1 --out allskipped > allskipped.log 2>&1; then
   echo "a run where every strategy was skipped exited 0"; cat allskipped.log; exit 1
