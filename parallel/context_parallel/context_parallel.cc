@@ -63,11 +63,7 @@ std::vector<std::string> context_parallel(nn::Module& model, std::shared_ptr<Pro
           description);
     } else if (auto* dropout = dynamic_cast<nn::DropoutImpl*>(module.get())) {
       dropout->set_forward_override(
-          [dropout, group, split](const Tensor& x) {
-            check_ranks_draw_alike("context-parallel dropout", dropout->is_training() ? dropout->options.p : 0,
-                                   *group);
-            return dropout_on_shard(*dropout, x, *group, split);
-          },
+          [dropout, group, split](const Tensor& x) { return dropout_on_shard(*dropout, x, *group, split); },
           description);
     } else {
       auto& embedding = dynamic_cast<nn::EmbeddingImpl&>(*module);

@@ -55,6 +55,7 @@ Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, Sequ
 }
 
 void check_ranks_draw_alike(const char* model, double p, const ProcessGroup& group) {
+  if (p == 0) return;  // the common case, on every forward of a parallel layer: no name lookup
   const bool rank_threads = group.size() > 1 && group.backend().rfind("threads", 0) == 0;
   LOOM_CHECK(p == 0 || !rank_threads || thread_has_own_default_generator(), model, ": dropout ", p,
              " in training over ", group.size(), " rank threads needs each to draw as a process would: hold a ",
@@ -66,6 +67,7 @@ Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const Process
   const double p = dropout.options.p;
   if (!dropout.is_training() || p == 0) return x;
   LOOM_CHECK(x.dim() >= 2, "dropout_on_shard: expected tokens along dim 1, got shape ", x.shape());
+  check_ranks_draw_alike("dropout on a share of the sequence", p, group);  // every caller's condition
   if (p == 1) return x * 0.0;
   Shape whole = x.shape();
   whole[1] *= group.size();

@@ -41,7 +41,8 @@ Tensor in_sequence_order(const Tensor& gathered, const ProcessGroup& group, Sequ
 // `dropout` on this rank's tokens x (dim 1) with the mask the whole sequence
 // gets: the rank draws the whole sequence's mask, as a rank holding every
 // token does, and applies its tokens' part. So ranks seeded alike drop what
-// one device would.
+// one device would; in training it first checks that they do
+// (check_ranks_draw_alike).
 Tensor dropout_on_shard(nn::DropoutImpl& dropout, const Tensor& x, const ProcessGroup& group, SequenceSplit split);
 
 // Dropout at probability p in training over `group` is only right when every

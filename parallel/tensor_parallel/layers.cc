@@ -162,9 +162,11 @@ void VocabParallelEmbeddingImpl::load_from(const nn::EmbeddingImpl& full) {
 
 Tensor layer_norm_on(nn::LayerNormImpl& norm, const Tensor& x, TokenLayout tokens,
                      const std::shared_ptr<ProcessGroup>& group) {
-  if (tokens == TokenLayout::kReplicated || !norm.weight.defined()) return norm.forward(x);
-  return F::layer_norm(x, norm.options.normalized_shape, copy_to_tensor_parallel(norm.weight, group),
-                       copy_to_tensor_parallel(norm.bias, group), norm.options.eps);
+  if (tokens == TokenLayout::kReplicated) return norm.forward(x);
+  // Not norm.forward: a parallelized norm's forward comes back here.
+  const bool affine = norm.weight.defined();
+  return F::layer_norm(x, norm.options.normalized_shape, affine ? copy_to_tensor_parallel(norm.weight, group) : Tensor(),
+                       affine ? copy_to_tensor_parallel(norm.bias, group) : Tensor(), norm.options.eps);
 }
 
 Tensor dropout_on(nn::DropoutImpl& dropout, const Tensor& x, TokenLayout tokens, const ProcessGroup& group) {
