@@ -4,8 +4,7 @@
 
 namespace loom::optim {
 
-LRScheduler::LRScheduler(Optimizer& optimizer)
-    : LRScheduler(optimizer, (optimizer.record_initial_lr(), optimizer.initial_lr())) {}
+LRScheduler::LRScheduler(Optimizer& optimizer) : LRScheduler(optimizer, optimizer.record_initial_lr()) {}
 
 LRScheduler::LRScheduler(Optimizer& optimizer, double base_lr) : optimizer_(optimizer), base_lr_(base_lr) {}
 

@@ -272,20 +272,18 @@ void Adam::step() {
 
 AdamW::AdamW(TensorList params, const AdamOptions& options) : Adam(std::move(params), options, true) {}
 
-Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
+Tensor grad_squares_sum(const TensorList& params, Device device) {
   NoGradGuard no_grad;
   TensorList squares;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    // Parameters may sit on several devices (model parallelism): sum on the first one's.
-    Device home = squares.empty() ? g.device() : squares[0].device();
-    squares.push_back(sum(square(g.to(kFloat64))).reshape({1}).to(home));
-  }
-  if (squares.empty()) return zeros({}, {.dtype = kFloat64});
-  Tensor total = sqrt(sum(cat(squares)));
+  for (const Tensor& p : params)
+    if (p.grad().defined()) squares.push_back(sum(square(p.grad().to(kFloat64))).reshape({1}).to(device));
+  return squares.empty() ? zeros({1}, {.dtype = kFloat64, .device = device}) : sum(cat(squares)).reshape({1});
+}
+
+void scale_grads_to_norm_(const TensorList& params, const Tensor& total_norm, double max_norm) {
+  NoGradGuard no_grad;
   // min(1, max_norm / total) as a tensor, so no value goes to the host.
-  Tensor scale = clamp(max_norm / (total + 1e-6), 0, 1);
+  const Tensor scale = clamp(max_norm / (total_norm + 1e-6), 0, 1);
   // Converted once per device and dtype, not once per gradient (a launch each).
   std::map<std::pair<Device, DType>, Tensor> scales;
   for (const Tensor& p : params) {
@@ -295,6 +293,15 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
     if (!s.defined()) s = scale.to(g.device(), g.dtype());
     g.mul_(s);
   }
+}
+
+Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
+  NoGradGuard no_grad;
+  // Parameters may sit on several devices (model parallelism): sum on the first gradient's.
+  auto first = std::find_if(params.begin(), params.end(), [](const Tensor& p) { return p.grad().defined(); });
+  if (first == params.end()) return zeros({}, {.dtype = kFloat64});
+  const Tensor total = sqrt(sum(grad_squares_sum(params, first->grad().device())));
+  scale_grads_to_norm_(params, total, max_norm);
   return total;
 }
 

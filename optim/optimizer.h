@@ -46,8 +46,10 @@ class Optimizer {
   // optimizer scales (PyTorch's param_group["initial_lr"]). The first
   // scheduler made for the optimizer records it.
   double initial_lr() const { return initial_lr_.value_or(lr_); }
-  void record_initial_lr() {
+  // Records it, if no scheduler has yet, and returns it.
+  double record_initial_lr() {
     if (!initial_lr_) initial_lr_ = lr_;
+    return *initial_lr_;
   }
   // Capturable: also writes the device's copy, queued as any op (call it
   // between replays, not inside a capture).
@@ -151,5 +153,12 @@ class AdamW : public Adam {
 // Scales all gradients so that their joint L2 norm is at most max_norm, and
 // returns that norm before clipping (a 0-d tensor: reading it is the only sync).
 Tensor clip_grad_norm_(const TensorList& params, double max_norm);
+
+// Its two halves, for a norm whose squares are summed over ranks first
+// (parallel::TensorParallel::clip_grad_norm_): the sum of the gradients'
+// squares as a (1) float64 tensor on `device` (zero when none has one), and
+// every gradient scaled by min(1, max_norm / total_norm), all on the device.
+Tensor grad_squares_sum(const TensorList& params, Device device);
+void scale_grads_to_norm_(const TensorList& params, const Tensor& total_norm, double max_norm);
 
 }  // namespace loom::optim

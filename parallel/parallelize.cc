@@ -5,6 +5,7 @@
 
 #include "nn/functional.h"
 #include "nn/nn.h"
+#include "optim/optimizer.h"
 #include "parallel/context_parallel/sequence_split.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "tensor/creation.h"
@@ -158,20 +159,11 @@ void apply(const Target& t, double dropout, TensorParallel& out) {
         // Each rank normalises its own tokens; the scale and shift, whole on
         // every rank, get the sum of the ranks' gradients through f.
         norm->set_forward_override(
-            [norm, group](const Tensor& x) {
-              const bool affine = norm->weight.defined();
-              return F::layer_norm(x, norm->options.normalized_shape,
-                                   affine ? copy_to_tensor_parallel(norm->weight, group) : Tensor(),
-                                   affine ? copy_to_tensor_parallel(norm->bias, group) : Tensor(), norm->options.eps);
-            },
+            [norm, group](const Tensor& x) { return layer_norm_on(*norm, x, TokenLayout::kSequenceSharded, group); },
             description);
       } else if (auto* dropout = dynamic_cast<nn::DropoutImpl*>(t.module.get())) {
         dropout->set_forward_override(
-            [dropout, group](const Tensor& x) {
-              check_ranks_draw_alike("sequence-parallel dropout", dropout->is_training() ? dropout->options.p : 0,
-                                     *group);
-              return dropout_on_shard(*dropout, x, *group, SequenceSplit::kContiguous);
-            },
+            [dropout, group](const Tensor& x) { return dropout_on(*dropout, x, TokenLayout::kSequenceSharded, *group); },
             description);
       } else {
         // An embedding whose rows sit on sharded tokens (a GPT's positions):
@@ -194,12 +186,6 @@ void apply(const Target& t, double dropout, TensorParallel& out) {
   }
 }
 
-Tensor squared_norm(const TensorList& params, Device device) {
-  Tensor total = zeros({1}, {.dtype = kFloat64, .device = device});
-  for (const Tensor& p : params)
-    if (p.grad().defined()) total = total + sum(square(p.grad().to(kFloat64))).reshape({1});
-  return total;
-}
 
 }  // namespace
 
@@ -263,15 +249,15 @@ Tensor TensorParallel::clip_grad_norm_(double max_norm) const {
   NoGradGuard no_grad;
   LOOM_CHECK(!sliced.empty() || !replicated.empty(), "TensorParallel::clip_grad_norm_: no parameters");
   const Device device = sliced.empty() ? replicated.front().device() : sliced.front().tensor.device();
-  TensorList parts;
-  for (const Slice& s : sliced) parts.push_back(s.tensor);
-  Tensor total_sliced = squared_norm(parts, device).contiguous();
-  group->all_reduce(total_sliced, ReduceOp::Sum)->wait();
-  Tensor total = sqrt(sum(total_sliced + squared_norm(replicated, device)));
-  Tensor scale = clamp(max_norm / (total + 1e-6), 0, 1);
-  for (const TensorList& list : {parts, replicated})
-    for (const Tensor& p : list)
-      if (p.grad().defined()) p.grad().mul_(scale.to(p.grad().device(), p.grad().dtype()));
+  TensorList slices;
+  for (const Slice& s : sliced) slices.push_back(s.tensor);
+  // The slices' squares summed over the ranks; the replicated ones counted once.
+  Tensor squares = optim::grad_squares_sum(slices, device).contiguous();
+  group->all_reduce(squares, ReduceOp::Sum)->wait();
+  const Tensor total = sqrt(sum(squares + optim::grad_squares_sum(replicated, device)));
+  TensorList all = slices;
+  all.insert(all.end(), replicated.begin(), replicated.end());
+  optim::scale_grads_to_norm_(all, total, max_norm);
   return total;
 }
 

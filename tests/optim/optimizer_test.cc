@@ -303,7 +303,9 @@ TEST(LRScheduler, WarmupThenCosineDecaysFromThePeakToEtaMin) {
   for (int s = 0; s < 12; ++s) {
     schedule.step();
     highest = std::max(highest, opt.lr());
-    if (s == 3) EXPECT_NEAR(opt.lr(), 0.2, 1e-12) << "the milestone: cosine's step 0 is the peak";
+    if (s == 3) {
+      EXPECT_NEAR(opt.lr(), 0.2, 1e-12) << "the milestone: cosine's step 0 is the peak";
+    }
   }
   EXPECT_NEAR(highest, 0.2, 1e-12);
   EXPECT_NEAR(opt.lr(), 0.02, 1e-12);
