@@ -75,6 +75,7 @@ std::shared_ptr<ProcessGroup> HostStagedGroup::wrap(std::shared_ptr<ProcessGroup
 
 HostStagedGroup::HostStagedGroup(std::shared_ptr<ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->options()), inner_(std::move(inner)) {
+  record_no_spans();  // the inner group records the transfer itself
   issuer_ = std::thread([this] { issue_loop(); });
   completer_ = std::thread([this] { complete_loop(to_complete_); });
   send_completer_ = std::thread([this] { complete_loop(sends_to_complete_); });

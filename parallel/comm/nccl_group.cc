@@ -306,6 +306,7 @@ std::shared_ptr<ProcessGroup> NcclGroup::create(std::shared_ptr<ProcessGroup> bo
 
 NcclGroup::NcclGroup(std::shared_ptr<ProcessGroup> bootstrap, Device device, const std::string& id)
     : ProcessGroup(bootstrap->rank(), bootstrap->size(), bootstrap->options()), device_(device) {
+  record_no_spans();  // its spans are the GPU's time (nccl_lanes.cc)
   state_ = std::make_unique<State>(this, std::move(bootstrap), device, id);
 }
 

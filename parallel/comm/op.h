@@ -45,6 +45,7 @@ struct Op {
   ReduceOp reduce = ReduceOp::Sum;  // all_reduce, reduce_scatter
   int peer = -1;                    // broadcast: the root; send: dst; recv: src
   int tag = 0;                      // send, recv
+  std::chrono::steady_clock::time_point issued_at;  // when the caller issued it: its trace span's start
   // all_reduce, broadcast, send, recv: input and output are the same tensor.
   // all_gather: output is the ranks' inputs concatenated in rank order.
   // reduce_scatter: input is split among the ranks by their outputs' sizes.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "parallel/comm/descriptor.h"
+#include "parallel/trace.h"
 #include "tensor/backend.h"
 #include "tensor/creation.h"
 #include "tensor/error.h"
@@ -28,7 +29,7 @@ std::chrono::milliseconds default_timeout() {
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
-    : rank_(rank), size_(size), options_(options) {
+    : rank_(rank), size_(size), options_(options), job_rank_(rank) {
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: rank ", rank,
              " is out of range for a group of ", size, " ranks");
   LOOM_CHECK(options.timeout.count() > 0, "ProcessGroup: the timeout must be positive, got ",
@@ -173,6 +174,7 @@ WorkPtr ProcessGroup::barrier() { return issue(std::make_shared<Op>(OpKind::Barr
 WorkPtr ProcessGroup::issue(OpPtr op) {
   op->rank = rank_;
   op->group_size = size_;
+  op->issued_at = std::chrono::steady_clock::now();
   if (op->kind != OpKind::Send && op->kind != OpKind::Barrier) mark_written(op->output);
   for (const Tensor& t : op->outputs) mark_written(t);
   WorkPtr work = op->work;
@@ -200,11 +202,22 @@ void ProcessGroup::finish(Op& op, std::exception_ptr error) {
     stats_.bytes += op.payload_bytes();
     stats_.bus_bytes += op.bus_bytes();
   }
+  if (!error) record_span(op);
   // A completed operation lets go of its tensors before anyone can see it
   // complete, so the memory a waiter measures is its own (a failed one keeps
   // them: MPI may still be writing into an abandoned request's buffers).
   if (!error) op.release_tensors();
   op.work->mark_completed(error);
+}
+
+// The one place loom traces communication: each operation that succeeds is a
+// span on its process's communication lane, from when it was issued to when
+// it finished, so a trace shows it beside the compute it overlaps and the
+// strategies carry no tracing of their own.
+void ProcessGroup::record_span(const Op& op) const {
+  if (!records_spans_ || !trace::enabled()) return;
+  trace::record(op_kind_name(op.kind), "communication", trace::lane("rank" + std::to_string(job_rank_) + "/comm"),
+                trace::to_us(op.issued_at), trace::now_us());
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
@@ -225,7 +238,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
     new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   }
   // Every rank takes part (MPI's split is a collective of the whole group).
-  return make_subgroup(color, members, new_rank, id * (int64_t{1} << 20) + std::max(color, 0));
+  std::shared_ptr<ProcessGroup> group = make_subgroup(color, members, new_rank, id * (int64_t{1} << 20) + std::max(color, 0));
+  if (group) group->job_rank_ = job_rank_;
+  return group;
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {

@@ -132,6 +132,10 @@ class ProcessGroup {
   // Completes op.work: on success counts the op in stats() and copies an
   // all_gather's result into its output list; error is the failure, if any.
   void finish(Op& op, std::exception_ptr error);
+  // Backends whose operations only hand the work on record no trace span of
+  // their own: host staging (its inner group records the transfer) and NCCL
+  // (which times its spans on the GPU, nccl_lanes.cc).
+  void record_no_spans() { records_spans_ = false; }
   // The backend's part of split(), called on every rank: this rank's group
   // of `members` (ranks of this group, in new-rank order; this rank is
   // members[new_rank]), or nullptr for a negative color (then `members` is
@@ -144,10 +148,15 @@ class ProcessGroup {
   WorkPtr issue(OpPtr op);
   WorkPtr point_to_point(OpKind kind, const Tensor& tensor, int peer, int tag);  // send, recv
   void check_tensor(const char* what, const Tensor& t, const Tensor& like = Tensor()) const;
+  void record_span(const Op& op) const;
 
   const int rank_;
   const int size_;
   const ProcessGroupOptions options_;
+  // This process's rank in the group split() began from: it names the trace
+  // lane ("rank<r>/comm") that every group of the process records on.
+  int job_rank_;
+  bool records_spans_ = true;
   std::mutex issue_mutex_;  // numbers and queues each operation atomically
   int64_t collectives_issued_ = 0;
   int64_t p2p_issued_ = 0;

@@ -10,7 +10,6 @@
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "parallel/context_parallel/attention.h"
-#include "parallel/trace.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
@@ -55,37 +54,23 @@ void for_each_visible_pair(const std::vector<LocalChunk>& queries, const std::ve
 Tensor rows_of(const Tensor& t, const LocalChunk& c) { return t.narrow(2, c.at, c.tokens.length); }
 
 // One step round the ring: `block` sent to the next rank, the previous
-// rank's arriving in a tensor of the same shape. Traced (parallel/trace.h):
-// the transfer on the rank's communication lane from issue to arrival, and
-// the wait for it, the part the products did not hide, as idle time on its
-// compute lane.
+// rank's arriving in a tensor of the same shape.
 class Passing {
  public:
-  Passing(const Tensor& block, ProcessGroup& group, int tag, const char* what)
-      : arriving_(empty_like(block)), what_(what), rank_(group.rank()), issued_us_(trace::now_us()) {
-    const int n = group.size(), next = (rank_ + 1) % n, previous = (rank_ + n - 1) % n;
+  Passing(const Tensor& block, ProcessGroup& group, int tag) : arriving_(empty_like(block)) {
+    const int n = group.size(), next = (group.rank() + 1) % n, previous = (group.rank() + n - 1) % n;
     sent_ = group.send(block, next, tag);
     received_ = group.recv(arriving_, previous, tag);
   }
   // The previous rank's block, once it has arrived (and this rank's has gone).
   Tensor wait() const {
-    const int64_t waiting_since = trace::now_us();
     sent_->wait();
     received_->wait();
-    if (trace::enabled()) {
-      const std::string rank = "rank" + std::to_string(rank_);
-      trace::record(what_, "communication", trace::lane(rank + "/comm"), issued_us_,
-                    trace::to_us(std::max(sent_->completed_at(), received_->completed_at())));
-      trace::record("ring: waiting", "idle", trace::lane(rank + "/compute"), waiting_since, trace::now_us());
-    }
     return arriving_;
   }
 
  private:
   Tensor arriving_;
-  const char* what_;
-  int rank_;
-  int64_t issued_us_;
   WorkPtr sent_, received_;
 };
 
@@ -124,7 +109,7 @@ RingForward ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, Proc
   for (int step = 0; step < n; ++step) {
     const int owner = (rank + n - step) % n;
     std::optional<Passing> next;
-    if (step + 1 < n) next.emplace(block, group, kBlockTag, "ring: keys and values");
+    if (step + 1 < n) next.emplace(block, group, kBlockTag);
     const Tensor keys = block.narrow(3, 0, head_dim), values = block.narrow(3, head_dim, head_dim);
     for_each_visible_pair(mine, local_chunks(owner, n, tokens, split),
                           [&](size_t i, const LocalChunk& queries, const LocalChunk& seen, bool causal) {
@@ -159,7 +144,7 @@ TensorList ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   for (int step = 0; step < n; ++step) {
     const int owner = (rank + n - step) % n;
     std::optional<Passing> next;
-    if (step + 1 < n) next.emplace(block, group, kBlockTag, "ring: keys and values (backward)");
+    if (step + 1 < n) next.emplace(block, group, kBlockTag);
     const Tensor keys = block.narrow(3, 0, head_dim), values = block.narrow(3, head_dim, head_dim);
     gradient = zeros(block.shape(), {.dtype = dtype, .device = block.device()});
     const Tensor dkeys = gradient.narrow(3, 0, head_dim), dvalues = gradient.narrow(3, head_dim, head_dim);
@@ -176,7 +161,7 @@ TensorList ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     // The ranks before have added their shares of this block; add this one's and hand it on. After
     // the last step the next rank is the block's owner.
     if (arriving_gradient) gradient.add_(arriving_gradient->wait());
-    arriving_gradient.emplace(gradient, group, kBlockGradientTag, "ring: gradients of keys and values");
+    arriving_gradient.emplace(gradient, group, kBlockGradientTag);
     if (next) block = next->wait();
   }
   const Tensor own = n == 1 ? gradient : arriving_gradient->wait();

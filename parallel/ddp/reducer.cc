@@ -4,7 +4,6 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
-#include "parallel/trace.h"
 #include "tensor/creation.h"
 #include "tensor/error.h"
 #include "tensor/stopwatch.h"
@@ -30,7 +29,6 @@ Reducer::Reducer(TensorList params, std::vector<std::string> names, std::shared_
       ready_(params_.size()),
       pending_(buckets_.size()),
       works_(buckets_.size()),
-      launch_us_(buckets_.size()),
       pending_at_launch_(buckets_.size()) {
   // Each bucket's flat tensor and the parameters' views into it are made
   // once: a step allocates nothing.
@@ -110,30 +108,19 @@ void Reducer::on_gradient_ready(size_t k) {
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
     const size_t b = next_bucket_++;
-    note_launch(b);  // first: the communication thread may finish the bucket before launch() returns
     works_[b] = hook_->launch(*group_, b, flat_[b]);
+    pending_at_launch_[b] = gradients_pending_;
+    stats_.allreduces += 1;
+    stats_.bytes += hook_->wire_bytes(flat_[b]);
   }
 }
 
-void Reducer::note_launch(size_t b) {
-  launch_us_[b] = trace::now_us();
-  pending_at_launch_[b] = gradients_pending_;
-  stats_.allreduces += 1;
-  stats_.bytes += hook_->wire_bytes(flat_[b]);
-}
-
-// The wait is the communication backward could not hide; each bucket's
-// all-reduce is a span on the rank's communication lane.
+// The wait is the communication backward could not hide.
 void Reducer::wait_for_buckets() {
-  const bool tracing = trace::enabled();
-  const int lane = tracing ? trace::lane("rank" + std::to_string(group_->rank()) + "/comm") : 0;
   const Stopwatch waited;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     works_[b]->wait();
     hook_->finish(b, flat_[b]);
-    if (tracing)
-      trace::record("allreduce bucket " + std::to_string(b), "communication", lane, launch_us_[b],
-                    trace::to_us(works_[b]->completed_at()));
   }
   stats_.exposed_wait_s += waited.seconds();
   stats_.synced_backwards += 1;

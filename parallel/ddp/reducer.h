@@ -76,7 +76,6 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void install_hooks();
   void on_gradient_ready(size_t param);
   void launch_ready_buckets();
-  void note_launch(size_t bucket);  // statistics and the trace's start of its span
   void wait_for_buckets();
   void finish_backward();
   void reset_step();
@@ -105,7 +104,6 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   int gradients_pending_ = 0;
   size_t next_bucket_ = 0;          // the next bucket to issue
   std::vector<WorkPtr> works_;      // per bucket, once issued
-  std::vector<int64_t> launch_us_;  // per bucket, for the trace
   std::vector<int> pending_at_launch_;
   ReducerStats stats_;
 };

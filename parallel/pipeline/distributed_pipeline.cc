@@ -27,24 +27,16 @@ constexpr int kMaxMessages = (ProcessGroup::kMaxTag + 1) / 2;  // per direction:
 
 // A stage's links to the ranks that run the parts before and after each of
 // its chunks. Sends are collected and waited for at the end of the step, so
-// that a failed send is reported; when tracing, each appears on the rank's
-// communication lane from issue to completion. Between two parts on this
-// rank (the V's turn in ZB-V) the tensor is handed over in memory.
+// that a failed send is reported. Between two parts on this rank (the V's
+// turn in ZB-V) the tensor is handed over in memory.
 class GroupLinks : public StageLinks {
  public:
-  GroupLinks(ProcessGroup& group, Device device, int micro_batches, int chunks, Placement placement, int lane,
-             int sends_lane)
+  GroupLinks(ProcessGroup& group, Device device, int micro_batches, int chunks, Placement placement, int lane)
       : StageLinks(lane), group_(group), device_(device), micro_batches_(micro_batches), chunks_(chunks),
-        placement_(placement), sends_lane_(sends_lane) {}
+        placement_(placement) {}
 
   void wait_for_sends() {
-    const bool tracing = trace::enabled();
-    for (const Send& send : sends_) {
-      send.work->wait();
-      if (tracing)
-        trace::record(send.what + std::to_string(send.micro_batch), "communication", sends_lane_, send.issued_us,
-                      trace::to_us(send.work->completed_at()));
-    }
+    for (const WorkPtr& send : sends_) send->wait();
     sends_.clear();
   }
 
@@ -78,9 +70,8 @@ class GroupLinks : public StageLinks {
     header[0] = static_cast<int64_t>(activation.dtype());
     header[1] = activation.dim();
     for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
-    const int64_t issued = trace::now_us();
     group_.send(from_vector(header), to.stage, tag);  // the op keeps the header alive; the activation follows it
-    sends_.push_back({"send activation ", mb, issued, group_.send(activation.contiguous(), to.stage, tag)});
+    sends_.push_back(group_.send(activation.contiguous(), to.stage, tag));
     return true;
   }
 
@@ -99,7 +90,7 @@ class GroupLinks : public StageLinks {
       return false;
     }
     const int tag = link_tag(to.chunk, mb, micro_batches_, true);
-    sends_.push_back({"send gradient ", mb, trace::now_us(), group_.send(gradient.contiguous(), to.stage, tag)});
+    sends_.push_back(group_.send(gradient.contiguous(), to.stage, tag));
     return true;
   }
 
@@ -120,18 +111,11 @@ class GroupLinks : public StageLinks {
     return t;
   }
 
-  struct Send {
-    const char* what;  // the span's name, without the micro-batch (named only when traced)
-    int micro_batch;
-    int64_t issued_us;
-    WorkPtr work;
-  };
   ProcessGroup& group_;
   Device device_;
   int micro_batches_, chunks_;
   Placement placement_;
-  int sends_lane_;
-  std::vector<Send> sends_;
+  std::vector<WorkPtr> sends_;
   std::map<std::pair<int, int>, Tensor> activations_here_, gradients_here_;  // (receiving chunk, micro-batch)
 };
 
@@ -165,7 +149,6 @@ DistributedPipeline::DistributedPipeline(std::vector<nn::ModulePtr> chunks, std:
   placement_ = placement_of(options.schedule);
   for (const auto& chunk : chunks_) chunk->to(device_);
   lane_ = trace::lane("stage " + std::to_string(rank_) + " (rank " + std::to_string(rank_) + ")");
-  sends_lane_ = trace::lane("stage " + std::to_string(rank_) + " sends");
   schedule_ = make_schedule(options.schedule, stages_, options.micro_batches, options.chunks, options.part_times);
 }
 
@@ -219,7 +202,7 @@ Tensor DistributedPipeline::train_step(const Tensor& x, const Tensor& y, const L
     };
   if (first) task.first.emplace(FirstStage{inputs});
   if (last) task.last.emplace(LastStage{targets, loss, y.size(0), losses});
-  GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_, sends_lane_);
+  GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_);
   const Stopwatch watch;
   task.step_start = watch.started();
   stats_ = run_stage(actions(), task, links);
@@ -260,7 +243,7 @@ Tensor DistributedPipeline::forward(const Tensor& x) {
   const bool first = rank_ == 0, last = rank_ == loss_rank();
   TensorList inputs;
   if (first) inputs = split_micro_batches(x, m, "DistributedPipeline::forward (rank 0's inputs)");
-  GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_, sends_lane_);
+  GroupLinks links(*group_, device_, m, options_.chunks, placement_, lane_);
   TensorList outputs;
   // Chunk by chunk: sends do not wait, so a chunk c + 1 finds the chunk c
   // outputs it needs on their way (or, at the V's turn, here).

@@ -112,7 +112,7 @@ class DistributedPipeline {
   Device device_;
   int rank_ = 0, stages_ = 1;
   Placement placement_ = Placement::Loop;
-  int lane_ = 0, sends_lane_ = 0;  // trace lanes: this stage's passes, its sends
+  int lane_ = 0;  // the trace lane of this stage's passes
   PipelineSchedule schedule_;
   StageStats stats_;
   double step_seconds_ = 0;

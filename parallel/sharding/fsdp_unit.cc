@@ -1,7 +1,5 @@
 #include "parallel/sharding/fsdp_unit.h"
 
-#include "parallel/sharding/comm_span.h"
-
 #include "autograd/grad_mode.h"
 #include "tensor/creation.h"
 #include "tensor/error.h"
@@ -54,7 +52,6 @@ void FsdpUnit::start_gather() {
   storage.reallocate();
   auto alias = std::make_shared<Storage>(storage.data(), storage.nbytes(), storage.device());
   Tensor target = make_tensor(alias, flat_.shape(), flat_.strides(), flat_.storage_offset(), flat_.dtype());
-  gather_issued_us_ = trace::now_us();
   gathering_ = group_->all_gather(target, shard_.detach());
 }
 
@@ -62,7 +59,6 @@ void FsdpUnit::wait_gathered() {
   start_gather();
   if (gathered_) return;  // nothing to gather
   gathering_->wait();
-  trace_collective("all_gather " + label(), *group_, gather_issued_us_, *gathering_);
   gathering_.reset();
   gathered_ = true;
 }
@@ -98,7 +94,6 @@ void FsdpUnit::start_reduce() {
   NoGradGuard no_grad;
   if (!flat_grad_.defined()) flat_grad_ = zeros({flat_.numel()}, flat_.options());
   reduced_ = empty({shard_.numel()}, shard_.options());
-  reduce_issued_us_ = trace::now_us();
   reduce_ = group_->reduce_scatter(reduced_, flat_grad_, ReduceOp::Avg);
 }
 
@@ -106,7 +101,6 @@ void FsdpUnit::finish_reduce() {
   if (!reduce_) return;
   NoGradGuard no_grad;
   reduce_->wait();
-  trace_collective("reduce_scatter " + label(), *group_, reduce_issued_us_, *reduce_);
   reduce_.reset();
   flat_grad_ = Tensor();
   const Tensor grad = shard_.grad();

@@ -37,7 +37,6 @@ class FsdpUnit {
            std::shared_ptr<ProcessGroup> group);
 
   const std::string& name() const { return name_; }  // "" for the root
-  std::string label() const { return name_.empty() ? "root" : "unit " + name_; }  // in traces
   const TensorList& params() const { return params_; }
   const std::vector<std::string>& param_names() const { return param_names_; }
   const Tensor& flat() const { return flat_; }
@@ -86,7 +85,6 @@ class FsdpUnit {
 
   bool gathered_ = false;
   WorkPtr gathering_;
-  int64_t gather_issued_us_ = 0, reduce_issued_us_ = 0;  // for the trace
 
   std::vector<bool> has_grad_;  // this backward
   size_t pending_ = 0;          // parameters still waiting for their gradient

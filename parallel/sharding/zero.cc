@@ -5,7 +5,6 @@
 #include <map>
 
 #include "autograd/grad_mode.h"
-#include "parallel/sharding/comm_span.h"
 #include "tensor/creation.h"
 #include "tensor/error.h"
 
@@ -34,7 +33,6 @@ struct ZeroRedundancyOptimizer::Gradients {
   TensorList flat;              // the full gradient
   TensorList shard_grad;        // this rank's piece of the mean gradient
   std::vector<WorkPtr> works;
-  std::vector<int64_t> issued_us;  // for the trace
   size_t next = 0;               // buckets are launched in order, the same on every rank
   std::deque<size_t> in_flight;  // stage 2: launched, their flat gradients still alive
 
@@ -78,13 +76,11 @@ struct ZeroRedundancyOptimizer::Gradients {
       while (in_flight.size() >= kMaxInFlight) finish(in_flight.front());
       in_flight.push_back(b);
     }
-    issued_us[b] = trace::now_us();
     works[b] = group->reduce_scatter(shard_grad[b], flat_grad(b), ReduceOp::Avg);
   }
 
   void finish(size_t b) {
     works[b]->wait();
-    trace_collective("reduce_scatter bucket " + std::to_string(b), *group, issued_us[b], *works[b]);
     works[b].reset();
     if (stage == 2) {
       flat[b] = Tensor();
@@ -154,7 +150,6 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(TensorList params, std::shared_
   g->pending.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) g->pending[b] = buckets_[b].size();
   g->works.resize(buckets_.size());
-  g->issued_us.resize(buckets_.size());
   grads_ = g;
 
   inner_ = make(shard_);
@@ -187,13 +182,9 @@ void ZeroRedundancyOptimizer::step() {
   inner_->step();
   // 3. Every rank gathers every piece.
   std::vector<WorkPtr> gathers;
-  const int64_t issued = trace::now_us();
   for (size_t b = 0; b < flat_params_.size(); ++b)
     gathers.push_back(group_->all_gather(flat_params_[b], shard_[b].detach()));
-  for (size_t b = 0; b < gathers.size(); ++b) {
-    gathers[b]->wait();
-    trace_collective("all_gather bucket " + std::to_string(b), *group_, issued, *gathers[b]);
-  }
+  for (const WorkPtr& gather : gathers) gather->wait();
 }
 
 nn::NamedTensors ZeroRedundancyOptimizer::state_dict() const {

@@ -1,7 +1,6 @@
 #include "parallel/tensor_parallel/conjugates.h"
 
 #include "autograd/grad_mode.h"
-#include "parallel/trace.h"
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "tensor/autocast.h"
@@ -13,21 +12,11 @@ namespace loom::parallel {
 
 namespace {
 
-// A finished collective as a span on the rank's communication lane.
-void trace_span(const char* name, const ProcessGroup& group, int64_t issued_us, const Work& work) {
-  if (!trace::enabled()) return;
-  trace::record(name, "communication", trace::lane("rank" + std::to_string(group.rank()) + "/comm"), issued_us,
-                trace::to_us(work.completed_at()));
-}
-
 // The sum over the ranks, in a tensor of its own.
-Tensor all_reduced(const Tensor& x, ProcessGroup& group, const char* name) {
+Tensor all_reduced(const Tensor& x, ProcessGroup& group) {
   NoGradGuard no_grad;
   Tensor sum = x.contiguous().clone();
-  const int64_t issued = trace::now_us();
-  WorkPtr work = group.all_reduce(sum, ReduceOp::Sum);
-  work->wait();
-  trace_span(name, group, issued, *work);
+  group.all_reduce(sum, ReduceOp::Sum)->wait();
   return sum;
 }
 
@@ -43,16 +32,13 @@ std::vector<int64_t> moved(int64_t rank, int64_t from, int64_t to) {
 // Every rank's `x` side by side along `dim`, in rank order. The collective
 // lays the pieces one after another, (N, ...x's shape); one copy moves N
 // next to `dim` and merges the two.
-Tensor all_gathered(const Tensor& x, int64_t dim, ProcessGroup& group, const char* name) {
+Tensor all_gathered(const Tensor& x, int64_t dim, ProcessGroup& group) {
   NoGradGuard no_grad;
   const Tensor piece = x.contiguous();
   Shape stacked = piece.shape();
   stacked.insert(0, group.size());
   Tensor pieces = empty(stacked, piece.options());
-  const int64_t issued = trace::now_us();
-  WorkPtr work = group.all_gather(pieces, piece);
-  work->wait();
-  trace_span(name, group, issued, *work);
+  group.all_gather(pieces, piece)->wait();
   Shape whole = piece.shape();
   whole[dim] *= group.size();
   return pieces.permute(moved(pieces.dim(), 0, dim)).reshape(whole.vec());
@@ -61,7 +47,7 @@ Tensor all_gathered(const Tensor& x, int64_t dim, ProcessGroup& group, const cha
 // The sum over the ranks of `x`, cut along `dim` into one piece per rank:
 // this rank's. One copy puts the pieces one after another, as the collective
 // cuts them.
-Tensor reduce_scattered(const Tensor& x, int64_t dim, ProcessGroup& group, const char* name) {
+Tensor reduce_scattered(const Tensor& x, int64_t dim, ProcessGroup& group) {
   NoGradGuard no_grad;
   const int64_t n = group.size();
   LOOM_CHECK(x.size(dim) % n == 0, "sequence parallel: the sequence (dim ", dim, " of ", x.shape(),
@@ -72,10 +58,7 @@ Tensor reduce_scattered(const Tensor& x, int64_t dim, ProcessGroup& group, const
   split.insert(static_cast<int>(dim), n);  // (..., N, T/N, ...)
   const Tensor pieces = x.reshape(split.vec()).permute(moved(static_cast<int64_t>(split.size()), dim, 0)).contiguous();
   Tensor piece = empty(piece_shape, x.options());
-  const int64_t issued = trace::now_us();
-  WorkPtr work = group.reduce_scatter(piece, pieces, ReduceOp::Sum);
-  work->wait();
-  trace_span(name, group, issued, *work);
+  group.reduce_scatter(piece, pieces, ReduceOp::Sum)->wait();
   return piece;
 }
 
@@ -85,13 +68,13 @@ Tensor copy_to_tensor_parallel(const Tensor& x, const std::shared_ptr<ProcessGro
   Tensor y = x.detach();
   if (autograd::needs_grad(x))
     autograd::record("CopyToTensorParallel", {x}, y, [group](const TensorList& grads) {
-      return TensorList{all_reduced(grads[0], *group, "all_reduce (f, backward)")};
+      return TensorList{all_reduced(grads[0], *group)};
     });
   return y;
 }
 
 Tensor reduce_from_tensor_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group) {
-  Tensor y = all_reduced(x, *group, "all_reduce (g, forward)");
+  Tensor y = all_reduced(x, *group);
   if (autograd::needs_grad(x))
     autograd::record("ReduceFromTensorParallel", {x}, y, [](const TensorList& grads) { return TensorList{grads[0]}; });
   return y;
@@ -100,7 +83,7 @@ Tensor reduce_from_tensor_parallel(const Tensor& x, const std::shared_ptr<Proces
 Tensor gather_from_tensor_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group) {
   const int rank = group->rank();
   const int64_t width = x.size(-1);
-  Tensor y = all_gathered(x, x.dim() - 1, *group, "all_gather (logits)");
+  Tensor y = all_gathered(x, x.dim() - 1, *group);
   if (autograd::needs_grad(x))
     autograd::record("GatherFromTensorParallel", {x}, y, [rank, width](const TensorList& grads) {
       return TensorList{grads[0].narrow(grads[0].dim() - 1, rank * width, width).contiguous()};
@@ -110,10 +93,10 @@ Tensor gather_from_tensor_parallel(const Tensor& x, const std::shared_ptr<Proces
 
 Tensor gather_from_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int64_t dim) {
   dim = wrap_dim(dim, x.dim(), "gather_from_sequence_parallel");
-  Tensor y = all_gathered(x, dim, *group, "all_gather (sequence, forward)");
+  Tensor y = all_gathered(x, dim, *group);
   if (autograd::needs_grad(x))
     autograd::record("GatherFromSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
-      return TensorList{reduce_scattered(grads[0], dim, *group, "reduce_scatter (sequence, backward)")};
+      return TensorList{reduce_scattered(grads[0], dim, *group)};
     });
   return y;
 }
@@ -121,10 +104,10 @@ Tensor gather_from_sequence_parallel(const Tensor& x, const std::shared_ptr<Proc
 Tensor reduce_scatter_to_sequence_parallel(const Tensor& x, const std::shared_ptr<ProcessGroup>& group,
                                            int64_t dim) {
   dim = wrap_dim(dim, x.dim(), "reduce_scatter_to_sequence_parallel");
-  Tensor y = reduce_scattered(x, dim, *group, "reduce_scatter (sequence, forward)");
+  Tensor y = reduce_scattered(x, dim, *group);
   if (autograd::needs_grad(x))
     autograd::record("ReduceScatterToSequenceParallel", {x}, y, [group, dim](const TensorList& grads) {
-      return TensorList{all_gathered(grads[0], dim, *group, "all_gather (sequence, backward)")};
+      return TensorList{all_gathered(grads[0], dim, *group)};
     });
   return y;
 }
@@ -137,7 +120,7 @@ Tensor gather_sequence_linear(const Tensor& x, const Tensor& weight, const Tenso
   Tensor y;
   {
     NoGradGuard no_grad;
-    y = nn::functional::linear(all_gathered(x, dim, *group, "all_gather (sequence, forward)"), weight, bias);
+    y = nn::functional::linear(all_gathered(x, dim, *group), weight, bias);
   }
   const bool has_bias = bias.defined();
   const TensorList inputs = has_bias ? TensorList{x, weight, bias} : TensorList{x, weight};
@@ -146,10 +129,9 @@ Tensor gather_sequence_linear(const Tensor& x, const Tensor& weight, const Tenso
                      [x = autograd::SavedTensor(x), weight = autograd::SavedTensor(weight), group, dim,
                       has_bias](const TensorList& grads) {
                        const Tensor& dy = grads[0];
-                       const Tensor all = all_gathered(x.get(), dim, *group, "all_gather (sequence, backward)");
+                       const Tensor all = all_gathered(x.get(), dim, *group);
                        const Tensor dy_rows = dy.reshape({-1, dy.size(-1)});
-                       TensorList out{reduce_scattered(matmul(dy, weight.get()), dim, *group,
-                                                       "reduce_scatter (sequence, backward)"),
+                       TensorList out{reduce_scattered(matmul(dy, weight.get()), dim, *group),
                                       matmul(dy_rows.t(), all.reshape({-1, all.size(-1)}))};
                        if (has_bias) out.push_back(sum(dy_rows, {0}));
                        return out;

@@ -147,7 +147,7 @@ TEST(DistributedPipeline, ChunksMustMatchTheOptions) {
 }
 
 // With tracing on, each rank's lane shows its passes and its waits, and each
-// send appears on the rank's communication lane.
+// send and receive appears on the rank's communication lane.
 TEST(DistributedPipeline, TraceShowsPassesWaitsAndSends) {
   trace::clear();
   trace::enable(true);
@@ -166,9 +166,11 @@ TEST(DistributedPipeline, TraceShowsPassesWaitsAndSends) {
   }
   EXPECT_EQ(count("wait activation", "idle", "stage 1 (rank 1)"), 2);
   EXPECT_EQ(count("wait gradient", "idle", "stage 0 (rank 0)"), 2);
-  EXPECT_EQ(count("send activation 0", "communication", "stage 0 sends"), 1);
-  EXPECT_EQ(count("send activation 1", "communication", "stage 0 sends"), 1);
-  EXPECT_EQ(count("send gradient 1", "communication", "stage 1 sends"), 1);
+  // The process group records the sends on each rank's lane: stage 0 sends
+  // each micro-batch's header and activation, stage 1 each gradient.
+  EXPECT_EQ(count("send", "communication", "rank0/comm"), 4);
+  EXPECT_EQ(count("send", "communication", "rank1/comm"), 2);
+  EXPECT_EQ(count("recv", "communication", "rank1/comm"), 4);
   trace::clear();
 }
 

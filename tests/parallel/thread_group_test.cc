@@ -2,8 +2,12 @@
 // hand-computed results (collective_checks.h), plus what only threads can
 // show directly (a barrier really waits for everyone).
 #include <atomic>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "parallel/comm/thread_group.h"
+#include "parallel/trace.h"
 #include "tests/parallel/collective_checks.h"
 #include "tests/parallel/subgroup_checks.h"
 #include "tests/parallel/thread_ranks.h"
@@ -120,6 +124,35 @@ TEST(ThreadGroup, TensorsOnTheAllReduceAreKeptAliveUntilDone) {
     work->wait();
     EXPECT_TRUE(work->is_success());
   });
+}
+
+// The process group is where communication is traced: every operation that
+// succeeds is one span on its process's lane, "rank<r>/comm", subgroups'
+// included (rank 1 is rank 0 of its subgroup, and still draws on rank1's).
+TEST(ThreadGroup, TracesEachOperationOnItsProcesssLane) {
+  trace::clear();
+  trace::enable(true);
+  run_ranks(2, [](ProcessGroup& pg) {
+    pg.all_reduce(ones({4}))->wait();
+    Tensor t = ones({2});
+    (pg.rank() == 0 ? pg.send(t, 1) : pg.recv(t, 0))->wait();
+    std::shared_ptr<ProcessGroup> alone = pg.split(/*color=*/pg.rank());
+    ASSERT_EQ(alone->rank(), 0);
+    alone->barrier()->wait();
+  });
+  trace::enable(false);
+  const std::vector<std::string> lanes = trace::lane_names();
+  std::map<std::string, std::vector<std::string>> spans;  // lane -> operations, in order
+  for (const trace::Event& e : trace::events()) {
+    ASSERT_EQ(e.category, "communication");
+    EXPECT_LE(e.begin_us, e.end_us);
+    spans[lanes.at(e.lane)].push_back(e.name);
+  }
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(spans["rank0/comm"], (Names{"all_reduce", "send", "all_gather", "barrier"}));  // split all-gathers
+  EXPECT_EQ(spans["rank1/comm"], (Names{"all_reduce", "recv", "all_gather", "barrier"}));
+  EXPECT_EQ(spans.size(), 2u);
+  trace::clear();
 }
 
 }  // namespace
