@@ -6,8 +6,6 @@
 
 #include "autograd/engine.h"
 #include "autograd/split_backward.h"
-#include "parallel/trace.h"
-#include "tensor/stopwatch.h"
 
 namespace loom::parallel {
 
@@ -26,45 +24,7 @@ Tensor sum_losses(const std::vector<Tensor>& losses) {
   return total;
 }
 
-Tensor StageLinks::receive_activation(int chunk, int micro_batch) {
-  trace::Span wait("wait activation", "idle", lane_);
-  return take_activation(chunk, micro_batch);
-}
-
-void StageLinks::send_activation(int chunk, int micro_batch, const Tensor& activation) {
-  if (put_activation(chunk, micro_batch, activation)) bytes_sent_ += static_cast<int64_t>(activation.nbytes());
-}
-
-Tensor StageLinks::receive_gradient(int chunk, int micro_batch, const Tensor& output) {
-  trace::Span wait("wait gradient", "idle", lane_);
-  return take_gradient(chunk, micro_batch, output);
-}
-
-void StageLinks::send_gradient(int chunk, int micro_batch, const Tensor& gradient) {
-  if (put_gradient(chunk, micro_batch, gradient)) bytes_sent_ += static_cast<int64_t>(gradient.nbytes());
-}
-
 namespace {
-
-// A pass of one micro-batch, for its scope: a span in the trace (on a GPU,
-// the GPU's time), the stage's busy time and when it ran.
-class TimedPass {
- public:
-  TimedPass(const char* name, const Action& action, const StageTask& task, StageStats& stats)
-      : span_(name, "compute", task.lane, task.device), action_(action), step_start_(task.step_start), stats_(stats) {}
-  ~TimedPass() {
-    const double seconds = watch_.seconds(), end = seconds_since(step_start_);
-    stats_.busy_seconds += seconds;
-    stats_.passes.push_back({action_, end - seconds, end});
-  }
-
- private:
-  trace::Span span_;
-  Action action_;
-  std::chrono::steady_clock::time_point step_start_;
-  StageStats& stats_;
-  Stopwatch watch_;
-};
 
 // The last stage's loss of micro-batch `mb`, weighted by its share of the
 // batch so that the micro-batches' losses add up to the batch's.
@@ -97,7 +57,7 @@ class StageRun {
                                    : links_.receive_activation(chunk, mb).detach().requires_grad_();  // the chunk's graph starts here
     Tensor out;
     {
-      TimedPass pass("forward", {Pass::Forward, mb, chunk}, task_, stats_);
+      const TimedPass pass = timed("forward", Pass::Forward, chunk, mb);
       out = task_.chunks[chunk].get().forward(in);
       if (ends_model(chunk)) out = weighted_loss(*task_.last, out, mb, task_.device);
     }
@@ -118,11 +78,11 @@ class StageRun {
     const Tensor input = inputs_.at({chunk, mb});
     if (whole) {
       before_weight_pass(chunk);
-      TimedPass pass("backward", {Pass::Backward, mb, chunk}, task_, stats_);
+      const TimedPass pass = timed("backward", Pass::Backward, chunk, mb);
       autograd::backward(roots, grads);
       --held_;
     } else {
-      TimedPass pass("backward input", {Pass::BackwardInput, mb, chunk}, task_, stats_);
+      const TimedPass pass = timed("backward input", Pass::BackwardInput, chunk, mb);
       weights_.emplace(std::pair{chunk, mb}, autograd::backward_inputs_first(
                                                  roots, grads, reads_batch(chunk) ? TensorList{} : TensorList{input}));
     }
@@ -139,7 +99,7 @@ class StageRun {
                " before its input's (I)");
     before_weight_pass(chunk);
     {
-      TimedPass pass("backward weight", {Pass::BackwardWeight, mb, chunk}, task_, stats_);
+      const TimedPass pass = timed("backward weight", Pass::BackwardWeight, chunk, mb);
       pending->second.compute();
     }
     weights_.erase(pending);
@@ -162,6 +122,10 @@ class StageRun {
   // The model's first part reads the batch; its last one computes the loss.
   bool reads_batch(int chunk) const { return task_.first && chunk == 0; }
   bool ends_model(int chunk) const { return task_.last && chunk == last_chunk_; }
+  // A pass, for its scope: a span in the trace and the stage's statistics.
+  TimedPass timed(const char* name, Pass pass, int chunk, int mb) {
+    return TimedPass(name, {pass, mb, chunk}, task_.lane, task_.device, task_.step_start, stats_);
+  }
   // B and W accumulate the weights' gradients; the task hears before each
   // whether it is its chunk's last of the step (a hybrid averages over its
   // data group then).

@@ -146,4 +146,47 @@ void load_sharded(const std::string& dir, FullyShardedDataParallelImpl& fsdp, op
   opt.load_state_dict(optimizer_state);
 }
 
+// The model's full state (fsdp.h): each unit gathered in turn.
+nn::StateDict FullyShardedDataParallelImpl::full_state_dict() {
+  NoGradGuard no_grad;
+  std::map<std::string, Tensor> values;
+  for (const auto& unit : units()) {
+    const bool was_gathered = unit->gathered();
+    unit->wait_gathered();
+    for (size_t i = 0; i < unit->params().size(); ++i) values[unit->param_names()[i]] = unit->params()[i].clone();
+    if (!was_gathered) unit->release();
+  }
+  nn::StateDict out;
+  for (const auto& [name, p] : module_->named_parameters()) out.emplace_back(name, values.at(name));
+  for (const auto& [name, b] : module_->named_buffers()) out.emplace_back(name, b.clone());
+  return out;
+}
+
+void FullyShardedDataParallelImpl::load_full_state_dict(const nn::StateDict& state) {
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  std::vector<std::string> missing;
+  for (const auto& unit : units())
+    for (size_t i = 0; i < unit->params().size(); ++i) {
+      auto it = by_name.find(unit->param_names()[i]);
+      if (it == by_name.end()) missing.push_back(unit->param_names()[i]);
+      else
+        LOOM_CHECK(it->second.shape() == unit->params()[i].shape(), "FullyShardedDataParallel::load_full_state_dict: '",
+                   it->first, "' is ", it->second.shape(), " in the state but ", unit->params()[i].shape(),
+                   " in the model");
+    }
+  LOOM_CHECK(missing.empty(), "FullyShardedDataParallel::load_full_state_dict: the state has no '", missing.front(),
+             "' (", missing.size(), " parameter(s) missing)");
+  for (const auto& unit : units()) {
+    TensorList values;
+    for (const std::string& name : unit->param_names()) values.push_back(by_name.at(name));
+    unit->load_full(values);
+  }
+  NoGradGuard no_grad;
+  for (const auto& [name, b] : module_->named_buffers()) {
+    auto it = by_name.find(name);
+    LOOM_CHECK(it != by_name.end(), "FullyShardedDataParallel::load_full_state_dict: the state has no buffer '", name, "'");
+    b.copy_(it->second.to(b.device()).to(b.dtype()));
+  }
+}
+
 }  // namespace loom::parallel
