@@ -101,4 +101,5 @@
 #include "parallel/sharding/zero.h"
 #include "parallel/tensor_parallel/conjugates.h"
 #include "parallel/tensor_parallel/layers.h"
+#include "parallel/tensor_parallel/sequence_conjugates.h"
 #include "parallel/trace.h"

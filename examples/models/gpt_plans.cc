@@ -1,6 +1,7 @@
 #include "examples/models/gpt_plans.h"
 
 #include "parallel/tensor_parallel/conjugates.h"
+#include "parallel/tensor_parallel/sequence_conjugates.h"
 
 namespace loom::models {
 

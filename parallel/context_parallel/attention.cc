@@ -3,7 +3,7 @@
 #include "nn/functional.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/ulysses_attention.h"
-#include "parallel/tensor_parallel/conjugates.h"
+#include "parallel/tensor_parallel/sequence_conjugates.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 

@@ -5,6 +5,7 @@
 #include "nn/init.h"
 #include "parallel/context_parallel/sequence_split.h"
 #include "parallel/tensor_parallel/conjugates.h"
+#include "parallel/tensor_parallel/sequence_conjugates.h"
 #include "tensor/autocast.h"
 #include "tensor/error.h"
 

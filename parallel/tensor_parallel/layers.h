@@ -20,7 +20,7 @@
 // between the layers hold 1/N of the tokens on each rank, and the layers'
 // edges change: a column-parallel layer all-gathers its input's tokens, a
 // row-parallel layer reduce-scatters its output along the sequence, the
-// embedding reduce-scatters its rows (conjugates.h). A replicated parameter
+// embedding reduce-scatters its rows (sequence_conjugates.h). A replicated parameter
 // used on a rank's tokens only (a row-parallel bias, a norm's scale and
 // shift, a position embedding) enters through f: each rank computes its
 // tokens' part of the gradient, and f's backward sums them.

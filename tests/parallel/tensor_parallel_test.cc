@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "parallel/tensor_parallel/conjugates.h"
+#include "parallel/tensor_parallel/sequence_conjugates.h"
 #include "tensor/allocator.h"
 #include "tensor/autocast.h"
 #include "tests/parallel/tensor_parallel_checks.h"
