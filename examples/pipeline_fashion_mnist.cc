@@ -131,9 +131,10 @@ int main(int argc, char** argv) {
         const parallel::Placement placement = parallel::placement_of(kind);
         const int loss_stage = parallel::place_part(stages * chunks - 1, stages, chunks, placement).stage;
 
-        Ranks ranks{.min_batch = micro_batches};  // a batch needs an image per micro-batch
-        if (over_ranks) ranks = {.group = me.group, .shard_batches = false, .reporting_rank = loss_stage,
-                                 .min_batch = micro_batches};
+        // A batch needs an image per micro-batch.
+        Ranks ranks{.layout = "pipeline, stages as threads", .min_batch = micro_batches};
+        if (over_ranks) ranks = {.layout = "pipeline over ranks", .group = me.group, .shard_batches = false,
+                                 .reporting_rank = loss_stage, .min_batch = micro_batches};
         FashionMnist run(config, flags, me.device, ranks);
         // The parts share the model's layers: training them trains run.model.
         // Part i runs on stage i % stages (one part per stage unless

@@ -153,7 +153,8 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
       .checkpoint = c.checkpoint,
       .metrics = reporting() ? c.metrics : "",
       .columns = {"epoch", "step", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "seconds"},
-      .settings = flags.settings({Scope::Run})});
+      .settings = flags.settings({Scope::Run}),
+      .writer = {.program = c.name, .layout = ranks_.layout}});
   if (reporting()) record_->check_writable();
 
   const int64_t images = train_.dataset().size();
