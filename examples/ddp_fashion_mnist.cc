@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
         flags.parse(argc, argv);
         const Rank me = join_job(world, flags, config.device);  // settings agree; NCCL when each rank has a GPU
 
-        FashionMnist run(config, flags, me.device, {.group = me.group});  // DDP: this rank's share of each batch
+        // DDP: this rank's share of each batch. Rank 0's checkpoint holds the
+        // whole state, so a run may resume it at another world size.
+        FashionMnist run(config, flags, me.device, {.layout = "ddp", .group = me.group});
         parallel::DistributedDataParallel ddp(run.model, me.group,        // DDP: rank 0's weights everywhere
                                               {.bucket_cap_bytes = bucket_mb << 20});
         for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       }
     }
 
-    FashionMnist run(config, flags, device_list.front());  // batches arrive on the first device
+    FashionMnist run(config, flags, device_list.front(), {.layout = "DataParallel"});  // batches arrive on the first device
     parallel::DataParallel dp(run.model, device_list);      // replicas of the model on the others
     for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
       for (auto& [x, y] : run.batches(epoch)) {

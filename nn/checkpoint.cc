@@ -1,5 +1,6 @@
 #include "nn/checkpoint.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -12,10 +13,8 @@ namespace {
 // Far beyond any model loom trains; a bound, so a wrong path cannot exhaust memory.
 constexpr uint64_t kMaxCheckpointBytes = uint64_t{64} << 30;
 
-}  // namespace
-
-Checkpoint parse_safetensors(const uint8_t* data, size_t size, const std::string& origin) {
-  SafetensorsHeader header = parse_safetensors_header(data, size, origin);
+// The tensors of a checked header, from its data section.
+Checkpoint tensors_of(const SafetensorsHeader& header, const uint8_t* data) {
   Checkpoint out;
   out.metadata = header.metadata;
   out.checksummed = header.checksummed;
@@ -24,15 +23,33 @@ Checkpoint parse_safetensors(const uint8_t* data, size_t size, const std::string
     DType loads_as;
     safetensors_dtype(e.dtype, &bytes, &loads_as);
     Tensor t = empty(Shape(e.shape), {.dtype = loads_as});
-    decode_elements(e.dtype, data + header.data_start + e.begin, static_cast<size_t>(t.numel()), t.raw_data());
+    decode_elements(e.dtype, data + e.begin, static_cast<size_t>(t.numel()), t.raw_data());
     out.tensors.emplace_back(e.name, t);
   }
   return out;
 }
 
+}  // namespace
+
+Checkpoint parse_safetensors(const uint8_t* data, size_t size, const std::string& origin) {
+  const SafetensorsHeader header = parse_safetensors_header(data, size, origin);
+  return tensors_of(header, data + header.data_start);
+}
+
+// The length, then the header, then the data: a file that is no checkpoint
+// (all zeros, a length past its end, a header that is not JSON) is refused
+// before the rest of it is read.
 Checkpoint load_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path, "checkpoint", kMaxCheckpointBytes);
-  return parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+  const FileReader file(path, "checkpoint", kMaxCheckpointBytes);
+  const std::string start = file.read(0, std::min<uint64_t>(8, file.size()));
+  const uint64_t header_bytes = safetensors_header_length(reinterpret_cast<const uint8_t*>(start.data()), start.size(),
+                                                          file.size(), path);
+  const std::string text = file.read(8, header_bytes);
+  SafetensorsHeader header =
+      parse_safetensors_header_json(reinterpret_cast<const uint8_t*>(text.data()), header_bytes, file.size(), path);
+  const std::string data = file.read(header.data_start, file.size() - header.data_start);
+  verify_safetensors_checksums(header, reinterpret_cast<const uint8_t*>(data.data()), path);
+  return tensors_of(header, reinterpret_cast<const uint8_t*>(data.data()));
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,

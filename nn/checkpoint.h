@@ -11,7 +11,8 @@
 // Writes are atomic (tensor/file_io.h): a crash leaves either the old file or
 // the new one, never half of one. Each tensor's bytes and the metadata carry
 // a checksum (nn/safetensors.h). Reads take regular files only, check the
-// whole header against the file and verify the checksums where the file has
+// header's length against the file before reading the header, and the whole
+// header before reading the data, and verify the checksums where the file has
 // them before touching any tensor data.
 #pragma once
 

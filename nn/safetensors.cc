@@ -48,21 +48,20 @@ uint32_t metadata_checksum(const std::map<std::string, std::string>& metadata) {
   return crc;
 }
 
-// Checks the checksums among `metadata` (all of them, or none) against the
-// header's entries, and removes them from `metadata`. Returns whether there were any.
-bool verify_checksums(std::map<std::string, std::string>& metadata, const std::vector<SafetensorsEntry>& entries,
-                      const uint8_t* data, const std::string& origin) {
-  auto first = metadata.lower_bound(kChecksumPrefix);
-  if (first == metadata.end() || first->first.compare(0, kChecksumPrefix.size(), kChecksumPrefix) != 0)
-    return false;  // not written by loom (PyTorch, say): nothing to verify
-  auto own = metadata.find(kMetadataChecksumKey);
-  LOOM_CHECK(own != metadata.end() && own->second == hex(metadata_checksum(metadata)), "checkpoint ", origin,
+// Checks `checksums` (loom's entries, all of them or none) against the
+// metadata and the header's entries. Returns whether there were any.
+bool verify_checksums(const std::map<std::string, std::string>& metadata,
+                      const std::map<std::string, std::string>& checksums,
+                      const std::vector<SafetensorsEntry>& entries, const uint8_t* data, const std::string& origin) {
+  if (checksums.empty()) return false;  // not written by loom (PyTorch, say): nothing to verify
+  std::map<std::string, std::string> all = metadata;  // the metadata's own checksum covers the others too
+  all.insert(checksums.begin(), checksums.end());
+  auto own = checksums.find(kMetadataChecksumKey);
+  LOOM_CHECK(own != checksums.end() && own->second == hex(metadata_checksum(all)), "checkpoint ", origin,
              ": the metadata does not match its checksum (the header was edited or damaged)");
   std::map<std::string, std::string> sums;
-  for (auto it = first; it != metadata.end() && it->first.compare(0, kChecksumPrefix.size(), kChecksumPrefix) == 0;) {
-    if (it != own) sums[it->first.substr(kChecksumPrefix.size())] = it->second;
-    it = metadata.erase(it);
-  }
+  for (const auto& [key, value] : checksums)
+    if (key != kMetadataChecksumKey) sums[key.substr(kChecksumPrefix.size())] = value;
   for (const SafetensorsEntry& e : entries) {
     auto sum = sums.find(e.name);
     LOOM_CHECK(sum != sums.end(), "checkpoint ", origin, ": tensor '", e.name, "' has no checksum (added to the file?)");
@@ -154,18 +153,29 @@ void decode_elements(const std::string& dtype, const uint8_t* src, size_t count,
   }
 }
 
-SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& origin) {
-  LOOM_CHECK(size >= 8, "checkpoint ", origin, ": the file has ", size,
+uint64_t safetensors_header_length(const uint8_t* start, size_t available, uint64_t file_size,
+                                   const std::string& origin) {
+  LOOM_CHECK(file_size >= 8 && available >= 8, "checkpoint ", origin, ": the file has ", file_size,
              " bytes, too short for a safetensors header length (8 bytes); is it a safetensors file?");
   uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, data, 8);
-  LOOM_CHECK(header_bytes <= kMaxHeaderBytes && header_bytes <= size - 8, "checkpoint ", origin,
-             ": the header claims ", header_bytes, " bytes but the file has ", size - 8,
-             " after the length (truncated, or not a safetensors file)");
-  json header = parse_json(data + 8, header_bytes, origin);
+  std::memcpy(&header_bytes, start, 8);
+  // The smallest header is "{}"; a file of zeros claims none.
+  LOOM_CHECK(header_bytes >= 2, "checkpoint ", origin, ": the header claims ", header_bytes,
+             " bytes (the file's first 8), too few for a JSON object; is it a safetensors file?");
+  LOOM_CHECK(header_bytes <= kMaxHeaderBytes, "checkpoint ", origin, ": the header claims ", header_bytes,
+             " bytes, more than the format's limit of ", kMaxHeaderBytes, "; is it a safetensors file?");
+  LOOM_CHECK(header_bytes <= file_size - 8, "checkpoint ", origin, ": the header claims ", header_bytes,
+             " bytes but the file has ", file_size - 8, " after the length (truncated, or not a safetensors file)");
+  return header_bytes;
+}
+
+SafetensorsHeader parse_safetensors_header_json(const uint8_t* text, uint64_t header_bytes, uint64_t file_size,
+                                                const std::string& origin) {
+  json header = parse_json(text, header_bytes, origin);
   SafetensorsHeader out;
   out.data_start = 8 + header_bytes;
-  const uint64_t data_bytes = size - out.data_start;
+  LOOM_INTERNAL_ASSERT(out.data_start <= file_size, "a header of ", header_bytes, " bytes in a file of ", file_size);
+  const uint64_t data_bytes = file_size - out.data_start;
 
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
@@ -173,7 +183,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
       for (auto& [key, value] : entry.items()) {
         LOOM_CHECK(value.is_string(), "checkpoint ", origin, ": metadata '", key, "' must be a string, got ",
                    value.dump());
-        out.metadata[key] = value.get<std::string>();
+        (key.compare(0, kChecksumPrefix.size(), kChecksumPrefix) == 0 ? out.checksums : out.metadata)[key] =
+            value.get<std::string>();
       }
       continue;
     }
@@ -219,7 +230,18 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   }
   LOOM_CHECK(expected == data_bytes, "checkpoint ", origin, ": ", data_bytes - expected,
              " bytes after the last tensor belong to none");
-  out.checksummed = verify_checksums(out.metadata, out.entries, data + out.data_start, origin);
+  return out;
+}
+
+void verify_safetensors_checksums(SafetensorsHeader& header, const uint8_t* data, const std::string& origin) {
+  header.checksummed = verify_checksums(header.metadata, header.checksums, header.entries, data, origin);
+  header.checksums.clear();
+}
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& origin) {
+  const uint64_t header_bytes = safetensors_header_length(data, size, size, origin);
+  SafetensorsHeader out = parse_safetensors_header_json(data + 8, header_bytes, size, origin);
+  verify_safetensors_checksums(out, data + out.data_start, origin);
   return out;
 }
 

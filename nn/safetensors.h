@@ -37,12 +37,31 @@ struct SafetensorsHeader {
   std::map<std::string, std::string> metadata;  // without loom's checksum entries
   uint64_t data_start = 0;  // offset of the data section in the file
   bool checksummed = false;  // the file carried loom's checksums, and every one matched
+  // Between parse_safetensors_header_json and verify_safetensors_checksums:
+  // loom's checksum entries, not yet checked.
+  std::map<std::string, std::string> checksums{};
 };
 
 // Checks everything the format requires against a file of `size` bytes; the
 // entries then point only inside it; checksums, where present, must match.
-// `origin` names the file in errors.
+// `origin` names the file in errors. It is the three steps below in turn.
 SafetensorsHeader parse_safetensors_header(const uint8_t* file, size_t size, const std::string& origin);
+
+// The steps, for a reader that reads a file in pieces (nn::load_safetensors):
+// each needs only what the one before it has checked, so a file that is not a
+// checkpoint is refused after its first 8 bytes, before its header or data is read.
+//
+// The header's length from the file's first `available` bytes (8 are
+// needed), checked against the file's `file_size` and the format's limit.
+uint64_t safetensors_header_length(const uint8_t* start, size_t available, uint64_t file_size,
+                                   const std::string& origin);
+// The header from its `bytes` bytes of JSON, every entry checked against the
+// data a file of `file_size` bytes has after it; the checksums are not yet checked.
+SafetensorsHeader parse_safetensors_header_json(const uint8_t* json, uint64_t bytes, uint64_t file_size,
+                                                const std::string& origin);
+// Checks header.checksums against the data section (where the file has them)
+// and sets header.checksummed.
+void verify_safetensors_checksums(SafetensorsHeader& header, const uint8_t* data, const std::string& origin);
 
 // The checksum entries save_safetensors adds to the metadata: one per tensor,
 // {"loom.crc32:<name>", "<8 hex digits>"} over its dtype, shape and `size`

@@ -119,8 +119,9 @@ nn::NamedTensors Optimizer::state_dict() const {
     int64_t count = step_counts_[i];
     auto on_device = device_counts.find(params_[i].device());
     if (count > 0 && on_device != device_counts.end()) count = on_device->second;
-    if (count > 0)
-      out.emplace_back(prefix + "step", full({}, static_cast<double>(count), {.dtype = kInt64}));
+    // Every parameter's count, 0 before its first step: a state that lacks a
+    // parameter's entries is then incomplete, not a parameter that never stepped.
+    out.emplace_back(prefix + "step", full({}, static_cast<double>(count), {.dtype = kInt64}));
     for (const auto& [name, t] : state_[i]) out.emplace_back(prefix + name, t);
   }
   return out;
@@ -147,7 +148,7 @@ size_t parameter_index(const std::string& key, size_t count, std::string* name) 
 
 void Optimizer::load_state_dict(const nn::NamedTensors& saved) {
   std::vector<std::map<std::string, Tensor>> state(params_.size());
-  std::vector<int64_t> steps(params_.size(), 0);
+  std::vector<std::optional<int64_t>> steps(params_.size());
   std::optional<double> lr;
   for (const auto& [key, t] : saved) {
     LOOM_CHECK(t.defined(), "optimizer state: '", key, "' is undefined");
@@ -162,8 +163,9 @@ void Optimizer::load_state_dict(const nn::NamedTensors& saved) {
     const size_t i = parameter_index(key, params_.size(), &name);
     if (name == "step") {
       LOOM_CHECK(t.numel() == 1 && !is_floating(t.dtype()), "optimizer state: '", key, "' must be an integer scalar");
+      LOOM_CHECK(!steps[i], "optimizer state: '", key, "' appears twice");
       steps[i] = t.item<int64_t>();
-      LOOM_CHECK(steps[i] > 0, "optimizer state: '", key, "' is ", steps[i], "; a saved step count is positive");
+      LOOM_CHECK(*steps[i] >= 0, "optimizer state: '", key, "' is ", *steps[i], "; a step count is not negative");
       continue;
     }
     LOOM_CHECK(t.shape() == params_[i].shape() && is_floating(t.dtype()), "optimizer state: '", key, "' has shape ",
@@ -173,19 +175,23 @@ void Optimizer::load_state_dict(const nn::NamedTensors& saved) {
                "optimizer state: '", key, "' appears twice");
   }
   LOOM_CHECK(lr.has_value(), "optimizer state: 'lr' is missing");
-  // A parameter that has stepped has all of its state; one that has not, none.
+  // Every parameter has its step count; one that has stepped has all of its
+  // state, one that has not, none.
   const std::vector<std::string> names = state_names();
   for (size_t i = 0; i < params_.size(); ++i) {
+    LOOM_CHECK(steps[i].has_value(), "optimizer state: parameter ", i, " has no 'state.", i, ".step' (saved for every ",
+               "parameter, 0 before its first step): the state is incomplete, or saved for another model");
+    const bool stepped = *steps[i] > 0;
     for (const std::string& name : names)
-      LOOM_CHECK((steps[i] > 0) == (state[i].count(name) > 0), "optimizer state: parameter ", i,
-                 steps[i] > 0 ? " has taken steps but 'state." : " has taken no step but has 'state.", i, ".", name,
-                 steps[i] > 0 ? "' is missing" : "'", " (an incomplete or mismatched checkpoint)");
+      LOOM_CHECK(stepped == (state[i].count(name) > 0), "optimizer state: parameter ", i,
+                 stepped ? " has taken steps but 'state." : " has taken no step but has 'state.", i, ".", name,
+                 stepped ? "' is missing" : "'", " (an incomplete or mismatched checkpoint)");
     for (const auto& [name, t] : state[i])
       LOOM_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "optimizer state: 'state.", i, ".", name,
                  "' is not state of this optimizer (saved by another kind?)");
   }
   state_ = std::move(state);
-  step_counts_ = std::move(steps);
+  for (size_t i = 0; i < params_.size(); ++i) step_counts_[i] = *steps[i];
   lr_ = *lr;
   device_scalars_.clear();  // made again from the loaded counts at the next step
 }

@@ -65,11 +65,12 @@ class Optimizer {
   std::map<Device, std::vector<size_t>> params_with_grad_by_device() const;
 
   // Per-parameter state as "state.<index>.<name>" plus "lr"; scalars are 0-d
-  // tensors. Virtual: an optimizer that wraps another (ZeRO) saves its own way.
+  // tensors. Every parameter has "state.<index>.step", 0 before its first
+  // step. Virtual: an optimizer that wraps another (ZeRO) saves its own way.
   virtual nn::NamedTensors state_dict() const;
   // Restores what state_dict() saved; the parameters must match in number and
-  // shape, and the state must be complete: every parameter that has stepped
-  // has each of state_names(), one that has not has none.
+  // shape, and the state must be complete: every parameter has its step
+  // count, one that has stepped each of state_names(), one that has not none.
   virtual void load_state_dict(const nn::NamedTensors& state);
   // The per-parameter state this optimizer keeps once a parameter has stepped.
   virtual std::vector<std::string> state_names() const = 0;

@@ -133,32 +133,47 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   out.commit();
 }
 
-std::string read_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
+FileReader::FileReader(const std::string& path, const std::string& what, uint64_t max_bytes)
+    : path_(path), what_(what) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  LOOM_CHECK(fd >= 0, what, " ", path, ": cannot open it (", reason(), ")");
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
+  fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  LOOM_CHECK(fd_ >= 0, what, " ", path, ": cannot open it (", reason(), ")");
   struct stat st;
-  LOOM_CHECK(fstat(fd, &st) == 0, what, " ", path, ": cannot stat it (", reason(), ")");
-  LOOM_CHECK(!S_ISDIR(st.st_mode), what, " ", path, ": is a folder, not a file");
-  LOOM_CHECK(S_ISREG(st.st_mode), what, " ", path, ": is not a regular file (a device, pipe or socket)");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  LOOM_CHECK(size <= max_bytes, what, " ", path, ": has ", size, " bytes, more than the ", max_bytes,
-             " a ", what, " may have");
-  std::string bytes(size, '\0');
+  // Closed here on failure: a constructor that throws runs no destructor.
+  const auto fail_unless = [&](bool ok, const std::string& message) {
+    if (ok) return;
+    close(fd_);
+    LOOM_FAIL(what, " ", path, ": ", message);
+  };
+  fail_unless(fstat(fd_, &st) == 0, "cannot stat it (" + reason() + ")");
+  fail_unless(!S_ISDIR(st.st_mode), "is a folder, not a file");
+  fail_unless(S_ISREG(st.st_mode), "is not a regular file (a device, pipe or socket)");
+  size_ = static_cast<uint64_t>(st.st_size);
+  fail_unless(size_ <= max_bytes, "has " + std::to_string(size_) + " bytes, more than the " +
+                                      std::to_string(max_bytes) + " a " + what + " may have");
+}
+
+FileReader::~FileReader() { close(fd_); }
+
+std::string FileReader::read(uint64_t offset, uint64_t bytes) const {
+  LOOM_INTERNAL_ASSERT(offset <= size_ && bytes <= size_ - offset, "FileReader ", path_, ": reading ", bytes,
+                       " bytes at ", offset, " of ", size_);
+  std::string out(bytes, '\0');
   size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::read(fd, bytes.data() + done, size - done);
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd_, out.data() + done, bytes - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
-    LOOM_CHECK(got >= 0, what, " ", path, ": reading failed (", reason(), ")");
-    LOOM_CHECK(got > 0, what, " ", path, ": ended after ", done, " of ", size,
+    LOOM_CHECK(got >= 0, what_, " ", path_, ": reading failed (", reason(), ")");
+    LOOM_CHECK(got > 0, what_, " ", path_, ": ended after ", offset + done, " of ", size_,
                " bytes (it changed while being read)");
     done += static_cast<size_t>(got);
   }
-  return bytes;
+  return out;
+}
+
+std::string read_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  const FileReader file(path, what, max_bytes);
+  return file.read(0, file.size());
 }
 
 }  // namespace loom

@@ -1,6 +1,6 @@
 // How loom reads and writes whole files: every file it writes (checkpoints,
 // metrics, traces, benchmark records) goes through AtomicFile, and every file
-// it reads whole (checkpoints) through read_file.
+// it reads (checkpoints) through read_file or, piece by piece, FileReader.
 //
 //   AtomicFile out("run/metrics.csv");   // a new temporary next to the target
 //   out.write(text.data(), text.size());
@@ -8,6 +8,8 @@
 //   // destroyed without commit(): the temporary is removed, the target untouched
 //
 //   std::string bytes = read_file("run.safetensors", "checkpoint", 1 << 30);
+//   FileReader file("run.safetensors", "checkpoint", 1 << 30);   // the same checks, nothing read yet
+//   std::string length = file.read(0, 8);
 //
 // The temporary is created exclusively under a random name and never through
 // a symbolic link, so a link planted at a predictable name cannot redirect
@@ -55,5 +57,25 @@ void write_file_atomically(const std::string& path, const std::string& text);
 // such as /dev/zero, a pipe) and files over `max_bytes`. `what` names the
 // file's role in errors ("checkpoint").
 std::string read_file(const std::string& path, const std::string& what, uint64_t max_bytes);
+
+// A file opened as read_file opens it, read in pieces: a reader can check a
+// header before it reads (and allocates for) the rest, so that a file that is
+// not what it should be costs a few bytes, not its whole size.
+class FileReader {
+ public:
+  FileReader(const std::string& path, const std::string& what, uint64_t max_bytes);
+  ~FileReader();
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  uint64_t size() const { return size_; }
+  // `bytes` bytes from `offset`; the range must lie inside the file.
+  std::string read(uint64_t offset, uint64_t bytes) const;
+
+ private:
+  std::string path_, what_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
 
 }  // namespace loom

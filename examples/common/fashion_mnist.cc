@@ -58,8 +58,6 @@ FashionMnistConfig checked(FashionMnistConfig c, const Ranks& ranks) {
              shards_of(ranks), " ranks");
   LOOM_CHECK(c.stop_after_epoch <= c.epochs, "--stop-after-epoch ", c.stop_after_epoch, " is after the last epoch (",
              "--epochs ", c.epochs, ")");
-  LOOM_CHECK(!(c.resume && world_of(ranks) > 1 && !ranks.shard_batches),
-             "--resume is not supported for a pipeline over ranks: each rank's optimizer state is its own");
   return c;
 }
 
@@ -153,7 +151,8 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
       .checkpoint = c.checkpoint,
       .metrics = reporting() ? c.metrics : "",
       .columns = {"epoch", "step", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "seconds"},
-      .settings = flags.settings({Scope::Run})});
+      .settings = flags.settings({Scope::Run}),
+      .writer = {.program = c.name, .layout = ranks_.layout}});
   if (reporting()) record_->check_writable();
 
   const int64_t images = train_.dataset().size();

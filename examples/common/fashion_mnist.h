@@ -54,6 +54,9 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& config);
 
 // How the ranks of a job share the work (the default: one process).
 struct Ranks {
+  // The strategy, as the checkpoint records it (optim::CheckpointWriter): a
+  // resume needs the same program and layout.
+  std::string layout = "one device";
   std::shared_ptr<parallel::ProcessGroup> group{};  // null: one process
   // DDP: each rank reads its share of every global batch. A pipeline over
   // ranks: every rank reads the whole batch (the first stage uses the

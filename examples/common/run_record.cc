@@ -19,19 +19,22 @@ void RunRecord::check_writable() const {
 
 optim::TrainingProgress RunRecord::resume(nn::Module& model, optim::Optimizer& optimizer) {
   const std::string& path = options_.checkpoint;
-  optim::TrainingProgress progress = optim::load_training_checkpoint(path, model, optimizer);
+  const optim::TrainingCheckpoint checkpoint = optim::read_training_checkpoint(path, options_.writer);
+  const optim::TrainingProgress& progress = checkpoint.progress;
   for (const auto& [flag, value] : options_.settings) {
     auto saved = progress.extra.find(kSettingPrefix + flag);
     LOOM_CHECK(saved != progress.extra.end(), "checkpoint ", path, " does not record ", flag,
                "; it is not from this program (start afresh without --resume)");
-    LOOM_CHECK(saved->second == value, "checkpoint ", path, " was trained with ", flag, " ", saved->second,
-               ", not ", value, ": resume with the settings of the run it continues (or start afresh without --resume)");
+    LOOM_CHECK(saved->second == value, "checkpoint ", path, " was written with ", flag, " ", saved->second,
+               "; this run has ", flag, " ", value,
+               ": resume with the settings of the run it continues (or start afresh without --resume)");
   }
   auto metrics = progress.extra.find(kMetricsKey);
   LOOM_CHECK(metrics != progress.extra.end(), "checkpoint ", path, " has no metrics rows");
   csv_.restore(metrics->second, "checkpoint " + path);
   LOOM_CHECK(static_cast<int64_t>(csv_.rows()) == progress.epoch, "checkpoint ", path, " has ", csv_.rows(),
              " metrics rows for ", progress.epoch, " finished epochs");
+  optim::restore_training_checkpoint(checkpoint, model, optimizer);  // everything above checked first
   csv_.write();  // puts back a row that a kill after the last commit kept out of the CSV
   return progress;
 }
@@ -41,7 +44,7 @@ void RunRecord::commit_epoch(const nn::Module& model, const optim::Optimizer& op
   csv_.add(row);
   for (const auto& [flag, value] : options_.settings) progress.extra[kSettingPrefix + flag] = value;
   progress.extra[kMetricsKey] = csv_.text();
-  optim::save_training_checkpoint(options_.checkpoint, model, optimizer, progress);
+  optim::save_training_checkpoint(options_.checkpoint, model, optimizer, progress, options_.writer);
   csv_.write();
 }
 

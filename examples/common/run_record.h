@@ -8,7 +8,8 @@
 // and a damaged or edited CSV is never read back.
 //
 //   RunRecord record({.checkpoint = "run.safetensors", .metrics = "run.csv",
-//                     .columns = {"epoch", "test_accuracy"}, .settings = flags.settings({Scope::Run})});
+//                     .columns = {"epoch", "test_accuracy"}, .settings = flags.settings({Scope::Run}),
+//                     .writer = {.program = "fashion_mnist_cnn", .layout = "one device"}});
 //   record.check_writable();                                  // before any training
 //   optim::TrainingProgress progress;
 //   if (resume) progress = record.resume(*model, opt);        // the same settings, or a clear error
@@ -34,6 +35,7 @@ class RunRecord {
     std::string metrics;                          // the CSV; empty: none (ranks that do not report)
     std::vector<std::string> columns;             // of the CSV
     std::map<std::string, std::string> settings;  // must be the same when resuming
+    optim::CheckpointWriter writer;               // must be the same when resuming
   };
   explicit RunRecord(Options options);
 
@@ -42,7 +44,9 @@ class RunRecord {
 
   // Restores model, optimizer and random state from the checkpoint and
   // returns the progress; rewrites the CSV from it. The checkpoint must have
-  // been written with the same settings, and one metrics row per finished epoch.
+  // been written by the same program and layout, with the same settings, and
+  // hold one metrics row per finished epoch; all of that is checked before
+  // the state is restored, so a resume with another --width names the flag.
   optim::TrainingProgress resume(nn::Module& model, optim::Optimizer& optimizer);
 
   // After an epoch: appends the row, commits the checkpoint, then writes the CSV.

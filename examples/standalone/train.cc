@@ -108,7 +108,8 @@ int train(int argc, char** argv) {
   }
   std::printf("rank %d weights %016llx\n", rank, static_cast<unsigned long long>(fingerprint(*model)));
   if (rank == 0) {
-    loom::optim::save_training_checkpoint(checkpoint, *model, optimizer, {.epoch = epoch, .step = step});
+    loom::optim::save_training_checkpoint(checkpoint, *model, optimizer, {.epoch = epoch, .step = step},
+                                          {.program = "standalone", .layout = "ddp"});
     std::printf("saved %s\n", checkpoint.c_str());
   }
   return 0;

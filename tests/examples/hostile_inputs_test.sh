@@ -72,10 +72,26 @@ expect_failure renamed 1 "checkpoint renamed.safetensors: tensor 'optim.state.p.
   "$cnn" "${tiny[@]}" --resume --checkpoint renamed.safetensors
 expect_failure flipped 1 "checkpoint flipped.safetensors: tensor" -- \
   "$cnn" "${tiny[@]}" --resume --checkpoint flipped.safetensors
-expect_failure other_run 1 "was trained with --lr 0.002, not 0.01" -- \
+expect_failure other_run 1 "checkpoint good.safetensors was written with --lr 0.002; this run has --lr 0.01" -- \
   "$cnn" "${tiny[@]}" --lr 0.01 --resume --checkpoint good.safetensors --metrics good.csv
-expect_failure other_seed 1 "was trained with --seed 0, not 5" -- \
+expect_failure other_seed 1 "was written with --seed 0; this run has --seed 5" -- \
   "$cnn" "${tiny[@]}" --seed 5 --resume --checkpoint good.safetensors --metrics good.csv
+# Another model shape (tiny without its last two words, --width 2) is refused by its flag, before any
+# tensor's shape is compared.
+expect_failure other_width 1 "was written with --width 2; this run has --width 3: resume with the settings" -- \
+  "$cnn" "${tiny[@]:0:${#tiny[@]}-2}" --width 3 --resume --checkpoint good.safetensors --metrics good.csv
+# Another program's checkpoint is refused naming both programs and layouts.
+"$ddp" "${tiny[@]}" --checkpoint ddp.safetensors --metrics ddp.csv > ddp.log 2>&1 || { cat ddp.log; exit 1; }
+expect_failure other_program 1 \
+  "checkpoint ddp.safetensors was written by ddp_fashion_mnist (ddp); this run is fashion_mnist_cnn (one device)" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint ddp.safetensors --metrics ddp.csv
+# A file of zeros, or one whose length field is huge, is refused from its first 8 bytes.
+head -c 1000000 /dev/zero > zeros.safetensors
+expect_failure zeros 1 "checkpoint zeros.safetensors: the header claims 0 bytes (the file's first 8), too few" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint zeros.safetensors
+printf '\377\377\377\377\377\377\377\177{}' > huge.safetensors
+expect_failure huge 1 "the header claims 9223372036854775807 bytes, more than the format's limit of 104857600" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint huge.safetensors
 
 # A metrics CSV that was damaged or edited is rebuilt from the checkpoint, never parsed.
 printf 'epoch,step\n1,oops,,,\n' > good.csv

@@ -3,8 +3,10 @@
 # end on tiny settings (DDP and a pipeline under mpirun with two ranks) and
 # end with their RESULT line; a batch that does not split over the ranks is
 # a clear error. The pipelines train exactly as the single-device example.
+# The pipeline over ranks resumes exactly; its checkpoint is refused by the
+# threads pipeline and by DDP, and DDP's resumes at another world size.
 set -euo pipefail
-dp=$(realpath "$1") ddp=$(realpath "$2") pipe=$(realpath "$3") single=$(realpath "$4")
+dp=$(realpath "$1") ddp=$(realpath "$2") pipe=$(realpath "$3") single=$(realpath "$4") same_state=$(realpath "$5")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
 export TMPDIR=/tmp  # Open MPI's session sockets need a short path
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -58,10 +60,38 @@ for path in sys.argv[2:]:
     if abs(r["test_loss"] - reference["test_loss"]) > 1e-3 or abs(r["test_accuracy"] - reference["test_accuracy"]) > 2e-3:
         sys.exit(f"{path}: {r} differs from the single-device {reference}")
 PY
-if mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --resume > resume.log 2>&1; then
-  echo "pipeline: --resume over ranks should be refused"; cat resume.log; exit 1
+# Resume over ranks: the rank with the loss commits every stage's weights and
+# optimizer state, so two epochs straight and one, stopped, then resumed end
+# in the same training state.
+two=(--epochs 2 --max-steps-per-epoch 3 --width 4 --workers 1 --batch-size 64)
+mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${two[@]}" --checkpoint straight.st --metrics straight.csv \
+  > straight.log 2>&1 || { cat straight.log; exit 1; }
+mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${two[@]}" --stop-after-epoch 1 --checkpoint resumed.st \
+  --metrics resumed.csv > first.log 2>&1 || { cat first.log; exit 1; }
+grep -q "continue with --resume" first.log || { echo "pipeline: no hint to resume"; cat first.log; exit 1; }
+cp resumed.st ranks.st
+mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${two[@]}" --resume --checkpoint resumed.st --metrics resumed.csv \
+  > second.log 2>&1 || { cat second.log; exit 1; }
+grep -q "resumed from resumed.st after epoch 1" second.log || { echo "pipeline: did not resume"; cat second.log; exit 1; }
+python3 "$same_state" straight.st resumed.st straight.csv resumed.csv || { echo "pipeline: resumed differently"; exit 1; }
+# Its file, in a pipeline of threads and in DDP: refused, naming both writers.
+if "$pipe" "${two[@]}" --resume --checkpoint ranks.st --metrics threads.csv > threads.log 2>&1; then
+  echo "pipeline: the threads pipeline resumed the ranks' checkpoint"; cat threads.log; exit 1
 fi
-grep -q "resume is not supported for a pipeline over ranks" resume.log || { cat resume.log; exit 1; }
+grep -q "checkpoint ranks.st was written by pipeline_fashion_mnist (pipeline over ranks); this run is \
+pipeline_fashion_mnist (pipeline, stages as threads)" threads.log || { cat threads.log; exit 1; }
+if mpirun -np 2 --oversubscribe --bind-to none "$ddp" "${two[@]}" --resume --checkpoint ranks.st --metrics d.csv \
+  > ddp_resume.log 2>&1; then
+  echo "ddp: resumed the pipeline's checkpoint"; cat ddp_resume.log; exit 1
+fi
+grep -q "was written by pipeline_fashion_mnist (pipeline over ranks); this run is ddp_fashion_mnist (ddp)" \
+  ddp_resume.log || { cat ddp_resume.log; exit 1; }
+# DDP's checkpoint holds the whole state: it resumes at another world size.
+mpirun -np 2 --oversubscribe --bind-to none "$ddp" "${two[@]}" --stop-after-epoch 1 --checkpoint ddp2.st \
+  --metrics ddp2.csv > ddp2.log 2>&1 || { cat ddp2.log; exit 1; }
+"$ddp" "${two[@]}" --resume --checkpoint ddp2.st --metrics ddp2.csv > ddp1.log 2>&1 || { cat ddp1.log; exit 1; }
+grep -q "resumed from ddp2.st after epoch 1" ddp1.log && grep -q '^RESULT {"example": "ddp_fashion_mnist".*"ranks": 1}' \
+  ddp1.log || { echo "ddp: did not resume at one rank"; cat ddp1.log; exit 1; }
 # Over ranks too: rank 0 draws every rank's row.
 mpirun -np 2 --oversubscribe --bind-to none "$pipe" "${tiny[@]}" --schedule zb-h1 --timeline > timeline.log 2>&1 \
   || { cat timeline.log; exit 1; }

@@ -34,7 +34,7 @@ class RunRecordTest : public ::testing::Test {
   }
   RunRecord::Options options(const std::string& lr = "0.1") const {
     return {.checkpoint = path("run.safetensors"), .metrics = path("run.csv"), .columns = {"epoch", "loss"},
-            .settings = {{"--lr", lr}, {"--epochs", "3"}}};
+            .settings = {{"--lr", lr}, {"--epochs", "3"}}, .writer = {.program = "trainer", .layout = "one device"}};
   }
   // Two epochs committed, as a training run would.
   void train_two_epochs() {
@@ -84,7 +84,9 @@ TEST_F(RunRecordTest, ResumeRebuildsTheCsvFromTheCheckpoint) {
 TEST_F(RunRecordTest, RefusesACheckpointOfAnotherRun) {
   train_two_epochs();
   RunRecord other_lr(options("0.2"));
-  EXPECT_THROW_MSG(other_lr.resume(*model_, opt_), "was trained with --lr 0.1, not 0.2");
+  EXPECT_THROW_MSG(other_lr.resume(*model_, opt_), "checkpoint " + path("run.safetensors") +
+                                                       " was written with --lr 0.1; this run has --lr 0.2: resume "
+                                                       "with the settings of the run it continues");
   RunRecord::Options more = options();
   more.settings["--width"] = "8";
   EXPECT_THROW_MSG(RunRecord(more).resume(*model_, opt_), "does not record --width");
@@ -97,6 +99,32 @@ TEST_F(RunRecordTest, RefusesACheckpointOfAnotherRun) {
   c.metadata["epoch"] = "5";
   nn::save_safetensors(path("run.safetensors"), c.tensors, c.metadata);
   EXPECT_THROW_MSG(RunRecord(options()).resume(*model_, opt_), "has 2 metrics rows for 5 finished epochs");
+}
+
+// The settings are compared before the state is restored: a resume with
+// another model shape names the flag that changed it, not the first tensor
+// whose shape differs.
+TEST_F(RunRecordTest, AnotherModelShapeIsRefusedByItsFlag) {
+  RunRecord::Options width2 = options();
+  width2.settings["--width"] = "2";
+  {
+    RunRecord record(width2);
+    model_->forward(ones({1, 2})).sum().backward();
+    opt_.step();
+    record.commit_epoch(*model_, opt_, {.epoch = 1, .step = 1}, {1, 1});
+  }
+  RunRecord::Options width3 = options();
+  width3.settings["--width"] = "3";
+  nn::Linear wider(3, 1);
+  optim::SGD wider_opt(wider->parameters(), {.lr = 0.1});
+  EXPECT_THROW_MSG(RunRecord(width3).resume(*wider, wider_opt),
+                   "checkpoint " + path("run.safetensors") + " was written with --width 2; this run has --width 3");
+  // Another program or layout is named before the settings are looked at.
+  RunRecord::Options ddp = width3;
+  ddp.writer = {"trainer", "ddp"};
+  EXPECT_THROW_MSG(RunRecord(ddp).resume(*wider, wider_opt), "was written by trainer (one device); this run is "
+                                                              "trainer (ddp)");
+  EXPECT_EQ(RunRecord(width2).resume(*model_, opt_).epoch, 1);
 }
 
 TEST_F(RunRecordTest, ChecksOutputsBeforeTraining) {

@@ -240,6 +240,73 @@ TEST_F(CheckpointTest, ChecksumsCatchDamageAndTampering) {
   EXPECT_THROW_MSG(nn::save_safetensors(path("x"), {}, {{"loom.crc32:a", "0"}}), "is reserved");
 }
 
+// Bytes this process has read through read() and pread() so far (Linux's
+// /proc/self/io), or -1 where the kernel does not count them.
+int64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value;
+  while (io >> key >> value)
+    if (key == "rchar:") return value;
+  return -1;
+}
+
+// The 8-byte length is checked against the file before anything else is read:
+// a file of zeros, or one whose length field is huge, fails at once, whatever
+// its size, with a message that says what the length was.
+TEST_F(CheckpointTest, HeaderLengthIsCheckedBeforeTheRestIsRead) {
+  const uint64_t big = uint64_t{1} << 30;  // sparse: 1 GiB of zeros that take no disk
+  {
+    std::ofstream(path("zeros"), std::ios::binary);
+    fs::resize_file(path("zeros"), big);
+  }
+  std::string huge(8, '\0');
+  const uint64_t claim = uint64_t{1} << 62;
+  std::memcpy(huge.data(), &claim, 8);
+  write_file(path("huge"), huge + "{}");
+  std::string over_limit(8, '\0');
+  const uint64_t over = (uint64_t{100} << 20) + 1;  // one past the format's 100 MiB
+  std::memcpy(over_limit.data(), &over, 8);
+  write_file(path("over_limit"), over_limit + "{}");
+  {
+    std::ofstream(path("over_limit_sparse"), std::ios::binary).write(over_limit.data(), 8);
+    fs::resize_file(path("over_limit_sparse"), big);
+  }
+
+  const int64_t before = bytes_read_so_far();
+  EXPECT_THROW_MSG(nn::load_safetensors(path("zeros")),
+                   "checkpoint " + path("zeros") + ": the header claims 0 bytes (the file's first 8), too few for a "
+                   "JSON object; is it a safetensors file?");
+  EXPECT_THROW_MSG(nn::load_safetensors(path("over_limit_sparse")),
+                   "the header claims 104857601 bytes, more than the format's limit of 104857600");
+  if (before >= 0) {
+    EXPECT_LT(bytes_read_so_far() - before, 1 << 20) << "read far more than the length";
+  }
+  EXPECT_THROW_MSG(nn::load_safetensors(path("huge")),
+                   "the header claims 4611686018427387904 bytes, more than the format's limit");
+  EXPECT_THROW_MSG(nn::load_safetensors(path("over_limit")), "more than the format's limit of 104857600");
+  // A plausible length past the end of the file.
+  write_file(path("short"), make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "").substr(0, 30));
+  EXPECT_THROW_MSG(nn::load_safetensors(path("short")),
+                   "the header claims 54 bytes but the file has 22 after the length (truncated");
+  // The same checks for a file already in memory.
+  const std::string zeros(64, '\0');
+  EXPECT_THROW_MSG(nn::parse_safetensors(reinterpret_cast<const uint8_t*>(zeros.data()), zeros.size(), "buffer"),
+                   "checkpoint buffer: the header claims 0 bytes");
+}
+
+// A header that is not JSON is refused before the data after it is read.
+TEST_F(CheckpointTest, HeaderIsCheckedBeforeTheDataIsRead) {
+  const std::string header = "{not json at all}";
+  write_file(path("bad_header"), make_file(header, ""));
+  fs::resize_file(path("bad_header"), uint64_t{1} << 30);  // 1 GiB of data after it, sparse
+  const int64_t before = bytes_read_so_far();
+  EXPECT_THROW_MSG(nn::load_safetensors(path("bad_header")), "the header is not valid JSON");
+  if (before >= 0) {
+    EXPECT_LT(bytes_read_so_far() - before, 1 << 20) << "read the data before checking the header";
+  }
+}
+
 TEST_F(CheckpointTest, ReadsOnlyRegularFiles) {
   EXPECT_THROW_MSG(nn::load_safetensors("/dev/zero"), "checkpoint /dev/zero: is not a regular file");
   EXPECT_THROW_MSG(nn::load_safetensors(dir_.string()), "is a folder");

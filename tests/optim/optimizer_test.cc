@@ -152,6 +152,7 @@ TEST(Optimizer, StateDictIsCheckedStrictly) {
   const nn::NamedTensors saved = a.state_dict();
   optim::Adam b({param({0, 0}), param({0, 0}), param({0})}, {.lr = 0.1});
   b.load_state_dict(saved);  // the real thing loads
+  EXPECT_EQ(values(b.state_dict().back().second), std::vector<double>{0}) << "w3's count: 0, saved all the same";
 
   auto with = [&](const std::string& key, Tensor t) {
     nn::NamedTensors s = saved;
@@ -179,7 +180,20 @@ TEST(Optimizer, StateDictIsCheckedStrictly) {
   EXPECT_THROW_MSG(b.load_state_dict(without("lr")), "'lr' is missing");
   nn::NamedTensors negative = without("state.0.step");
   negative.emplace_back("state.0.step", full({}, -3, {.dtype = kInt64}));
-  EXPECT_THROW_MSG(b.load_state_dict(negative), "a saved step count is positive");
+  EXPECT_THROW_MSG(b.load_state_dict(negative), "'state.0.step' is -3; a step count is not negative");
+  EXPECT_THROW_MSG(b.load_state_dict(with("state.2.step", full({}, 0, {.dtype = kInt64}))),
+                   "'state.2.step' appears twice");
+  // Every entry of a parameter removed, even of one that never stepped: the
+  // state is incomplete, not a parameter that never stepped.
+  for (int k : {1, 2}) {
+    const std::string prefix = "state." + std::to_string(k) + ".";
+    nn::NamedTensors lacking;
+    for (const auto& e : saved)
+      if (e.first.compare(0, prefix.size(), prefix) != 0) lacking.push_back(e);
+    EXPECT_THROW_MSG(b.load_state_dict(lacking), "optimizer state: parameter " + std::to_string(k) + " has no '" +
+                                                     prefix + "step' (saved for every parameter, 0 before its first "
+                                                     "step): the state is incomplete");
+  }
   // A failed load changes nothing: b still steps as the saved optimizer does.
   EXPECT_EQ(b.state_dict().size(), saved.size());
 }

@@ -122,5 +122,17 @@ TEST_F(FileIoTest, ReadsRegularFilesOnly) {
   EXPECT_THROW_MSG(read_file(path("data"), "checkpoint", 2), "has 3 bytes, more than the 2 a checkpoint may have");
 }
 
+TEST_F(FileIoTest, FileReaderReadsPiecesWithReadFilesChecks) {
+  put(path("data"), "0123456789");
+  const FileReader file(path("data"), "checkpoint", 100);
+  EXPECT_EQ(file.size(), 10u);
+  EXPECT_EQ(file.read(0, 4), "0123");
+  EXPECT_EQ(file.read(8, 2), "89");
+  EXPECT_EQ(file.read(10, 0), "");
+  EXPECT_THROW_MSG(file.read(8, 3), "reading 3 bytes at 8 of 10");  // past the end: a caller's bug
+  EXPECT_THROW_MSG(FileReader("/dev/zero", "checkpoint", 100), "checkpoint /dev/zero: is not a regular file");
+  EXPECT_THROW_MSG(FileReader(path("data"), "checkpoint", 9), "has 10 bytes, more than the 9 a checkpoint may have");
+}
+
 }  // namespace
 }  // namespace loom

@@ -19,7 +19,8 @@ struct ResumeTarget {
   // The run the checkpoints belong to (no CSV: resume must not write files).
   static RunRecord::Options options(const std::string& checkpoint) {
     return {.checkpoint = checkpoint, .metrics = "", .columns = {"epoch", "step", "loss"},
-            .settings = {{"--lr", "0.002"}, {"--epochs", "3"}}};
+            .settings = {{"--lr", "0.002"}, {"--epochs", "3"}},
+            .writer = {.program = "resume_fuzz", .layout = "one device"}};
   }
 };
 
