@@ -86,58 +86,6 @@ std::string text(const std::vector<int>& cuts) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels) { return nn::functional::cross_entropy(logits, labels); }
 
-// Over ranks, each rank's optimizer steps only its own stage's parameters
-// (the others get no gradient there), so its state holds theirs alone. This
-// broadcasts every parameter's step count and state from the rank that
-// trains it, as share_stage_weights does the weights: then the one file the
-// reporting rank commits holds the whole optimizer, and every rank resumes
-// from it exactly. One file, not one per stage: its rename is the epoch's
-// one commit, so a kill between the ranks' writes cannot leave stages at
-// different epochs. Every rank calls it.
-void share_stage_optimizer_state(const std::vector<nn::ModulePtr>& parts, optim::Optimizer& optimizer,
-                                 parallel::ProcessGroup& group, parallel::Placement placement) {
-  std::map<const TensorImpl*, size_t> index;
-  for (size_t i = 0; i < optimizer.params().size(); ++i) index.emplace(optimizer.params()[i].impl(), i);
-  const nn::NamedTensors mine = optimizer.state_dict();
-  const std::map<std::string, Tensor> saved(mine.begin(), mine.end());
-  NoGradGuard no_grad;
-  struct Shared {
-    size_t index;
-    Tensor step;                  // [1] int64: 0 before the first step
-    std::vector<Tensor> values;   // optimizer.state_names(), zeros where the owner has none
-  };
-  std::vector<Shared> shared;
-  parallel::WorkPtr last;
-  const int count = static_cast<int>(parts.size()), chunks = count / group.size();
-  for (int k = 0; k < count; ++k) {
-    const int owner = parallel::place_part(k, group.size(), chunks, placement).stage;
-    for (const Tensor& p : parts[k]->parameters()) {
-      Shared s{index.at(p.impl()), {}, {}};
-      const std::string prefix = "state." + std::to_string(s.index) + ".";
-      s.step = saved.at(prefix + "step").reshape({1}).to(p.device());
-      last = group.broadcast(s.step, owner);
-      for (const std::string& name : optimizer.state_names()) {
-        auto it = saved.find(prefix + name);
-        s.values.push_back(group.rank() == owner && it != saved.end() ? contiguous_copy(it->second) : zeros_like(p));
-        last = group.broadcast(s.values.back(), owner);
-      }
-      shared.push_back(std::move(s));
-    }
-  }
-  if (last) last->wait();  // the group finishes operations in order
-  LOOM_CHECK(shared.size() == optimizer.params().size(), "share_stage_optimizer_state: the parts hold ", shared.size(),
-             " of the optimizer's ", optimizer.params().size(), " parameters");
-  nn::NamedTensors all{{"lr", saved.at("lr")}};
-  for (const Shared& s : shared) {
-    const std::string prefix = "state." + std::to_string(s.index) + ".";
-    const Tensor step = s.step.to(Device::cpu()).reshape({});
-    all.emplace_back(prefix + "step", step);
-    if (step.item<int64_t>() == 0) continue;
-    for (size_t j = 0; j < s.values.size(); ++j) all.emplace_back(prefix + optimizer.state_names()[j], s.values[j]);
-  }
-  optimizer.load_state_dict(all);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,7 +173,7 @@ int main(int argc, char** argv) {
           }
           if (over_ranks) {
             parallel::share_stage_weights(parts, *me.group, placement);  // every rank evaluates it all
-            share_stage_optimizer_state(parts, run.optimizer, *me.group, placement);  // the checkpoint holds it all
+            parallel::share_stage_optimizer_state(parts, run.optimizer, *me.group, placement);  // the checkpoint holds it all
           }
           if (!run.end_epoch(epoch)) break;
         }

@@ -259,47 +259,4 @@ Tensor DistributedPipeline::forward(const Tensor& x) {
   return last ? cat(outputs, 0) : Tensor();
 }
 
-void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group, Placement placement) {
-  LOOM_CHECK(!parts.empty() && static_cast<int>(parts.size()) % group.size() == 0, "share_stage_weights: ",
-             parts.size(), " stages for ", group.size(), " ranks");
-  NoGradGuard no_grad;
-  WorkPtr last;
-  const int parts_count = static_cast<int>(parts.size()), chunks = parts_count / group.size();
-  for (int i = 0; i < parts_count; ++i) {
-    const int owner = place_part(i, group.size(), chunks, placement).stage;
-    for (const Tensor& t : parts[i]->parameters()) last = group.broadcast(t, owner);
-    for (const Tensor& t : parts[i]->buffers()) last = group.broadcast(t, owner);
-  }
-  if (last) last->wait();  // the group finishes operations in order
-}
-
-namespace {
-
-// Rank 0's `values` (any length), on every rank.
-std::vector<double> from_rank_zero(const std::vector<double>& values, ProcessGroup& group, Device device) {
-  NoGradGuard no_grad;
-  Tensor count = from_vector(std::vector<int64_t>{static_cast<int64_t>(values.size())}).to(device);
-  group.broadcast(count, 0)->wait();
-  Tensor all = from_vector(values).to(device);
-  if (group.rank() != 0) all = zeros({count.item<int64_t>()}, {.dtype = kFloat64, .device = device});
-  if (all.numel() > 0) group.broadcast(all, 0)->wait();
-  return all.to_vector<double>();
-}
-
-}  // namespace
-
-void share_boundaries(std::vector<int>& boundaries, ProcessGroup& group, Device device) {
-  const std::vector<double> cuts =
-      from_rank_zero(std::vector<double>(boundaries.begin(), boundaries.end()), group, device);  // exact: small integers
-  boundaries.assign(cuts.begin(), cuts.end());
-}
-
-void share_part_times(std::vector<PassTimes>& part_times, ProcessGroup& group, Device device) {
-  std::vector<double> flat;
-  for (const PassTimes& t : part_times) flat.insert(flat.end(), {t.forward, t.backward_input, t.backward_weight});
-  flat = from_rank_zero(flat, group, device);
-  part_times.clear();
-  for (size_t i = 0; i + 3 <= flat.size(); i += 3) part_times.push_back({flat[i], flat[i + 1], flat[i + 2]});
-}
-
 }  // namespace loom::parallel

@@ -51,6 +51,7 @@
 
 #include "nn/module.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/pipeline/stage_sharing.h"
 #include "parallel/ddp/reducer.h"
 #include "parallel/pipeline/pipeline.h"
 
@@ -117,23 +118,5 @@ class DistributedPipeline {
   StageStats stats_;
   double step_seconds_ = 0;
 };
-
-// After training over ranks, each rank's copy of the model holds up-to-date
-// weights for its own stage only. This broadcasts every part's parameters and
-// buffers from the rank that trains it (part i: rank i % p, or as
-// `placement` places it), so that every rank holds the whole trained model
-// (to evaluate it or save it). `parts` is the whole model's split (p parts,
-// or p * v with chunks), the same on every rank; every rank calls it.
-void share_stage_weights(const std::vector<nn::ModulePtr>& parts, ProcessGroup& group,
-                         Placement placement = Placement::Loop);
-
-// Makes every rank's `boundaries` rank 0's: cuts chosen from timings
-// (balance_by_time) differ between ranks, and every rank must cut the model
-// alike. `device` is the one the group's tensors live on (an NCCL group's
-// GPU); every rank calls it.
-void share_boundaries(std::vector<int>& boundaries, ProcessGroup& group, Device device = Device::cpu());
-// The same for measured pass times (PipelineOptions::part_times): every rank
-// must build the same schedule.
-void share_part_times(std::vector<PassTimes>& part_times, ProcessGroup& group, Device device = Device::cpu());
 
 }  // namespace loom::parallel

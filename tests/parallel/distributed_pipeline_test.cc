@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <sstream>
 
+#include "optim/optimizer.h"
 #include "parallel/comm/thread_group.h"
 #include "parallel/trace.h"
 #include "tests/parallel/pipeline_checks.h"
@@ -211,6 +213,43 @@ TEST(DistributedPipeline, RejectsBadArguments) {
                    "the loss rank's targets): a batch of 2 cannot make 3 micro-batches");
   EXPECT_THROW_MSG(pipe.train_step(ones({4, 2}), zeros({5}), testing::sum_loss),
                    "pipeline: micro-batch 1 has 1 samples but its targets have 2");
+}
+
+// Each rank's optimizer steps its own stage's parameters only. After
+// share_stage_optimizer_state every rank holds every parameter's step count
+// and moments, each from the rank that trains it: the same state on all.
+TEST(DistributedPipeline, SharedOptimizerStateIsEachOwnersOnEveryRank) {
+  std::vector<nn::NamedTensors> before(2), after(2);
+  testing::run_rank_threads(2, [&](int r, const std::shared_ptr<ProcessGroup>& group) {
+    std::vector<nn::ModulePtr> parts{nn::Linear(3, 4), nn::Linear(4, 2)};
+    TensorList params;
+    for (const nn::ModulePtr& part : parts)
+      for (const Tensor& p : part->parameters()) params.push_back(p);
+    optim::AdamW opt(params);
+    for (int step = 0; step < 2 + r; ++step) {  // the ranks step different counts
+      opt.zero_grad();
+      for (const Tensor& p : parts[r]->parameters()) p.set_grad(full(p.shape(), 0.5 + r + step));
+      opt.step();
+    }
+    before[r] = opt.state_dict();
+    share_stage_optimizer_state(parts, opt, *group);
+    after[r] = opt.state_dict();
+  });
+  auto by_name = [](const nn::NamedTensors& state) { return std::map<std::string, Tensor>(state.begin(), state.end()); };
+  const auto rank0 = by_name(after[0]), rank1 = by_name(after[1]);
+  ASSERT_EQ(rank0.size(), rank1.size());
+  for (const auto& [name, value] : rank0) loom::testing::expect_values(rank1.at(name), loom::testing::values(value), 0);
+  // Parameters 0-1 are part 0's (rank 0 trains it), 2-3 part 1's (rank 1).
+  const auto owner0 = by_name(before[0]), owner1 = by_name(before[1]);
+  for (int k = 0; k < 4; ++k)
+    for (const char* entry : {"step", "exp_avg", "exp_avg_sq"}) {
+      const std::string key = "state." + std::to_string(k) + "." + entry;
+      const auto& owner = k < 2 ? owner0 : owner1;
+      SCOPED_TRACE(key);
+      loom::testing::expect_values(rank0.at(key), loom::testing::values(owner.at(key)), 0);
+    }
+  EXPECT_EQ(rank0.at("state.0.step").item<int64_t>(), 2);
+  EXPECT_EQ(rank0.at("state.2.step").item<int64_t>(), 3);
 }
 
 }  // namespace
