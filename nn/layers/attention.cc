@@ -19,16 +19,19 @@ void CausalSelfAttentionImpl::reset() {
   dropout = register_module("dropout", Dropout(options.dropout));
 }
 
+int64_t CausalSelfAttentionImpl::heads_in(const Tensor& projected) const {
+  return projected.size(-1) / 3 / (options.embed_dim / options.num_heads);
+}
+
 Tensor CausalSelfAttentionImpl::forward(const Tensor& x) {
   if (forward_override()) return forward_override()(x);
   LOOM_CHECK(x.dim() == 3 && x.size(2) == options.embed_dim, "CausalSelfAttention: expected input (B, T, ",
              options.embed_dim, "), got ", x.shape());
-  // The heads are counted from the projection's output, not the options: in
-  // tensor parallel qkv yields this rank's heads only (3W of the 3C), and
+  // In tensor parallel qkv yields this rank's heads only (3W of the 3C), and
   // with the tokens sharded it gathers them (T here may exceed x's).
   const Tensor projected = qkv->forward(x);
   const int64_t b = projected.size(0), t = projected.size(1), width = projected.size(2) / 3;
-  const int64_t head_dim = options.embed_dim / options.num_heads, heads = width / head_dim;
+  const int64_t heads = heads_in(projected), head_dim = width / heads;
   TensorList qkv_parts = split(projected, width, 2);  // three (B, T, W)
   // (B, T, W) -> (B, heads, T, head_dim)
   auto by_head = [&](const Tensor& z) { return z.reshape({b, t, heads, head_dim}).transpose(1, 2); };

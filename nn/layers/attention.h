@@ -27,6 +27,9 @@ class CausalSelfAttentionImpl : public Cloneable<CausalSelfAttentionImpl> {
   void reset() override;
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& out) const override;
+  // The heads in qkv's output `projected` (B, T, 3W), counted from its width,
+  // not the options: in tensor parallel qkv yields this rank's heads only.
+  int64_t heads_in(const Tensor& projected) const;
 
   CausalSelfAttentionOptions options;
   Linear qkv{nullptr};   // (C) -> (3C): queries, keys, values of all heads

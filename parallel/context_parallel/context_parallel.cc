@@ -55,9 +55,7 @@ std::vector<std::string> context_parallel(nn::Module& model, std::shared_ptr<Pro
       attn->set_forward_override(
           [attn, group, split, exchange](const Tensor& x) {
             const Tensor projected = attn->qkv->forward(x);  // (B, T/N, 3W)
-            const int64_t head_dim = attn->options.embed_dim / attn->options.num_heads;
-            const int64_t heads = projected.size(2) / 3 / head_dim;
-            const Tensor y = context_parallel_self_attention(projected, heads, group, split, exchange);
+            const Tensor y = context_parallel_self_attention(projected, attn->heads_in(projected), group, split, exchange);
             return attn->dropout->forward(attn->proj->forward(y));
           },
           description);
