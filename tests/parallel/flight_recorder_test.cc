@@ -1,9 +1,12 @@
 // The flight recorder (parallel/comm/flight_recorder.h): a bounded ring of
 // the last operations that every process group records, and the record it
-// writes on a failure, on a signal or on request. Ranks are threads here. This binary runs with
+// writes on a failure, on a signal or on request, which
+// tools/flight_record.py reads. Ranks are threads here; mpi_failure_test
+// stops a rank of a real mpirun job. This binary runs with
 // LOOM_FLIGHT_RECORDER_ENTRIES=64 (BUILD).
 #include <sys/stat.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -71,6 +74,19 @@ std::vector<json> entries_of(const json& record, int group) {
   for (const json& e : record["entries"])
     if (e["group"] == group) out.push_back(e);
   return out;
+}
+
+std::string run_tool(const std::string& args) {
+  const std::string tool =
+      std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") + "/tools/flight_record.py";
+  std::string output;
+  FILE* pipe = popen(("python3 " + tool + " " + args + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  std::printf("---- flight_record.py %s (status %d) ----\n%s", args.c_str(), status, output.c_str());
+  return output;
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -195,7 +211,7 @@ TEST(FlightRecorder, TheRingHoldsTheLastOperationsOnly) {
 
 // Ranks 0 and 1 wait in all_reduce #2; rank 2 never calls it. The rank whose
 // clock runs out writes the process's record (every rank of a threads job
-// is in it), and it shows rank 2 stopped after #1.
+// is in it), and the tool names rank 2.
 TEST(FlightRecorder, ATimeoutWritesTheRecordThatNamesTheMissingRank) {
   const std::string dir = records_go_to("timeout");
   ProcessGroupOptions options;
@@ -227,6 +243,10 @@ TEST(FlightRecorder, ATimeoutWritesTheRecordThatNamesTheMissingRank) {
   ASSERT_EQ(missing.size(), 1u);  // a member with nothing since #1
   EXPECT_EQ(missing[0]["state"], "completed");
 
+  const std::string out = run_tool(dir);
+  EXPECT_TRUE(contains(out, "1 flight record (rank 0), written on the failure of group " + name + " (rank 0)\n"));
+  EXPECT_TRUE(contains(out, "group " + name + " (threads, 3 ranks): ranks 0, 1 wait in all_reduce #2 (sum, 4 x float32); "));
+  EXPECT_TRUE(contains(out, "; rank 2 never entered it: its last is all_reduce #1, completed\n"));
 }
 
 TEST(FlightRecorder, ASignalWritesTheRecord) {
@@ -248,6 +268,8 @@ TEST(FlightRecorder, ASignalWritesTheRecord) {
   ASSERT_GE(group_index(record, name, 1), 0);
   EXPECT_EQ(entries_of(record, group_index(record, name, 1)).back()["op"], "barrier");
 
+  const std::string out = run_tool(dir);
+  EXPECT_TRUE(contains(out, "group " + name + " (threads, 2 ranks): no collective pending; ranks 0, 1: last barrier #1\n"));
 }
 
 TEST(FlightRecorder, AWriteOnRequestNamesAMissingFolder) {
