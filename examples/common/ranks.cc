@@ -3,11 +3,14 @@
 #include <cstdio>
 
 #include "parallel/comm/agreement.h"
+#include "parallel/comm/flight_recorder.h"
 #include "parallel/comm/for_device.h"
 
 namespace loom::examples {
 
 Rank join_job(std::shared_ptr<parallel::ProcessGroup> world, const Flags& flags, const std::string& device_spec) {
+  // A hung job can be asked which rank hangs: `kill -USR2 <mpirun>` (docs/comm.md).
+  parallel::dump_flight_record_on_signal();
   std::map<std::string, std::string> settings = flags.settings({Scope::Run, Scope::Job});
   // Devices may differ per rank (cuda:0, cuda:1), their kind may not: the
   // collectives that choose the transport would not meet.

@@ -10,9 +10,11 @@
 //     }, parallel::abandon_job);
 //   }
 //
-// join_job, in this order: the ranks check that they were started with the
-// same Run and Job settings (and devices of one kind), before anything else
-// that could hang or diverge; the device spec becomes this rank's device
+// join_job, in this order: SIGUSR2 makes the rank write its flight record
+// (parallel/comm/flight_recorder.h: which rank hangs); the ranks check that
+// they were started with the same Run and Job settings (and devices of one
+// kind), before anything else that could hang or diverge; the device spec
+// becomes this rank's device
 // ("cuda": its local GPU, cuda:<local rank>; a note when ranks share one); and
 // the group that moves that device's tensors is chosen (parallel::for_device:
 // NCCL, host staging, or the world group itself).

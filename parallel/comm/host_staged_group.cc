@@ -76,6 +76,8 @@ std::shared_ptr<ProcessGroup> HostStagedGroup::wrap(std::shared_ptr<ProcessGroup
 HostStagedGroup::HostStagedGroup(std::shared_ptr<ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->options()), inner_(std::move(inner)) {
   record_no_spans();  // the inner group records the transfer itself
+  derive_from(*inner_, "+host-staging");
+  record_group();
   issuer_ = std::thread([this] { issue_loop(); });
   completer_ = std::thread([this] { complete_loop(to_complete_); });
   send_completer_ = std::thread([this] { complete_loop(sends_to_complete_); });
@@ -112,6 +114,7 @@ void HostStagedGroup::enqueue(OpPtr op) {
 void HostStagedGroup::issue_loop() {
   while (std::shared_ptr<Staged> s = to_issue_.pop()) {
     const Op& op = *s->op;
+    mark_started(op);  // waiting for the caller's stream, then the inner group
     if (!s->error) {
       try {
         if (s->device < 0) {

@@ -276,7 +276,9 @@ std::shared_ptr<ProcessGroup> MpiGroup::world(ProcessGroupOptions options, int* 
   MpiRuntime::get(argc, argv);
   MPI_Comm comm;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
-  return on(Communicator{comm}, options);
+  std::shared_ptr<ProcessGroup> group = on(Communicator{comm}, options);
+  static_cast<MpiGroup&>(*group).record_group();  // as "world" (split() records a subgroup once it is named)
+  return group;
 }
 
 // A group on `c.comm`, which it then owns; its communication thread starts here.
@@ -509,6 +511,7 @@ void MpiGroup::run() {
   auto break_group = [&](const std::string& why, InFlight* culprit) {
     s.failure = why;
     s.runtime->note_failure("a process group failed: " + why);
+    group_failed(why);  // the flight record, before the failure reaches anyone
     for (auto& p : running) {
       if (p->stage == InFlight::Stage::Done) continue;
       p->error = std::make_exception_ptr(Error(
@@ -541,6 +544,7 @@ void MpiGroup::run() {
                                                    Clock::now() + options().timeout));
       waiting.pop_front();
       changed = true;
+      mark_started(*running.back()->op);
       try {
         driver.start(*running.back());
       } catch (const std::exception& e) {

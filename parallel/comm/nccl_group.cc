@@ -223,6 +223,7 @@ void NcclGroup::State::accept(OpPtr op, std::shared_ptr<cuda::Event> ready, Cloc
     ordered.push_back(std::move(o));
     return;
   }
+  group->mark_started(*op);  // its handshake, or the bootstrap group's transfer, starts now
   if (!on_gpu(*op)) {  // CPU tensors: the bootstrap group moves them
     if (op->tag == kHandshakeTag) {
       finish(*op, error_of(detail::concat(op->where(), ": tag ", kHandshakeTag,
@@ -256,6 +257,7 @@ void NcclGroup::State::accept(OpPtr op, std::shared_ptr<cuda::Event> ready, Cloc
 void NcclGroup::State::fail_group(const std::string& why) {
   if (!failure.empty()) return;
   failure = why + ". The process group is now unusable (its NCCL communicators were aborted)";
+  group->group_failed(failure);  // the flight record, before the failure reaches anyone
   for (Lane* lane : lanes())
     if (lane->comm) lane->comm->abort();
   auto not_run = [&](Op& op) {  // the operation that failed says so first; the others were caught up in it
@@ -307,6 +309,8 @@ std::shared_ptr<ProcessGroup> NcclGroup::create(std::shared_ptr<ProcessGroup> bo
 NcclGroup::NcclGroup(std::shared_ptr<ProcessGroup> bootstrap, Device device, const std::string& id)
     : ProcessGroup(bootstrap->rank(), bootstrap->size(), bootstrap->options()), device_(device) {
   record_no_spans();  // its spans are the GPU's time (nccl_lanes.cc)
+  derive_from(*bootstrap, "+nccl");
+  record_group();
   state_ = std::make_unique<State>(this, std::move(bootstrap), device, id);
 }
 

@@ -37,6 +37,7 @@ bool NcclGroup::State::advance_ordered() {
         o.exchange = bootstrap->all_gather(o.descriptors, own);
       }
       o.started = true;
+      group->mark_started(*o.op);
       progress = true;
     }
     if (o.forwarded) {

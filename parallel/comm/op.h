@@ -46,6 +46,7 @@ struct Op {
   int peer = -1;                    // broadcast: the root; send: dst; recv: src
   int tag = 0;                      // send, recv
   std::chrono::steady_clock::time_point issued_at;  // when the caller issued it: its trace span's start
+  uint64_t flight_id = 0;  // its entry in the flight record (flight_recorder.h); 0: not recorded
   // all_reduce, broadcast, send, recv: input and output are the same tensor.
   // all_gather: output is the ranks' inputs concatenated in rank order.
   // reduce_scatter: input is split among the ranks by their outputs' sizes.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -29,7 +30,7 @@ std::chrono::milliseconds default_timeout() {
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
-    : rank_(rank), size_(size), options_(options), job_rank_(rank) {
+    : rank_(rank), size_(size), options_(options), job_rank_(rank), flight_(FlightRecorder::get()) {
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: rank ", rank,
              " is out of range for a group of ", size, " ranks");
   LOOM_CHECK(options.timeout.count() > 0, "ProcessGroup: the timeout must be positive, got ",
@@ -161,7 +162,7 @@ WorkPtr ProcessGroup::point_to_point(OpKind kind, const Tensor& tensor, int peer
   const bool send = kind == OpKind::Send;
   check_tensor(send ? "send: the tensor" : "recv: the tensor", tensor);
   check_rank(kind, send ? "dst" : "src", peer, size_);
-  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, name(kind), ": tag ", tag, " is outside [0, ", kMaxTag, "]");
+  LOOM_CHECK(tag >= 0 && tag <= kMaxTag, op_kind_name(kind), ": tag ", tag, " is outside [0, ", kMaxTag, "]");
   auto o = std::make_shared<Op>(kind);
   o->input = o->output = tensor;
   o->peer = peer;
@@ -180,8 +181,34 @@ WorkPtr ProcessGroup::issue(OpPtr op) {
   WorkPtr work = op->work;
   std::lock_guard<std::mutex> lock(issue_mutex_);
   op->seq = is_p2p(op->kind) ? ++p2p_issued_ : ++collectives_issued_;
+  if (flight_group_ < 0) flight_group_ = flight_.add_group({name_, backend(), size_, rank_, job_rank_, ""});
+  op->flight_id = flight_.issued(flight_group_, *op);
   enqueue(std::move(op));
   return work;
+}
+
+void ProcessGroup::record_group() {
+  std::lock_guard<std::mutex> lock(issue_mutex_);
+  FlightGroup group{name_, backend(), size_, rank_, job_rank_, ""};
+  if (flight_group_ < 0) {
+    flight_group_ = flight_.add_group(std::move(group));
+  } else {
+    flight_.rename_group(flight_group_, std::move(group));
+  }
+}
+
+void ProcessGroup::mark_started(const Op& op) { flight_.started(op.flight_id); }
+
+void ProcessGroup::group_failed(const std::string& why) {
+  if (!flight_.enabled()) return;
+  flight_.group_failed(flight_group_, why);
+  try {
+    const std::string path = flight_.dump(detail::concat("the failure of group ", name_));
+    std::fprintf(stderr, "loom: rank %d's flight record written to %s (tools/flight_record.py merges the ranks')\n",
+                 job_rank_, path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: could not write rank %d's flight record: %s\n", job_rank_, e.what());
+  }
 }
 
 void ProcessGroup::finish(Op& op, std::exception_ptr error) {
@@ -203,6 +230,18 @@ void ProcessGroup::finish(Op& op, std::exception_ptr error) {
     stats_.bus_bytes += op.bus_bytes();
   }
   if (!error) record_span(op);
+  // Before the Work completes: a waiter that then writes the record sees it finished.
+  if (!error) {
+    flight_.completed(op.flight_id);
+  } else if (op.flight_id != 0) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      flight_.failed(op.flight_id, e.what());
+    } catch (...) {
+      flight_.failed(op.flight_id, "an exception of an unknown type");
+    }
+  }
   // A completed operation lets go of its tensors before anyone can see it
   // complete, so the memory a waiter measures is its own (a failed one keeps
   // them: MPI may still be writing into an abandoned request's buffers).
@@ -239,7 +278,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   }
   // Every rank takes part (MPI's split is a collective of the whole group).
   std::shared_ptr<ProcessGroup> group = make_subgroup(color, members, new_rank, id * (int64_t{1} << 20) + std::max(color, 0));
-  if (group) group->job_rank_ = job_rank_;
+  if (group) {
+    group->job_rank_ = job_rank_;
+    group->name_ = detail::concat(name_, "/split", id, ".color", color);
+    group->record_group();
+  }
   return group;
 }
 

@@ -25,17 +25,21 @@
 //    first, then receive); everything else behaves as if each call blocked;
 //  - an operation that does not finish within the timeout fails with an error
 //    naming the rank, the operation and its number, and the group becomes
-//    unusable: later operations fail at once instead of hanging.
+//    unusable: later operations fail at once instead of hanging, and the
+//    process's flight record of its last operations is written, to find the
+//    rank that never came (flight_recorder.h).
 // Issue operations on one group from one thread at a time (the order of
 // concurrent calls from several threads is whichever takes the lock first).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "parallel/comm/flight_recorder.h"
 #include "parallel/comm/op.h"
 #include "parallel/comm/reduce_op.h"
 #include "parallel/comm/work.h"
@@ -80,6 +84,12 @@ class ProcessGroup {
   virtual int local_rank() const { return rank_; }
   virtual std::string backend() const = 0;  // "threads", "mpi"
   const ProcessGroupOptions& options() const { return options_; }
+  // The group's name, the same on every member: "world" for the group a
+  // launcher or ThreadGroup::create made (a process's later threads jobs:
+  // "world-1", "world-2", ...), "<parent>/split<k>.color<c>" for split()'s,
+  // "<inner>+nccl" or "<inner>+host-staging" for a group over another.
+  // Flight records (flight_recorder.h) name groups by it.
+  const std::string& name() const { return name_; }
 
   // In place: every rank's `tensor` becomes the reduction of all ranks' tensors.
   WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -136,6 +146,30 @@ class ProcessGroup {
   // their own: host staging (its inner group records the transfer) and NCCL
   // (which times its spans on the GPU, nccl_lanes.cc).
   void record_no_spans() { records_spans_ = false; }
+  // Before the group's first operation: its name (name()).
+  void set_name(std::string name) { name_ = std::move(name); }
+  // A group over `inner` (NCCL over its bootstrap, host staging): named
+  // after it, "<inner's name><suffix>", on the same trace lane.
+  void derive_from(const ProcessGroup& inner, const char* suffix) {
+    name_ = inner.name_ + suffix;
+    job_rank_ = inner.job_rank_;
+  }
+  // Tells the flight recorder the group's name and ranks, so that a record
+  // lists it even before its first operation (a rank that never issued one
+  // is named as such); again after a rename. Backends call it once the group
+  // is named; issue() does if they did not.
+  void record_group();
+  // The backend has started `op` on its communication thread: the flight
+  // record tells an operation that waits for its peers from one queued
+  // behind another.
+  void mark_started(const Op& op);
+  // The group became unusable (an operation timed out; MPI or NCCL failed):
+  // this process's flight record is written now, before the error reaches
+  // the caller, who may end the process. Never throws; says where on stderr.
+  void group_failed(const std::string& why);
+  // Another rank of this process found it unusable (the threads backend)
+  // and wrote the record: this rank's part of it says so too.
+  void note_group_failed(const std::string& why) { flight_.group_failed(flight_group_, why); }
   // The backend's part of split(), called on every rank: this rank's group
   // of `members` (ranks of this group, in new-rank order; this rank is
   // members[new_rank]), or nullptr for a negative color (then `members` is
@@ -157,6 +191,9 @@ class ProcessGroup {
   // lane ("rank<r>/comm") that every group of the process records on.
   int job_rank_;
   bool records_spans_ = true;
+  std::string name_ = "world";
+  FlightRecorder& flight_;
+  std::atomic<int> flight_group_{-1};  // the group's index in flight_, once it issued an operation
   std::mutex issue_mutex_;  // numbers and queues each operation atomically
   int64_t collectives_issued_ = 0;
   int64_t p2p_issued_ = 0;

@@ -146,10 +146,20 @@ std::shared_ptr<ProcessGroup> ThreadGroup::make_subgroup(int color, const std::v
 std::vector<std::shared_ptr<ProcessGroup>> ThreadGroup::create(int size,
                                                                ProcessGroupOptions options) {
   LOOM_CHECK(size >= 1, "ThreadGroup::create: expected at least one rank, got ", size);
+  // Every job of threads in a process is a "world" of its own; the flight
+  // record, one per process, tells them apart by a number (a count, like
+  // trace lanes, not state anything depends on).
+  static std::atomic<int64_t> jobs{0};
+  const int64_t job = jobs++;
+  const std::string name = job == 0 ? "world" : detail::concat("world-", job);
   auto shared = std::make_shared<Shared>(size);
   std::vector<std::shared_ptr<ProcessGroup>> groups;
-  for (int r = 0; r < size; ++r)
-    groups.push_back(std::shared_ptr<ThreadGroup>(new ThreadGroup(r, shared, options)));
+  for (int r = 0; r < size; ++r) {
+    std::shared_ptr<ThreadGroup> group(new ThreadGroup(r, shared, options));
+    group->set_name(name);
+    group->record_group();
+    groups.push_back(std::move(group));
+  }
   return groups;
 }
 
@@ -170,11 +180,14 @@ ThreadGroup::~ThreadGroup() {
 
 void ThreadGroup::run() {
   while (OpPtr op = queue_.pop()) {
+    mark_started(*op);
     std::exception_ptr error;
     try {
       execute(*op, Clock::now() + options().timeout);
     } catch (...) {
       error = std::current_exception();
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      if (!shared_->failure.empty()) note_group_failed(shared_->failure);
     }
     finish(*op, error);
   }
@@ -222,9 +235,19 @@ void ThreadGroup::meet(const Op& op, Clock::time_point deadline) {
                                  " (never called it, is stuck, or called something else); "
                                  "the process group is now unusable");
       s.changed.notify_all();
-      LOOM_FAIL(s.failure);
+      fail_group(lock);
     }
   }
+}
+
+// This rank found the group unusable and set shared_->failure: the flight
+// record is written outside the lock the other ranks wait on, then the
+// failure is thrown.
+void ThreadGroup::fail_group(std::unique_lock<std::mutex>& lock) {
+  const std::string why = shared_->failure;
+  lock.unlock();
+  group_failed(why);
+  LOOM_FAIL(why);
 }
 
 void ThreadGroup::collective(const Op& op, Clock::time_point deadline) {
@@ -317,7 +340,7 @@ void ThreadGroup::recv(const Op& op, Clock::time_point deadline) {
                                    ": no message from rank ", op.peer, " with tag ", op.tag,
                                    " arrived; the process group is now unusable");
         s.changed.notify_all();
-        LOOM_FAIL(s.failure);
+        fail_group(lock);
       }
     }
     message = std::move(box.front());

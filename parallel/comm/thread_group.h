@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,7 @@ class ThreadGroup : public ProcessGroup {
   void recv(const Op& op, Clock::time_point deadline);
   // Waits until every rank has reached this point of the current collective.
   void meet(const Op& op, Clock::time_point deadline);
+  [[noreturn]] void fail_group(std::unique_lock<std::mutex>& lock);
 
   std::shared_ptr<Shared> shared_;
   OpQueue queue_;
