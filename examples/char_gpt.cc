@@ -60,6 +60,7 @@ int train(int argc, char** argv) {
   std::shared_ptr<parallel::ProcessGroup> world = parallel::init(argc, argv);  // the MPI ranks, else one
   examples::Flags flags("Train a character-level GPT on the fortunes text");
   std::string preset = "cpu", device_name = "cpu", metrics = "char_gpt.csv", fortunes_dir = data::kFortunesDir;
+  std::string tensorboard;
   models::GPTConfig config{.vocab_size = 0, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128, .dropout = 0};
   int64_t steps = 1500, batch = 16, eval_every = 250, eval_batches = 20, sample_chars = 400;
   double lr = 2e-3, weight_decay = 0.1;
@@ -84,6 +85,8 @@ int train(int argc, char** argv) {
             integer_in<int64_t>(1, 1e9));
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
+  flags.add("--tensorboard", tensorboard, "folder for TensorBoard event files (rank 0 writes; docs/examples.md)",
+            Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
   flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.add("--precision", precision,
@@ -213,7 +216,8 @@ int train(int argc, char** argv) {
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = config.block_size,
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
-                                              .metrics = metrics, .device = device, .writer = writer};
+                                              .metrics = metrics, .tensorboard = tensorboard, .device = device,
+                                              .writer = writer};
   examples::LanguageModel logits = nullptr;  // the whole vocabulary's logits, for the loss estimates
   if (tp * cp > 1) logits = [&](const Tensor& idx) { return models::whole_logits(*model, layout, idx); };
   examples::TextRun run(training, *model, train, validation, logits);
@@ -254,7 +258,7 @@ int train(int argc, char** argv) {
     const Tensor loss = graphed(x, y, train_step);
     schedule_decay->step();
     schedule_plain->step();
-    run.step_done(step, loss);
+    run.step_done(step, loss, opt_decay.lr());
   }
   run.finish("char_gpt", corpus.vocab,
              [&](const Tensor& idx, int64_t n, double t, Generator* g) {

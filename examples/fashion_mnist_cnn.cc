@@ -5,6 +5,7 @@
 //   bazel run //examples:fashion_mnist_cnn -- --resume     # continue from the last checkpoint
 //   bazel run //examples:fashion_mnist_cnn -- --precision bf16   # mixed precision (autocast)
 //   bazel run //examples:fashion_mnist_cnn -- --device cuda --cuda-graph   # each step one CUDA graph
+//   bazel run //examples:fashion_mnist_cnn -- --tensorboard runs   # then: tensorboard --logdir runs
 //
 // Every epoch it commits a checkpoint (model, optimizer, epoch, random state,
 // metrics rows) and rewrites the metrics CSV; --resume continues from it and

@@ -22,6 +22,7 @@ int train(int argc, char** argv) {
   double lr = 3e-3;
   uint64_t seed = 0;
   std::string device_name = "cpu", metrics = "lstm_lm.csv", fortunes_dir = data::kFortunesDir;
+  std::string tensorboard;
   flags.add("--steps", steps, "optimizer steps", Scope::Run, integer_in<int64_t>(1, 1e9));
   flags.add("--batch-size", batch, "sequences per step", Scope::Run, integer_in<int64_t>(1, 1 << 20));
   flags.add("--seq-len", seq, "characters per sequence (truncated backpropagation)", Scope::Run,
@@ -35,6 +36,7 @@ int train(int argc, char** argv) {
             integer_in<int64_t>(1, 1e9));
   flags.add("--sample", sample_chars, "characters to generate at the end", Scope::Run, integer_in<int64_t>(0, 1e7));
   flags.add("--metrics", metrics, "metrics CSV", Scope::Rank);
+  flags.add("--tensorboard", tensorboard, "folder for TensorBoard event files (docs/examples.md)", Scope::Rank);
   flags.add("--seed", seed, "random seed", Scope::Run);
   flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.parse(argc, argv);
@@ -52,7 +54,7 @@ int train(int argc, char** argv) {
 
   const examples::TextTrainingConfig training{.steps = steps, .batch = batch, .block_size = seq,
                                               .eval_every = eval_every, .eval_batches = eval_batches, .seed = seed,
-                                              .metrics = metrics, .device = device};
+                                              .metrics = metrics, .tensorboard = tensorboard, .device = device};
   examples::TextRun run(training, *model, train, validation);
   for (int64_t step = 1; step <= steps; ++step) {
     auto [x, y] = run.next_batch();
@@ -61,7 +63,7 @@ int train(int argc, char** argv) {
     loss.backward();
     optim::clip_grad_norm_(model->parameters(), 1.0);  // LSTMs need it: gradients can explode
     opt.step();
-    run.step_done(step, loss);
+    run.step_done(step, loss, opt.lr());
   }
   run.finish("lstm_lm", corpus.vocab,
              [&](const Tensor& idx, int64_t n, double t, Generator* g) { return model->generate(idx, n, t, g); },

@@ -103,3 +103,6 @@
 #include "parallel/tensor_parallel/layers.h"
 #include "parallel/tensor_parallel/sequence_conjugates.h"
 #include "parallel/trace.h"
+
+// TensorBoard event files (torch.utils.tensorboard.SummaryWriter).
+#include "tensorboard/summary_writer.h"

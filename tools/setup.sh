@@ -16,6 +16,7 @@ PACKAGES=(
   dataset-fashion-mnist fortunes    # the examples' data
   strace iproute2                   # tests: kills at chosen writes; two hosts as network namespaces
   cmake pkg-config dpkg-dev         # tests: programs of your own against an installed loom, its .deb
+  python3-protobuf                  # tests: TensorBoard event files read by an independent decoder
 )
 
 SUDO=""

@@ -5,6 +5,7 @@
 #include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
 #include "examples/common/result.h"
+#include "examples/common/tensorboard_scalars.h"
 #include "examples/models/models.h"
 #include "nn/functional.h"
 #include "parallel/trace.h"
@@ -36,6 +37,9 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& c) {
   flags.add("--checkpoint", c.checkpoint, "checkpoint written after every epoch (default: <example>.safetensors)",
             Scope::Rank);
   flags.add("--trace", c.trace, "Chrome trace JSON of steps 3-5 (under mpirun one file per rank, .rankN added)",
+            Scope::Rank);
+  flags.add("--tensorboard", c.tensorboard,
+            "folder for TensorBoard event files: loss, lr, throughput, memory (docs/examples.md lists the tags)",
             Scope::Rank);
   flags.add("--log-every", c.log_every, "steps between progress lines when not on a terminal", Scope::Rank,
             integer_in(1, INT32_MAX));
@@ -154,6 +158,7 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
       .settings = flags.settings({Scope::Run}),
       .writer = {.program = c.name, .layout = ranks_.layout}});
   if (reporting()) record_->check_writable();
+  if (reporting() && !c.tensorboard.empty()) board_ = std::make_unique<tensorboard::SummaryWriter>(c.tensorboard);
 
   const int64_t images = train_.dataset().size();
   LOOM_CHECK(c.batch_size <= images, "--batch-size ", c.batch_size, " is more than the ", images,
@@ -205,7 +210,10 @@ void FashionMnist::step_done(const Tensor& loss) {
   // Reading the loss waits for the GPU: only when a line is printed.
   if (reporting() && progress_.step % config_.log_every == 0) {
     const int64_t done = progress_.step - progress_.epoch * steps_per_epoch_;
-    bar_->update(progress_.step, loss.item(), done * config_.batch_size / seconds_since(epoch_start_));
+    const double value = loss.item(), samples_per_second = done * config_.batch_size / seconds_since(epoch_start_);
+    bar_->update(progress_.step, value, samples_per_second);
+    if (board_) log_step(*board_, progress_.step, value, optimizer.lr(), "throughput(samples_per_s)",
+                         samples_per_second, device_);
   }
 }
 
@@ -223,6 +231,12 @@ bool FashionMnist::end_epoch(int64_t epoch) {
     bar_->finish_line();
     std::printf("epoch %lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.0f samples/s\n",
                 static_cast<long long>(epoch), train_loss, result_->loss, 100 * result_->accuracy, samples_per_second_);
+    if (board_) {
+      board_->add_scalar("loss_metrics/global_avg_loss", train_loss, progress_.step);  // the epoch's, over all ranks
+      board_->add_scalar("validation_metrics/loss", result_->loss, progress_.step);
+      board_->add_scalar("validation_metrics/accuracy", result_->accuracy, progress_.step);
+      board_->flush();
+    }
     record_->commit_epoch(*model, optimizer, progress_,
                           {static_cast<double>(epoch), static_cast<double>(progress_.step), train_loss, result_->loss,
                            result_->accuracy, samples_per_second_, seconds_since(start_)});

@@ -32,6 +32,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/process_group.h"
+#include "tensorboard/summary_writer.h"
 
 namespace loom::examples {
 
@@ -45,6 +46,7 @@ struct FashionMnistConfig {
   std::string device = "cpu", data_root;
   std::string metrics, checkpoint;  // default: <name>.csv, <name>.safetensors
   std::string trace;                // Chrome trace of a few steps (per rank: .rankN inserted); empty: none
+  std::string tensorboard;          // folder for TensorBoard event files (the reporting rank's); empty: none
   bool resume = false;
   bool cuda_graph = false;  // the optimizer capturable (GraphedStep replays the step)
 };
@@ -107,6 +109,7 @@ class FashionMnist {
   optim::TrainingProgress progress_;
   std::unique_ptr<RunRecord> record_;
   std::unique_ptr<Progress> bar_;
+  std::unique_ptr<tensorboard::SummaryWriter> board_;  // --tensorboard, on the reporting rank
   class StepTracer;
   std::unique_ptr<StepTracer> tracer_;
   Tensor loss_sum_;

@@ -4,6 +4,7 @@
 
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
+#include "examples/common/tensorboard_scalars.h"
 #include "nn/functional.h"
 #include "data/device_copy.h"
 #include "tensor/creation.h"
@@ -56,15 +57,21 @@ TextRun::TextRun(TextTrainingConfig config, nn::Module& model, const data::CharD
       batches_(config_.seed + 1) {
   if (config_.writer && !config_.metrics.empty())
     AtomicFile::check_writable(config_.metrics, "--metrics");  // before hours of training
+  if (config_.writer && !config_.tensorboard.empty())
+    board_ = std::make_unique<tensorboard::SummaryWriter>(config_.tensorboard);
 }
 
 data::Batch TextRun::next_batch() { return random_windows(train_, config_.batch, batches_, config_.device); }
 
-void TextRun::step_done(int64_t step, const Tensor& loss) {
+void TextRun::step_done(int64_t step, const Tensor& loss, double lr) {
   const TextTrainingConfig& c = config_;
   tokens_per_second_ = step * c.batch * c.block_size / watch_.seconds();
   // Reading the loss waits for a GPU: only when a line is printed.
-  if (step % 50 == 0 && c.writer) progress_.update(step, loss.item(), tokens_per_second_ / c.block_size);
+  if (step % 50 == 0 && c.writer) {
+    const double value = loss.item();
+    progress_.update(step, value, tokens_per_second_ / c.block_size);
+    if (board_) log_step(*board_, step, value, lr, "throughput(tps)", tokens_per_second_, c.device);
+  }
   if (step % c.eval_every != 0 && step != c.steps) return;
   val_loss_ = estimate_loss(model_, logits_, validation_, c.batch, c.eval_batches, c.device);
   const double train_loss = estimate_loss(model_, logits_, train_, c.batch, c.eval_batches, c.device);
@@ -73,6 +80,11 @@ void TextRun::step_done(int64_t step, const Tensor& loss) {
   std::printf("step %lld  train loss %.4f  val loss %.4f  %.0f tokens/s\n", static_cast<long long>(step), train_loss,
               val_loss_, tokens_per_second_);
   csv_.append({static_cast<double>(step), train_loss, val_loss_, tokens_per_second_});
+  if (board_) {
+    board_->add_scalar("loss_metrics/estimated_train_loss", train_loss, step);
+    board_->add_scalar("validation_metrics/loss", val_loss_, step);
+    board_->flush();
+  }
 }
 
 void TextRun::finish(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars) {

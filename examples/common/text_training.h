@@ -5,11 +5,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "data/char_dataset.h"
 #include "data/char_vocab.h"
 #include "examples/common/progress.h"
+#include "tensorboard/summary_writer.h"
 #include "nn/module.h"
 #include "tensor/stopwatch.h"
 
@@ -34,6 +36,7 @@ struct TextTrainingConfig {
   int64_t eval_every = 0, eval_batches = 0;  // how often, and on how many batches, losses are estimated
   uint64_t seed = 0;                         // batches are drawn with seed + 1
   std::string metrics;                       // CSV path: step, train_loss, val_loss, tokens_per_s
+  std::string tensorboard;                   // folder for TensorBoard event files; empty: none
   Device device;
   bool writer = true;  // prints and writes the metrics (rank 0 of a tensor-parallel job; the others only compute)
 };
@@ -51,7 +54,7 @@ using Sampler = std::function<Tensor(const Tensor& idx, int64_t count, double te
 //     opt.zero_grad();
 //     loss.backward();
 //     opt.step();
-//     run.step_done(step, loss);                       // progress; every eval_every steps the estimates
+//     run.step_done(step, loss, opt.lr());             // progress; every eval_every steps the estimates
 //   }
 //   run.finish("char_gpt", vocab, sample, 400);         // a generated sample, then RESULT
 class TextRun {
@@ -64,8 +67,9 @@ class TextRun {
   data::Batch next_batch();
   // After step `step` (1-based): the progress line, and every eval_every
   // steps (and at the last) the estimated train and validation losses,
-  // printed and added to the metrics CSV.
-  void step_done(int64_t step, const Tensor& loss);
+  // printed and added to the metrics CSV. `lr`, the step's learning rate,
+  // goes to TensorBoard with the loss.
+  void step_done(int64_t step, const Tensor& loss, double lr);
   // `chars` characters sampled after a newline (temperature 0.8, seed + 2),
   // then the RESULT line of example `name`.
   void finish(const std::string& name, const data::CharVocab& vocab, const Sampler& sample, int64_t chars);
@@ -77,6 +81,7 @@ class TextRun {
   const data::CharDataset& train_;
   const data::CharDataset& validation_;
   MetricsCsv csv_;
+  std::unique_ptr<tensorboard::SummaryWriter> board_;  // --tensorboard, on the writer
   Progress progress_;
   Generator batches_;
   Stopwatch watch_;

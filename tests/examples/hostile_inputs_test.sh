@@ -49,7 +49,11 @@ expect_failure ckpt_folder 1 "--checkpoint folder: is a folder" -- "$cnn" "${tin
 expect_failure metrics_missing 1 "--metrics: cannot write missing/m.csv" -- "$cnn" "${tiny[@]}" --metrics missing/m.csv
 expect_failure trace_device 1 "--trace /dev/null: is not a regular file" -- "$cnn" "${tiny[@]}" --trace /dev/null
 expect_failure gpt_metrics 1 "--metrics folder: is a folder" -- "$gpt" --steps 2 --metrics folder
-for log in ckpt_folder metrics_missing trace_device gpt_metrics; do
+expect_failure board_proc 1 "SummaryWriter: cannot create the log folder '/proc/loom/runs'" -- \
+  "$cnn" "${tiny[@]}" --tensorboard /proc/loom/runs
+expect_failure gpt_board 1 "SummaryWriter: cannot create the log folder '/proc/loom/runs'" -- \
+  "$gpt" --steps 2 --tensorboard /proc/loom/runs
+for log in ckpt_folder metrics_missing trace_device gpt_metrics board_proc gpt_board; do
   ! grep -q "^epoch\|^step" "$log.out" || { echo "FAIL $log: trained before checking its outputs"; exit 1; }
 done
 
