@@ -17,6 +17,7 @@ PACKAGES=(
   strace iproute2                   # tests: kills at chosen writes; two hosts as network namespaces
   cmake pkg-config dpkg-dev         # tests: programs of your own against an installed loom, its .deb
   python3-protobuf                  # tests: TensorBoard event files read by an independent decoder
+  slurmctld slurmd slurm-client munge  # tests: a one-node Slurm cluster of their own runs a batch job
 )
 
 SUDO=""
