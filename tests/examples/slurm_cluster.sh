@@ -31,10 +31,11 @@ slurm_available() {
   [ -z "$SLURM_WHY" ] || { SLURM_WHY="cannot run a Slurm cluster here: $SLURM_WHY"; return 1; }
 }
 
-# A free TCP port on 127.0.0.1 (one nobody listens on now).
+# A free TCP port on 127.0.0.1 (one nobody listens on now), below Linux's
+# ephemeral range (32768-60999), where any client's connection may take it.
 _slurm_free_port() {
   local port
-  while port=$((RANDOM % 20000 + 30000)); (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null; do :; done
+  while port=$((RANDOM % 12000 + 20000)); (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null; do :; done
   echo "$port"
 }
 
@@ -48,7 +49,7 @@ slurm_up() {
   local d=$SLURM_DIR node cpus
   node=$(hostname -s)
   cpus=$(nproc)
-  mkdir -p "$d/munge" "$d/state" "$d/spool" && chmod 700 "$d/munge" || return 1
+  mkdir -p "$d/munge" "$d/state" "$d/spool" "$d/tmp" && chmod 700 "$d/munge" || return 1
   # munged checks that its key and socket folders are private; mungekey makes a 1024-byte key.
   mungekey --create --keyfile="$d/munge/munge.key" 2> "$d/mungekey.log" \
     || { SLURM_WHY="mungekey failed: $(cat "$d/mungekey.log")"; return 1; }
@@ -65,8 +66,17 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET
+# A requeued job may start again only once its old credentials expire
+# (cred_expire + 1 s; 120 s by default): starting it sooner, slurmd refuses
+# its launch ("Job credential revoked"). 20 s still leaves a loaded machine
+# time to launch a step on a fresh credential.
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=20
 StateSaveLocation=$d/state
+# Other clusters like this one may run at once (tests in parallel): job ids
+# of their own, and the PMIx plugin's folders (/tmp/spmix_appdir_<uid>_<job>.<step>
+# by default) in this cluster's folder.
+FirstJobId=$((RANDOM * 1000 + 1000))
+TmpFS=$d/tmp
 SlurmdSpoolDir=$d/spool
 SlurmctldPidFile=$d/slurmctld.pid
 SlurmdPidFile=$d/slurmd.pid
