@@ -107,6 +107,12 @@ ln -s victim planted.json
 [ "$(cat victim)" = precious ] || { echo "FAIL: a write went through a planted link"; exit 1; }
 [ ! -L planted.csv ] && [ -s planted.csv ] || { echo "FAIL: planted.csv is not a fresh file"; exit 1; }
 
+# A --metrics name as long as a file name may be (255 bytes) is written: its temporary's name is cut to fit.
+long_name=$(printf 'm%.0s' $(seq 251)).csv
+"$cnn" "${tiny[@]}" --checkpoint long.safetensors --metrics "$long_name" > long_name.log 2>&1 ||
+  { echo "FAIL: a 255-character --metrics name"; cat long_name.log; exit 1; }
+[ -s "$long_name" ] || { echo "FAIL: no metrics written at a 255-character name"; exit 1; }
+
 # An empty test set (valid IDX files of no images) is refused before training, not reported as NaN.
 mkdir -p empty_test
 ln -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz empty_test/
