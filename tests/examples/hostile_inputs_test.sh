@@ -93,6 +93,25 @@ printf '\377\377\377\377\377\377\377\177{}' > huge.safetensors
 expect_failure huge 1 "the header claims 9223372036854775807 bytes, more than the format's limit of 104857600" -- \
   "$cnn" "${tiny[@]}" --resume --checkpoint huge.safetensors
 
+# A header of the format's largest size that only nests arrays is refused at the ninth level, and a damaged
+# checkpoint never reads as running out of memory ("try a smaller --batch-size").
+python3 -c "
+import struct
+header = b'{\"w\":' + b'[' * (100 * 2**20 - 16)
+open('deep.safetensors', 'wb').write(struct.pack('<Q', len(header)) + header)"
+expect_failure deep 1 "checkpoint deep.safetensors: the header nests JSON more than 8 levels deep" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint deep.safetensors
+rm deep.safetensors
+# A text folder holding more than a model could take (a sparse 100 GiB file) is refused by its size
+# before it is read, naming the file, not the batch size.
+mkdir -p huge_text && cp /usr/share/games/fortunes/fortunes huge_text/ && truncate -s 100G huge_text/zz-huge
+expect_failure huge_text 1 "read_fortunes: huge_text holds 107" -- "$lstm" --steps 2 --fortunes huge_text
+grep -qF "the largest file, huge_text/zz-huge, has 107374182400" huge_text.err ||
+  { echo "FAIL huge_text: the file is not named"; cat huge_text.err; exit 1; }
+for log in deep huge_text; do
+  ! grep -q -- "--batch-size" "$log.err" || { echo "FAIL $log: blamed the batch size"; cat "$log.err"; exit 1; }
+done
+
 # A metrics CSV that was damaged or edited is rebuilt from the checkpoint, never parsed.
 printf 'epoch,step\n1,oops,,,\n' > good.csv
 "$cnn" "${tiny[@]}" --resume --checkpoint good.safetensors --metrics good.csv > rebuilt.log
@@ -123,6 +142,24 @@ with gzip.open("empty_test/t10k-images-idx3-ubyte.gz", "wb") as f: f.write(struc
 with gzip.open("empty_test/t10k-labels-idx1-ubyte.gz", "wb") as f: f.write(struct.pack(">II", 0x801, 0))
 PY
 expect_failure empty_test 1 "the test set in empty_test is empty" -- "$cnn" "${tiny[@]}" --data empty_test
+
+# IDX files whose headers declare more than the reader takes, or counts that disagree, are refused from
+# their headers: a gzip bomb costs its header, not the gigabytes it expands to.
+mkdir -p bomb mismatch
+ln -sf /usr/share/datasets/fashion-mnist/t10k-* bomb/
+ln -sf /usr/share/datasets/fashion-mnist/* mismatch/
+rm mismatch/train-images-idx3-ubyte.gz
+python3 - << 'PY'
+import gzip, struct
+with gzip.open("bomb/train-images-idx3-ubyte.gz", "wb", compresslevel=1) as f:
+    f.write(struct.pack(">IIII", 0x803, 2000000, 28, 28) + bytes(1 << 20))
+with gzip.open("bomb/train-labels-idx1-ubyte.gz", "wb") as f: f.write(struct.pack(">II", 0x801, 2000000) + bytes(10))
+with gzip.open("mismatch/train-images-idx3-ubyte.gz", "wb") as f: f.write(struct.pack(">IIII", 0x803, 100000, 28, 28))
+PY
+expect_failure idx_bomb 1 "read_idx: bomb/train-images-idx3-ubyte.gz: the header declares 1568000000 bytes of data \
+(uint8 of shape [2000000, 28, 28]), more than the 1073741824 read_idx takes" -- "$cnn" "${tiny[@]}" --data bomb
+expect_failure idx_counts 1 "FashionMnist: mismatch/train-images-idx3-ubyte.gz holds 100000 images but \
+mismatch/train-labels-idx1-ubyte.gz holds 60000 labels" -- "$cnn" "${tiny[@]}" --data mismatch
 
 # A diverged run (NaN loss) still ends with valid JSON that says why a value is missing.
 "$cnn" --epochs 1 --max-steps-per-epoch 5 --batch-size 32 --workers 0 --width 2 --lr 1e6 --checkpoint nan.safetensors --metrics nan.csv > nan.log
