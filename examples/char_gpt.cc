@@ -26,6 +26,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/graphed_step.h"
 #include "examples/common/program.h"
+#include "examples/common/run_files.h"
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
 #include "examples/models/gpt_plans.h"
@@ -137,6 +138,10 @@ int train(int argc, char** argv) {
   LOOM_CHECK(batch % dp == 0, "--batch-size ", batch, " does not split over --dp ", dp, " replicas");
   LOOM_CHECK(cp == 1 || config.block_size % (2 * cp) == 0, "--cp ", cp, ": --block-size ", config.block_size,
              " does not split into two chunks for each of the ", cp, " ranks");
+  examples::RunFiles files;  // the metrics may not land among the text files it reads
+  files.reads_folder("--fortunes", fortunes_dir);
+  files.writes("--metrics", metrics);
+  files.check();
 
   // The ranks agree on their settings and pick their devices; rank 0 prints and writes.
   const examples::Rank me = examples::join_job(world, flags, device_name);

@@ -8,6 +8,7 @@
 #include "data/char_corpus.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
+#include "examples/common/run_files.h"
 #include "examples/common/text_training.h"
 #include "examples/models/models.h"
 #include "optim/optimizer.h"
@@ -38,6 +39,10 @@ int train(int argc, char** argv) {
   flags.add("--seed", seed, "random seed", Scope::Run);
   flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.parse(argc, argv);
+  examples::RunFiles files;  // the metrics may not land among the text files it reads
+  files.reads_folder("--fortunes", fortunes_dir);
+  files.writes("--metrics", metrics);
+  files.check();
 
   const Device device = Device::parse(device_name);
   manual_seed(seed);

@@ -5,6 +5,7 @@
 #include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
 #include "examples/common/result.h"
+#include "examples/common/run_files.h"
 #include "examples/models/models.h"
 #include "nn/functional.h"
 #include "parallel/trace.h"
@@ -50,10 +51,28 @@ int world_of(const Ranks& r) { return r.group ? r.group->size() : 1; }
 // Ranks that share out each global batch.
 int shards_of(const Ranks& r) { return r.shard_batches ? world_of(r) : 1; }
 
+// --trace's file on this rank: under mpirun .rankN goes before the file name's extension.
+std::string trace_path(const std::string& path, const Ranks& ranks) {
+  if (path.empty() || world_of(ranks) == 1) return path;
+  const size_t slash = path.rfind('/'), name = slash == std::string::npos ? 0 : slash + 1, dot = path.rfind('.');
+  const bool extension = dot != std::string::npos && dot > name;  // not a folder's dot, nor a hidden file's
+  const std::string suffix = ".rank" + std::to_string(rank_of(ranks));
+  return extension ? path.substr(0, dot) + suffix + path.substr(dot) : path + suffix;
+}
+
 // The settings checks that need no data, before anything is loaded.
 FashionMnistConfig checked(FashionMnistConfig c, const Ranks& ranks) {
   if (c.metrics.empty()) c.metrics = c.name + ".csv";
   if (c.checkpoint.empty()) c.checkpoint = c.name + ".safetensors";
+  c.trace = trace_path(c.trace, ranks);
+  // No output may be another, or replace what the run reads (every rank checks what it was given).
+  RunFiles files;
+  files.reads_folder("--data", c.data_root);
+  if (c.resume) files.reads("--checkpoint", c.checkpoint);
+  files.writes("--checkpoint", c.checkpoint);
+  files.writes("--metrics", c.metrics);
+  if (!c.trace.empty()) files.writes("--trace", c.trace);
+  files.check();
   LOOM_CHECK(c.batch_size % shards_of(ranks) == 0, "--batch-size ", c.batch_size, " does not split evenly over ",
              shards_of(ranks), " ranks");
   LOOM_CHECK(c.stop_after_epoch <= c.epochs, "--stop-after-epoch ", c.stop_after_epoch, " is after the last epoch (",
@@ -104,18 +123,12 @@ Evaluation evaluate(nn::Module& model, const data::DataLoader& loader) {
 
 }  // namespace
 
-// --trace: records three steps after two of warm-up, and writes them; under
-// mpirun each rank writes its own file (.rankN inserted).
+// --trace: records three steps after two of warm-up, and writes them to
+// `path` (under mpirun each rank its own file: trace_path).
 class FashionMnist::StepTracer {
  public:
-  StepTracer(std::string path, int rank, int64_t first_step) : path_(std::move(path)), first_(first_step + 2) {
-    if (path_.empty()) return;
-    if (rank >= 0) {
-      const auto dot = path_.rfind('.');
-      const std::string suffix = ".rank" + std::to_string(rank);
-      path_ = dot == std::string::npos ? path_ + suffix : path_.substr(0, dot) + suffix + path_.substr(dot);
-    }
-    AtomicFile::check_writable(path_, "--trace");
+  StepTracer(std::string path, int64_t first_step) : path_(std::move(path)), first_(first_step + 2) {
+    if (!path_.empty()) AtomicFile::check_writable(path_, "--trace");
   }
   // After step `step` (1-based).
   void step_done(int64_t step) {
@@ -183,7 +196,7 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
                 static_cast<long long>(steps_per_epoch_), device.str().c_str(),
                 world > 1 ? (", " + std::to_string(world) + " ranks").c_str() : "");
   bar_ = std::make_unique<Progress>(c.epochs * steps_per_epoch_, c.log_every, progress_.step);
-  tracer_ = std::make_unique<StepTracer>(c.trace, world > 1 ? rank_of(ranks_) : -1, progress_.step);
+  tracer_ = std::make_unique<StepTracer>(c.trace, progress_.step);
   loss_sum_ = zeros({}, {.device = device});
   trace_lane_ = trace::lane(world > 1 ? "rank " + std::to_string(rank_of(ranks_)) : "main");
   step_begin_us_ = trace::now_us();

@@ -49,7 +49,28 @@ expect_failure ckpt_folder 1 "--checkpoint folder: is a folder" -- "$cnn" "${tin
 expect_failure metrics_missing 1 "--metrics: cannot write missing/m.csv" -- "$cnn" "${tiny[@]}" --metrics missing/m.csv
 expect_failure trace_device 1 "--trace /dev/null: is not a regular file" -- "$cnn" "${tiny[@]}" --trace /dev/null
 expect_failure gpt_metrics 1 "--metrics folder: is a folder" -- "$gpt" --steps 2 --metrics folder
-for log in ckpt_folder metrics_missing trace_device gpt_metrics; do
+# Outputs that are one file, or that would replace what the run reads, are refused by both flags before
+# anything is read or written (once, --metrics = --checkpoint left a CSV where the checkpoint was).
+mkdir -p data_links texts
+ln -sf /usr/share/datasets/fashion-mnist/*.gz data_links/
+cp /usr/share/games/fortunes/fortunes texts/
+expect_failure metrics_is_ckpt 1 "--metrics same and --checkpoint same are one file" -- \
+  "$cnn" "${tiny[@]}" --checkpoint same --metrics same
+expect_failure trace_is_ckpt 1 "--trace ./same.st and --checkpoint same.st are one file" -- \
+  "$cnn" "${tiny[@]}" --checkpoint same.st --trace ./same.st
+expect_failure metrics_in_data 1 "--metrics data_links/../data_links/m.csv is inside the folder --data data_links" -- \
+  "$cnn" "${tiny[@]}" --data data_links --metrics data_links/../data_links/m.csv
+expect_failure metrics_on_data 1 "--metrics /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz would \
+replace --data data_links" -- "$cnn" "${tiny[@]}" --data data_links \
+  --metrics /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz
+expect_failure gpt_metrics_in_text 1 "--metrics ./texts/m.csv is inside the folder --fortunes texts" -- \
+  "$gpt" --steps 2 --fortunes texts --metrics ./texts/m.csv
+expect_failure lstm_metrics_in_text 1 "--metrics texts/m.csv is inside the folder --fortunes texts" -- \
+  "$lstm" --steps 2 --fortunes texts --metrics texts/m.csv
+[ ! -e same ] && [ ! -e same.st ] && [ ! -e texts/m.csv ] && [ ! -e data_links/m.csv ] ||
+  { echo "FAIL: a refused run wrote an output"; exit 1; }
+for log in ckpt_folder metrics_missing trace_device gpt_metrics metrics_is_ckpt trace_is_ckpt metrics_in_data \
+  metrics_on_data gpt_metrics_in_text lstm_metrics_in_text; do
   ! grep -q "^epoch\|^step" "$log.out" || { echo "FAIL $log: trained before checking its outputs"; exit 1; }
 done
 
