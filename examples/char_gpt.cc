@@ -185,6 +185,12 @@ int train(int argc, char** argv) {
     layout.split = kZigZag;
   }
   model->to(device);
+  // Tensor and context parallelism hold parts of the model and of each sequence: a step of the plain
+  // model is not what they need, and measuring theirs would run collectives. Those runs are not checked.
+  if (tp * cp == 1)
+    examples::check_text_step_memory(*model, [&](const Tensor& x) { return model->forward(x); }, batch, dp,
+                                     config.block_size, 2, device,  // AdamW: two moments
+                                     "a smaller --embd, --layers or --block-size");
   // DDP averages every gradient over the ranks that hold the same weights: the same slices, in
   // every replica and every share of the sequence.
   parallel::DistributedDataParallel replica{nullptr};

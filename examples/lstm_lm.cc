@@ -51,6 +51,8 @@ int train(int argc, char** argv) {
   options.vocab_size = corpus.vocab.size();
   models::CharLSTM model(options);
   model->to(device);
+  examples::check_text_step_memory(*model, [&](const Tensor& x) { return model->forward(x); }, batch, 1, seq,
+                                   2, device, "a smaller --hidden or --layers");  // Adam: two moments
   optim::Adam opt(model->parameters(), {.lr = lr});
   std::printf("vocabulary %lld, %lld parameters, on %s\n", static_cast<long long>(options.vocab_size),
               static_cast<long long>(model->num_parameters()), device.str().c_str());

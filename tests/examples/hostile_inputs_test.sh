@@ -182,6 +182,31 @@ expect_failure idx_bomb 1 "read_idx: bomb/train-images-idx3-ubyte.gz: the header
 expect_failure idx_counts 1 "FashionMnist: mismatch/train-images-idx3-ubyte.gz holds 100000 images but \
 mismatch/train-labels-idx1-ubyte.gz holds 60000 labels" -- "$cnn" "${tiny[@]}" --data mismatch
 
+# A batch or model that cannot fit in memory is refused before training, naming the flag and the numbers,
+# not killed by the kernel without a word; LOOM_MEMORY_LIMIT_BYTES stands in for a 4 GiB machine.
+small=(env LOOM_MEMORY_LIMIT_BYTES=$((4 << 30)))
+expect_failure big_batch 1 "--batch-size 60000 needs about" -- "${small[@]}" "$cnn" --epochs 1 --batch-size 60000 \
+  --width 64 --workers 0 --checkpoint big.safetensors --metrics big.csv
+grep -qE "LOOM_MEMORY_LIMIT_BYTES allows 4.0 GiB; a run may plan on 90% of it: try --batch-size [0-9]+ or less$" \
+  big_batch.err || { echo "FAIL big_batch: no numbers or hint"; cat big_batch.err; exit 1; }
+expect_failure big_width 1 "--width 4096 needs about 102.5 GiB for the model" -- "${small[@]}" "$cnn" --width 4096 \
+  --checkpoint big.safetensors --metrics big.csv
+grep -q "try --width 760 or less" big_width.err || { echo "FAIL big_width: no hint"; cat big_width.err; exit 1; }
+expect_failure ddp_batch 1 "--batch-size 60000 needs about" -- "${small[@]}" "$ddp" --epochs 1 --batch-size 60000 \
+  --width 64 --workers 0 --checkpoint big.safetensors --metrics big.csv
+expect_failure gpt_batch 1 "--batch-size 1048576 needs about" -- "${small[@]}" "$gpt" --steps 2 --batch-size 1048576
+grep -q "try --batch-size [0-9]* or less" gpt_batch.err || { echo "FAIL gpt_batch: no hint"; cat gpt_batch.err; exit 1; }
+expect_failure lstm_batch 1 "--batch-size 1048576 needs about" -- "${small[@]}" "$lstm" --steps 2 --batch-size 1048576
+for log in big_batch big_width ddp_batch gpt_batch lstm_batch; do
+  ! grep -q "^epoch\|^step" "$log.out" || { echo "FAIL $log: trained before checking its memory"; exit 1; }
+done
+[ ! -e big.safetensors ] || { echo "FAIL: a refused run wrote a checkpoint"; exit 1; }
+# The same limit lets the usual runs through.
+"${small[@]}" "$cnn" "${tiny[@]}" --checkpoint fits.safetensors --metrics fits.csv > fits.log 2>&1 ||
+  { echo "FAIL: a small run was refused"; cat fits.log; exit 1; }
+"${small[@]}" "$gpt" --steps 2 --eval-every 2 --sample 5 --metrics fits_gpt.csv > fits_gpt.log 2>&1 ||
+  { echo "FAIL: char_gpt at its defaults was refused"; cat fits_gpt.log; exit 1; }
+
 # A diverged run (NaN loss) still ends with valid JSON that says why a value is missing.
 "$cnn" --epochs 1 --max-steps-per-epoch 5 --batch-size 32 --workers 0 --width 2 --lr 1e6 --checkpoint nan.safetensors --metrics nan.csv > nan.log
 python3 - << 'PY'
