@@ -25,13 +25,16 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "examples/common/flags.h"
+#include "examples/common/memory_budget.h"
 #include "examples/common/program.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/thread_group.h"
+#include "tensor/allocator.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"
 
@@ -59,6 +62,13 @@ int64_t parse_bytes(const std::string& text) {
   const double bytes = std::strtod(number.c_str(), nullptr) * scale;
   if (!(bytes >= kMinMessage && bytes <= kMaxMessage) || bytes != std::floor(bytes)) return -1;
   return static_cast<int64_t>(bytes);
+}
+
+// A size as --max-bytes takes it: 16G, 512M, 4K, or bytes.
+std::string spell_bytes(int64_t bytes) {
+  for (auto [unit, shift] : {std::pair{"G", 30}, std::pair{"M", 20}, std::pair{"K", 10}})
+    if (bytes % (int64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + unit;
+  return std::to_string(bytes);
 }
 
 CLI::Validator byte_size() {
@@ -103,6 +113,29 @@ struct Config {
   bool check = true;
 };
 
+// Each rank holds one message of --max-bytes at the end: the ranks this
+// process runs as threads, or the ranks of the job on this machine, must fit
+// in its memory together, or the kernel kills the bench without a word.
+void check_messages_fit(const Config& config, const std::string& min_bytes, int copies, bool threads) {
+  check_fits_in_memory({.flag = "--max-bytes",
+                        .value = config.max_bytes,
+                        .bytes = [](int64_t bytes) { return bytes; },
+                        .what = "for the largest message",
+                        .copies = copies,
+                        .copies_are = threads ? "rank threads" : "processes on this machine",
+                        .smallest = config.min_bytes,
+                        .otherwise = "a smaller --min-bytes than " + min_bytes + (threads ? ", or fewer --ranks" : ""),
+                        .spell = spell_bytes,
+                        // The sizes measured double from --min-bytes: suggest the largest of them that fits.
+                        .round_down =
+                            [&](int64_t bytes) {
+                              int64_t size = config.min_bytes;
+                              while (size * 2 <= bytes) size *= 2;
+                              return size;
+                            }},
+                       available_memory());
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -123,6 +156,9 @@ void run(ProcessGroup& pg, const Config& config, Device device) {
     if (device.is_cuda()) synchronize(device);
   };
   for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= 2) {
+    // The last size's buffer goes back to the system rather than into the
+    // allocator's cache: a rank holds one size at a time, as the memory check assumes.
+    empty_cache(device);
     const int64_t numel = bytes / static_cast<int64_t>(element_size(config.dtype));
     Tensor t = full({numel}, pg.rank() + 1.0, {.dtype = config.dtype, .device = device});
 
@@ -193,6 +229,14 @@ int main(int argc, char** argv) {
         if (config.min_bytes > config.max_bytes)
           throw UsageError("--min-bytes " + min_bytes + " is more than --max-bytes " + max_bytes + " (see --help)");
         config.dtype = dtype == "float64" ? kFloat64 : dtype == "int64" ? kInt64 : kFloat32;
+
+        if (device == "cpu") {
+          const std::vector<int> counts = parse_ranks(ranks);
+          const bool threads = !launched_by_mpi();
+          check_messages_fit(config, min_bytes,
+                             threads ? *std::max_element(counts.begin(), counts.end()) : processes_on_this_machine(),
+                             threads);
+        }
 
         ProcessGroupOptions options;
         options.check_consistency = !no_check;

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "tensor/error.h"
+#include "tensor/file_io.h"
 
 namespace loom::data {
 namespace {
@@ -56,13 +57,25 @@ std::string read_fortunes(const std::string& dir) {
     if (is_fortune_file(entry)) files.push_back(entry.path());
   std::sort(files.begin(), files.end());  // directory order is the file system's whim
 
+  // Sizes first: a huge (or sparse) file is refused by name before anything
+  // is read, instead of filling memory and failing as if the batch were too big.
+  uint64_t total = 0, largest = 0;
+  fs::path largest_file;
+  for (const fs::path& path : files) {
+    const uint64_t size = fs::file_size(path, ec);
+    LOOM_CHECK(!ec, "read_fortunes: cannot read the size of ", path.string(), " (", ec.message(), ")");
+    total += size;
+    if (size >= largest) std::tie(largest, largest_file) = std::pair(size, path);
+  }
+  LOOM_CHECK(total <= kMaxFortunesBytes, "read_fortunes: ", dir, " holds ", total, " bytes of text (the largest file, ",
+             largest_file.string(), ", has ", largest, "), more than the ", kMaxFortunesBytes,
+             " a character model's text may have (each character becomes an 8-byte token); pass a folder of text files");
+
   std::string corpus;
   for (const fs::path& path : files) {
-    std::ifstream in(path, std::ios::binary);
-    LOOM_CHECK(in.good(), "read_fortunes: cannot open ", path.string());
-    std::ostringstream text;
-    text << in.rdbuf();
-    for (std::string& fortune : split_fortunes(text.str())) {
+    // read_file takes regular files only and bounds the size again, should a file grow meanwhile.
+    const std::string text = read_file(path.string(), "read_fortunes: fortune file", kMaxFortunesBytes);
+    for (std::string& fortune : split_fortunes(text)) {
       if (fortune.back() != '\n') fortune += '\n';  // the last one of a file may lack it
       corpus += fortune;
       corpus += '\n';

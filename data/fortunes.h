@@ -10,6 +10,7 @@
 //   std::vector<std::string> f = split_fortunes("a\n%\nb\n%\n");   // {"a\n", "b\n"}
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,16 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes/";
 // fortunes of only white space are left out.
 std::vector<std::string> split_fortunes(const std::string& text);
 
+// The most bytes of text read_fortunes reads from a folder: a character
+// model holds each character as an 8-byte token, so this is 2 GiB of tokens
+// (Debian's fortunes are 2.5 MB, nanoGPT's Shakespeare 1 MB).
+inline constexpr uint64_t kMaxFortunesBytes = uint64_t{256} << 20;
+
 // All fortunes of the folder's fortune files, in order, each followed by "\n"
 // (so an empty line separates them). Throws, naming the folder and the
-// package `fortunes`, when the folder is missing or holds no fortunes.
+// package `fortunes`, when the folder is missing or holds no fortunes, and
+// naming the folder, its largest file and the limit, before reading any of
+// it, when its files hold more than kMaxFortunesBytes.
 std::string read_fortunes(const std::string& dir = kFortunesDir);
 
 }  // namespace loom::data

@@ -55,6 +55,25 @@ void read_more(gzFile file, std::vector<uint8_t>& bytes, size_t count, const std
   }
 }
 
+// Opens `path` (gzip'd or raw) and reads its header into `bytes`.
+IdxHeader open_and_read_header(const std::string& path, const std::string& context, GzFile& file,
+                               std::vector<uint8_t>& bytes) {
+  LOOM_CHECK(file.get() != nullptr, context, ": cannot open: ", std::strerror(errno));
+  gzbuffer(file.get(), 1 << 20);
+  // The magic's last byte is the rank, which says how many dims follow.
+  read_more(file.get(), bytes, 4, path, context);
+  if (bytes.size() == 4) read_more(file.get(), bytes, 4 * size_t{bytes[3]}, path, context);
+  return parse_idx_header(bytes.data(), bytes.size(), context);
+}
+
+std::string checked_context(const std::string& path) {
+  const std::string context = "read_idx: " + path;
+  std::error_code ec;
+  LOOM_CHECK(std::filesystem::exists(path, ec), context, ": no such file");
+  LOOM_CHECK(std::filesystem::is_regular_file(path, ec), context, ": not a regular file");
+  return context;
+}
+
 }  // namespace
 
 Tensor idx_to_tensor(const IdxArray& array) {
@@ -63,25 +82,28 @@ Tensor idx_to_tensor(const IdxArray& array) {
   return t;
 }
 
-Tensor read_idx(const std::string& path) {
-  const std::string context = "read_idx: " + path;
-  std::error_code ec;
-  LOOM_CHECK(std::filesystem::exists(path, ec), context, ": no such file");
-  LOOM_CHECK(std::filesystem::is_regular_file(path, ec), context, ": not a regular file");
+IdxHeader read_idx_header(const std::string& path) {
+  const std::string context = checked_context(path);
   GzFile file(path);
-  LOOM_CHECK(file.get() != nullptr, context, ": cannot open: ", std::strerror(errno));
-  gzbuffer(file.get(), 1 << 20);
-
-  // The header first (the magic's last byte is the rank), so that the data is
-  // read into a buffer of the size the header promises.
   std::vector<uint8_t> bytes;
-  read_more(file.get(), bytes, 4, path, context);
-  if (bytes.size() == 4) read_more(file.get(), bytes, 4 * size_t{bytes[3]}, path, context);
-  const IdxHeader header = parse_idx_header(bytes.data(), bytes.size(), context);
+  return open_and_read_header(path, context, file, bytes);
+}
 
-  // One byte more than promised is enough to detect trailing bytes, and a
-  // header that promises far more than the file holds costs no more memory
-  // than the file: the buffer grows only as data arrives.
+Tensor read_idx(const std::string& path, const IdxReadOptions& options) {
+  const std::string context = checked_context(path);
+  GzFile file(path);
+  std::vector<uint8_t> bytes;
+  const IdxHeader header = open_and_read_header(path, context, file, bytes);
+  // The data is read into a buffer of the size the header promises, so the
+  // promise is checked first.
+  LOOM_CHECK(header.data_bytes <= options.max_data_bytes, context, ": the header declares ", header.data_bytes,
+             " bytes of data (", idx_type_name(header.type), " of shape ", Shape(header.dims), "), more than the ",
+             options.max_data_bytes, " read_idx takes (IdxReadOptions::max_data_bytes); nothing was decompressed");
+
+  // One byte more than promised is enough to detect trailing bytes, and no
+  // more is ever decompressed. A header that promises more than the file
+  // holds costs no more memory than the file: the buffer grows only as data
+  // arrives.
   constexpr size_t kMaxReserve = size_t{1} << 28;
   bytes.reserve(std::min(header.header_bytes + header.data_bytes + 1, kMaxReserve));
   read_more(file.get(), bytes, header.data_bytes + 1, path, context);

@@ -26,6 +26,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/graphed_step.h"
 #include "examples/common/program.h"
+#include "examples/common/run_files.h"
 #include "examples/common/text_training.h"
 #include "examples/common/ranks.h"
 #include "examples/models/gpt_plans.h"
@@ -140,6 +141,11 @@ int train(int argc, char** argv) {
   LOOM_CHECK(batch % dp == 0, "--batch-size ", batch, " does not split over --dp ", dp, " replicas");
   LOOM_CHECK(cp == 1 || config.block_size % (2 * cp) == 0, "--cp ", cp, ": --block-size ", config.block_size,
              " does not split into two chunks for each of the ", cp, " ranks");
+  examples::RunFiles files;  // the metrics may not land among the text files it reads
+  files.reads_folder("--fortunes", fortunes_dir);
+  files.writes("--metrics", metrics);
+  if (!tensorboard.empty()) files.writes("--tensorboard", tensorboard);
+  files.check();
 
   // The ranks agree on their settings and pick their devices; rank 0 prints and writes.
   const examples::Rank me = examples::join_job(world, flags, device_name);
@@ -183,6 +189,12 @@ int train(int argc, char** argv) {
     layout.split = kZigZag;
   }
   model->to(device);
+  // Tensor and context parallelism hold parts of the model and of each sequence: a step of the plain
+  // model is not what they need, and measuring theirs would run collectives. Those runs are not checked.
+  if (tp * cp == 1)
+    examples::check_text_step_memory(*model, [&](const Tensor& x) { return model->forward(x); }, batch, dp,
+                                     config.block_size, 2, device,  // AdamW: two moments
+                                     "a smaller --embd, --layers or --block-size");
   // DDP averages every gradient over the ranks that hold the same weights: the same slices, in
   // every replica and every share of the sequence.
   parallel::DistributedDataParallel replica{nullptr};

@@ -8,6 +8,7 @@
 #include "data/char_corpus.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
+#include "examples/common/run_files.h"
 #include "examples/common/text_training.h"
 #include "examples/models/models.h"
 #include "optim/optimizer.h"
@@ -40,6 +41,11 @@ int train(int argc, char** argv) {
   flags.add("--seed", seed, "random seed", Scope::Run);
   flags.add("--fortunes", fortunes_dir, "folder of fortune files (the text)", Scope::Rank);
   flags.parse(argc, argv);
+  examples::RunFiles files;  // the metrics may not land among the text files it reads
+  files.reads_folder("--fortunes", fortunes_dir);
+  files.writes("--metrics", metrics);
+  if (!tensorboard.empty()) files.writes("--tensorboard", tensorboard);
+  files.check();
 
   const Device device = Device::parse(device_name);
   manual_seed(seed);
@@ -48,6 +54,8 @@ int train(int argc, char** argv) {
   options.vocab_size = corpus.vocab.size();
   models::CharLSTM model(options);
   model->to(device);
+  examples::check_text_step_memory(*model, [&](const Tensor& x) { return model->forward(x); }, batch, 1, seq,
+                                   2, device, "a smaller --hidden or --layers");  // Adam: two moments
   optim::Adam opt(model->parameters(), {.lr = lr});
   std::printf("vocabulary %lld, %lld parameters, on %s\n", static_cast<long long>(options.vocab_size),
               static_cast<long long>(model->num_parameters()), device.str().c_str());

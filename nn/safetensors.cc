@@ -75,6 +75,11 @@ bool verify_checksums(const std::map<std::string, std::string>& metadata,
   return true;
 }
 
+// A safetensors header nests three levels ({name: {"shape": [...]}}); a
+// header nested deeper is not one, and each level would cost the parser
+// memory (100 MiB of '[' takes gigabytes), so it is refused at this depth.
+constexpr int kMaxHeaderDepth = 8;
+
 // The header's JSON, rejecting duplicate top-level names (the format forbids them).
 json parse_json(const uint8_t* data, size_t size, const std::string& origin) {
   std::set<std::string> names;
@@ -82,6 +87,10 @@ json parse_json(const uint8_t* data, size_t size, const std::string& origin) {
   json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
     if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
       duplicate = parsed.get<std::string>();
+    // depth: the containers around the element; an object or array starting here opens one more.
+    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    LOOM_CHECK(!opens || depth < kMaxHeaderDepth, "checkpoint ", origin, ": the header nests JSON more than ",
+               kMaxHeaderDepth, " levels deep; a safetensors header has 3 (is it a safetensors file?)");
     return true;
   };
   json header;

@@ -137,7 +137,14 @@ TrainingCheckpoint read_training_checkpoint(const std::string& path, const Check
   out.rng = {metadata_number(c.metadata, "rng_seed", path), metadata_number(c.metadata, "rng_offset", path)};
   auto params = c.metadata.find("optimizer_params");
   LOOM_CHECK(params != c.metadata.end(), "training checkpoint ", path, ": metadata 'optimizer_params' is missing");
-  const nlohmann::json names = nlohmann::json::parse(params->second, nullptr, /*allow_exceptions=*/false);
+  // A list of names nests one level: anything deeper is refused as it is parsed, before it costs memory.
+  const nlohmann::json::parser_callback_t flat = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    LOOM_CHECK(depth == 0 || (event != nlohmann::json::parse_event_t::object_start &&
+                              event != nlohmann::json::parse_event_t::array_start),
+               "training checkpoint ", path, ": metadata 'optimizer_params' is not a JSON list of names");
+    return true;
+  };
+  const nlohmann::json names = nlohmann::json::parse(params->second, flat, /*allow_exceptions=*/false);
   LOOM_CHECK(names.is_array() && std::all_of(names.begin(), names.end(), [](const auto& n) { return n.is_string(); }),
              "training checkpoint ", path, ": metadata 'optimizer_params' is not a JSON list of names");
   out.optimizer_params = names.get<std::vector<std::string>>();

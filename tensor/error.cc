@@ -4,6 +4,8 @@ namespace loom::detail {
 
 void throw_error(const std::string& message) { throw Error(message); }
 
+void throw_out_of_memory(const std::string& message) { throw OutOfMemoryError(message); }
+
 void throw_internal(const char* file, int line, const char* condition,
                     const std::string& message) {
   throw Error(concat("internal error at ", file, ":", line, ": ", condition,

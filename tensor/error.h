@@ -7,6 +7,9 @@
 //
 // LOOM_INTERNAL_ASSERT guards loom's own invariants; it also throws (library
 // code never aborts) and adds file:line, since a failure there is a loom bug.
+// The allocators throw OutOfMemoryError, a loom::Error, through
+// LOOM_FAIL_OUT_OF_MEMORY, so a program can tell tensor memory running out
+// from a bad input.
 #pragma once
 
 #include <sstream>
@@ -20,6 +23,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Tensor memory the device could not give (PyTorch's torch.OutOfMemoryError).
+// Only the allocators throw it: a program may then suggest a smaller batch,
+// which is no help for a std::bad_alloc from, say, a damaged file's sizes.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 template <typename... Args>
@@ -30,6 +41,7 @@ std::string concat(const Args&... args) {
 }
 
 [[noreturn]] void throw_error(const std::string& message);
+[[noreturn]] void throw_out_of_memory(const std::string& message);
 [[noreturn]] void throw_internal(const char* file, int line, const char* condition,
                                  const std::string& message);
 
@@ -50,3 +62,5 @@ std::string concat(const Args&... args) {
   } while (0)
 
 #define LOOM_FAIL(...) ::loom::detail::throw_error(::loom::detail::concat(__VA_ARGS__))
+
+#define LOOM_FAIL_OUT_OF_MEMORY(...) ::loom::detail::throw_out_of_memory(::loom::detail::concat(__VA_ARGS__))

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -34,8 +36,32 @@ std::string host_name() {
   return name;
 }
 
+// FNV-1a: a short, stable stand-in for a name too long to repeat.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// A temporary's name ends in "<pid>-<16 hex digits>": at most 10 + 1 + 16 characters.
+constexpr size_t kUniqueTail = 27;
+
 // "<target>.tmp-<host>-": the temporaries of writers of `path` on this machine.
-std::string temporary_prefix(const std::string& path) { return base_of(path) + ".tmp-" + host_name() + "-"; }
+// A temporary's name must stay within NAME_MAX (255 bytes on Linux file
+// systems) wherever the target's does: a target name too long to carry the
+// suffix is cut, and a hash of the whole name keeps the temporaries of two
+// long names that share their start apart. The prefix depends only on the
+// target and the host, so stale temporaries are still found.
+std::string temporary_prefix(const std::string& path) {
+  const std::string host = host_name().substr(0, 64);  // HOST_NAME_MAX
+  const std::string tail = ".tmp-" + host + "-";
+  const std::string base = base_of(path);
+  if (base.size() + tail.size() + kUniqueTail <= NAME_MAX) return base + tail;
+  char hash[18];
+  std::snprintf(hash, sizeof(hash), "~%016llx", static_cast<unsigned long long>(fnv1a(base)));
+  const size_t keep = NAME_MAX - tail.size() - kUniqueTail - (sizeof(hash) - 1);
+  return base.substr(0, keep) + hash + tail;
+}
 
 // Removes temporaries of `path` whose writer (a process on this machine) is gone.
 void remove_stale_temporaries(const std::string& path) {

@@ -14,7 +14,8 @@
 // The temporary is created exclusively under a random name and never through
 // a symbolic link, so a link planted at a predictable name cannot redirect
 // the write; the rename replaces a link at the target itself rather than
-// writing where it points. Temporaries left by a killed writer (on this
+// writing where it points. The temporary's name fits wherever the target's
+// does: a name too long to carry the suffix is cut and hashed. Temporaries left by a killed writer (on this
 // machine, whose process is gone) are removed by the next write to the same
 // target. Errors throw loom::Error naming the file and the system's reason.
 #pragma once

@@ -14,6 +14,9 @@ fi
 csv=$1 png=$2
 shift 2
 [ -r "$csv" ] || { echo "plot_metrics: cannot read $csv" >&2; exit 1; }
+# The chart must not replace its own data (the same file however spelled, also through links).
+[ "$(realpath -m -- "$csv")" != "$(realpath -m -- "$(dirname -- "$png")")/$(basename -- "$png")" ] ||
+  { echo "plot_metrics: the chart $png is the CSV $csv: give the PNG another name" >&2; exit 1; }
 command -v gnuplot >/dev/null || { echo "plot_metrics: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
 IFS=, read -r -a header < <(head -n 1 "$csv" | tr -d '\r')
 x=${1:-${header[0]}}
@@ -35,7 +38,12 @@ for y in "${ys[@]}"; do
   case $y in *accuracy) axis=x1y2 ;; esac
   plots+=("'$csv' using $xi:$yi with lines linewidth 2 axes $axis title '${y//_/ }'")
 done
-tmp="$png.tmp.png"
+# As loom's AtomicFile: gnuplot draws into a new file of an unpredictable name
+# (mktemp creates it exclusively, never through a planted link), which is
+# then renamed over the PNG's name (replacing a link there, not writing
+# where it points).
+tmp=$(mktemp -- "$png.tmp-XXXXXXXX") || { echo "plot_metrics: cannot write $png" >&2; exit 1; }
+trap 'rm -f -- "$tmp"' EXIT
 gnuplot <<GNUPLOT
 set terminal pngcairo size 900,500 noenhanced
 set output '$tmp'
@@ -48,5 +56,6 @@ set y2tics
 set ytics nomirror
 plot $(IFS=,; echo "${plots[*]}")
 GNUPLOT
-mv "$tmp" "$png"
+mv -f -T -- "$tmp" "$png"
+trap - EXIT
 echo "plot_metrics: wrote $png"

@@ -4,7 +4,9 @@
 
 #include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
+#include "examples/common/memory_budget.h"
 #include "examples/common/result.h"
+#include "examples/common/run_files.h"
 #include "examples/common/tensorboard_scalars.h"
 #include "examples/models/models.h"
 #include "nn/functional.h"
@@ -54,10 +56,41 @@ int world_of(const Ranks& r) { return r.group ? r.group->size() : 1; }
 // Ranks that share out each global batch.
 int shards_of(const Ranks& r) { return r.shard_batches ? world_of(r) : 1; }
 
+// --trace's file on this rank: under mpirun .rankN goes before the file name's extension.
+std::string trace_path(const std::string& path, const Ranks& ranks) {
+  if (path.empty() || world_of(ranks) == 1) return path;
+  const size_t slash = path.rfind('/'), name = slash == std::string::npos ? 0 : slash + 1, dot = path.rfind('.');
+  const bool extension = dot != std::string::npos && dot > name;  // not a folder's dot, nor a hidden file's
+  const std::string suffix = ".rank" + std::to_string(rank_of(ranks));
+  return extension ? path.substr(0, dot) + suffix + path.substr(dot) : path + suffix;
+}
+
+// Processes of this job that share this machine's memory.
+int processes_here(const Ranks& r) { return r.group ? processes_on_this_machine() : 1; }
+
 // The settings checks that need no data, before anything is loaded.
-FashionMnistConfig checked(FashionMnistConfig c, const Ranks& ranks) {
+FashionMnistConfig checked(FashionMnistConfig c, Device device, const Ranks& ranks) {
   if (c.metrics.empty()) c.metrics = c.name + ".csv";
   if (c.checkpoint.empty()) c.checkpoint = c.name + ".safetensors";
+  c.trace = trace_path(c.trace, ranks);
+  // No output may be another, or replace what the run reads (every rank checks what it was given).
+  RunFiles files;
+  files.reads_folder("--data", c.data_root);
+  if (c.resume) files.reads("--checkpoint", c.checkpoint);
+  files.writes("--checkpoint", c.checkpoint);
+  files.writes("--metrics", c.metrics);
+  if (!c.trace.empty()) files.writes("--trace", c.trace);
+  if (!c.tensorboard.empty()) files.writes("--tensorboard", c.tensorboard);
+  files.check();
+  // The model's own memory, before it is built (--width 4096 is 27 GB of weights alone). A GPU
+  // that runs out says so (OutOfMemoryError); the host's kernel kills without a word.
+  if (device.is_cpu())
+    check_fits_in_memory({.flag = "--width",
+                          .value = c.width,
+                          .bytes = [](int64_t w) { return int64_t{16} * models::fashion_cnn_num_parameters(w); },
+                          .what = "for the model (float32 weights, gradients and AdamW's two moments)",
+                          .copies = processes_here(ranks)},
+                         available_memory());
   LOOM_CHECK(c.batch_size % shards_of(ranks) == 0, "--batch-size ", c.batch_size, " does not split evenly over ",
              shards_of(ranks), " ranks");
   LOOM_CHECK(c.stop_after_epoch <= c.epochs, "--stop-after-epoch ", c.stop_after_epoch, " is after the last epoch (",
@@ -87,6 +120,47 @@ nn::Sequential cnn_on(const FashionMnistConfig& c, Device device) {
   return model;
 }
 
+// The pre-flight check of a training step at --batch-size, before the first
+// (examples/common/memory_budget.h): a step measured on the model at two
+// small batches, scaled to this rank's share of the batch, plus AdamW's two
+// moments, the batches the loader prepares ahead, and an evaluation batch.
+void check_step_memory(nn::Module& model, const optim::Optimizer& optimizer, const FashionMnistConfig& c,
+                       Device device, const Ranks& ranks, const data::DataLoader& train, int64_t eval_batch) {
+  const GeneratorState generator = default_generator().state();  // the run draws as if nothing happened
+  const auto images = [&](int64_t n) { return zeros({n, 1, 28, 28}, {.device = device}); };
+  const StepMemory step = measure_step_memory(device, c.batch_size / shards_of(ranks), [&](int64_t n) {
+    nn::functional::cross_entropy(model.forward(images(n)), zeros({n}, {.dtype = kInt64, .device = device}))
+        .backward();
+    for (Tensor& p : model.parameters()) p.set_grad(Tensor());
+  });
+  const StepMemory evaluation = measure_step_memory(device, eval_batch, [&](int64_t n) {
+    NoGradGuard no_grad;
+    model.forward(images(n));
+  });
+  default_generator().set_state(generator);
+  int64_t parameter_bytes = 0;
+  for (const Tensor& p : model.parameters()) parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  const int64_t state = static_cast<int64_t>(optimizer.state_names().size()) * parameter_bytes;
+  const data::DataLoaderOptions& loading = train.options();
+  const int64_t ahead = int64_t{loading.num_workers} * (loading.prefetch_batches + 1) + 1;  // batches held at once
+  const int64_t sample_bytes = 28 * 28 * 4 + 8;  // an image and its label
+  const int shards = shards_of(ranks);
+  check_fits_in_memory({.flag = "--batch-size",
+                        .value = c.batch_size,
+                        .bytes =
+                            [&](int64_t batch) {
+                              const int64_t mine = batch / shards;
+                              return step.at(mine) + state + ahead * mine * sample_bytes + evaluation.at(eval_batch);
+                            },
+                        .what = "for a training step (activations, gradients, AdamW's state, the batches loaded "
+                                "ahead, an evaluation batch)",
+                        .copies = processes_here(ranks),
+                        .smallest = shards * std::max<int64_t>(1, ranks.min_batch),
+                        .multiple_of = shards,
+                        .otherwise = "a smaller --width"},
+                       available_memory());
+}
+
 Evaluation evaluate(nn::Module& model, const data::DataLoader& loader) {
   NoGradGuard no_grad;
   model.eval();
@@ -108,18 +182,12 @@ Evaluation evaluate(nn::Module& model, const data::DataLoader& loader) {
 
 }  // namespace
 
-// --trace: records three steps after two of warm-up, and writes them; under
-// mpirun each rank writes its own file (.rankN inserted).
+// --trace: records three steps after two of warm-up, and writes them to
+// `path` (under mpirun each rank its own file: trace_path).
 class FashionMnist::StepTracer {
  public:
-  StepTracer(std::string path, int rank, int64_t first_step) : path_(std::move(path)), first_(first_step + 2) {
-    if (path_.empty()) return;
-    if (rank >= 0) {
-      const auto dot = path_.rfind('.');
-      const std::string suffix = ".rank" + std::to_string(rank);
-      path_ = dot == std::string::npos ? path_ + suffix : path_.substr(0, dot) + suffix + path_.substr(dot);
-    }
-    AtomicFile::check_writable(path_, "--trace");
+  StepTracer(std::string path, int64_t first_step) : path_(std::move(path)), first_(first_step + 2) {
+    if (!path_.empty()) AtomicFile::check_writable(path_, "--trace");
   }
   // After step `step` (1-based).
   void step_done(int64_t step) {
@@ -142,7 +210,7 @@ class FashionMnist::StepTracer {
 };
 
 FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device device, Ranks ranks)
-    : config_(checked(std::move(config), ranks)),
+    : config_(checked(std::move(config), device, ranks)),
       device_(device),
       ranks_(std::move(ranks)),
       model(cnn_on(config_, device)),
@@ -171,6 +239,7 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
   const int64_t smallest = remainder > 0 && steps_per_epoch_ == train_.num_batches() ? remainder : c.batch_size;
   LOOM_CHECK(smallest >= ranks_.min_batch, "--batch-size ", c.batch_size, " makes a batch of ", smallest,
              " images, fewer than the ", ranks_.min_batch, " this strategy needs (one per micro-batch)");
+  if (device.is_cpu()) check_step_memory(*model, optimizer, c, device, ranks_, train_, test_.options().batch_size);
 
   schedule_.emplace(optimizer, c.epochs * steps_per_epoch_);
   if (c.resume) {  // every rank loads the same checkpoint
@@ -188,7 +257,7 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
                 static_cast<long long>(steps_per_epoch_), device.str().c_str(),
                 world > 1 ? (", " + std::to_string(world) + " ranks").c_str() : "");
   bar_ = std::make_unique<Progress>(c.epochs * steps_per_epoch_, c.log_every, progress_.step);
-  tracer_ = std::make_unique<StepTracer>(c.trace, world > 1 ? rank_of(ranks_) : -1, progress_.step);
+  tracer_ = std::make_unique<StepTracer>(c.trace, progress_.step);
   loss_sum_ = zeros({}, {.device = device});
   trace_lane_ = trace::lane(world > 1 ? "rank " + std::to_string(rank_of(ranks_)) : "main");
   step_begin_us_ = trace::now_us();

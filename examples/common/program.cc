@@ -34,10 +34,14 @@ int run_program(const std::string& name, const std::function<int()>& body,
   } catch (const UsageError& e) {
     why = e.what();
     status = 2;
+  } catch (const OutOfMemoryError& e) {  // tensor memory: what a smaller batch or model helps with
+    why = std::string(e.what()) + " (try a smaller --batch-size or model)";
   } catch (const Error& e) {
     why = e.what();
   } catch (const std::bad_alloc&) {
-    why = "out of memory (try a smaller --batch-size or model)";
+    // Not tensor memory: a container sized by something read (readers bound what a file may make them
+    // allocate, so this is the machine, not the batch).
+    why = "out of memory (std::bad_alloc, outside tensor storage)";
   } catch (const std::exception& e) {
     why = std::string("unexpected error: ") + e.what();
   } catch (...) {

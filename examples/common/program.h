@@ -14,7 +14,8 @@
 // - every exception ends the program with one line on stderr, "<name>: <what>"
 //   ("<name> (rank N): ..." under mpirun), and a non-zero status: 2 for a bad
 //   command line, 1 for anything else (a loom::Error, running out of memory,
-//   any other exception);
+//   any other exception); "try a smaller --batch-size or model" only where
+//   tensor memory ran out (loom::OutOfMemoryError), never for a bad file;
 // - on failure, `on_failure(why)` runs last: distributed programs pass
 //   parallel::abandon_job, so one failing rank ends the whole job at once
 //   instead of the others waiting out their timeouts.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "examples/common/memory_budget.h"
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
 #include "examples/common/tensorboard_scalars.h"
@@ -27,6 +28,36 @@ data::Batch random_windows(const data::CharDataset& dataset, int64_t batch, Gene
 
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets) {
   return nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+void check_text_step_memory(nn::Module& model, const LanguageModel& forward, int64_t batch, int64_t shards,
+                            int64_t block_size, int64_t states_per_parameter, Device device,
+                            const std::string& otherwise) {
+  if (!device.is_cpu()) return;  // a GPU that runs out says so (OutOfMemoryError); the host's kernel kills
+  const GeneratorState generator = default_generator().state();  // dropout draws
+  // A step, then a loss estimate as the run makes them: every process on the whole batch, without
+  // gradients, from the cache the step left (their blocks are mostly of the same sizes).
+  const StepMemory step = measure_step_memory(device, batch / shards, [&](int64_t n) {
+    const Tensor tokens = zeros({n, block_size}, {.dtype = kInt64, .device = device});
+    next_token_loss(forward(tokens), tokens).backward();
+    for (Tensor& p : model.parameters()) p.set_grad(Tensor());
+    NoGradGuard no_grad;
+    forward(zeros({n * shards, block_size}, {.dtype = kInt64, .device = device}));
+  });
+  default_generator().set_state(generator);
+  int64_t parameter_bytes = 0;
+  for (const Tensor& p : model.parameters()) parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  const int64_t state = states_per_parameter * parameter_bytes;
+  check_fits_in_memory({.flag = "--batch-size",
+                        .value = batch,
+                        .bytes = [&](int64_t b) { return step.at(b / shards) + state; },
+                        .what = "for a training step of " + std::to_string(block_size) +
+                                "-token sequences (activations, gradients, the optimizer's state, a loss estimate)",
+                        .copies = processes_on_this_machine(),
+                        .smallest = shards,
+                        .multiple_of = shards,
+                        .otherwise = otherwise},
+                       available_memory());
 }
 
 double estimate_loss(nn::Module& model, const LanguageModel& forward, const data::CharDataset& dataset,

@@ -26,6 +26,18 @@ data::Batch random_windows(const data::CharDataset& dataset, int64_t batch, Gene
 // Mean cross-entropy of next-token prediction over (B, T).
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets);
 
+// The pre-flight memory check of a training step at --batch-size `batch`
+// (examples/common/memory_budget.h): a step of `model` measured at two small
+// batches of `block_size` tokens (its gradients set back and the random
+// generator restored afterwards, so the run trains as it would have), scaled
+// to this process's `batch / shards` sequences, plus `states_per_parameter`
+// optimizer tensors per parameter and a loss estimate's forward of the whole
+// batch, for each process on this machine.
+// `otherwise` names the flags that make the model smaller.
+void check_text_step_memory(nn::Module& model, const LanguageModel& forward, int64_t batch, int64_t shards,
+                            int64_t block_size, int64_t states_per_parameter, Device device,
+                            const std::string& otherwise);
+
 // The mean loss over `batches` batches of random windows drawn with a fixed
 // seed, so that successive estimates compare (no gradients, eval mode).
 double estimate_loss(nn::Module& model, const LanguageModel& forward, const data::CharDataset& dataset,

@@ -13,6 +13,12 @@ nn::Sequential fashion_cnn(int64_t width) {
                         nn::ReLU(), nn::Linear(4 * width, 10));
 }
 
+int64_t fashion_cnn_num_parameters(int64_t w) {
+  const int64_t conv1 = w * 9 + w, conv2 = 2 * w * w * 9 + 2 * w;  // weights and biases
+  const int64_t fc1 = 2 * w * 7 * 7 * 4 * w + 4 * w, fc2 = 4 * w * 10 + 10;
+  return conv1 + conv2 + fc1 + fc2;
+}
+
 BlockImpl::BlockImpl(const GPTConfig& c) : Cloneable("Block"), config(c) { reset(); }
 
 void BlockImpl::reset() {

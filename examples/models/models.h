@@ -16,6 +16,9 @@ namespace loom::models {
 // Conv(1,w,3,p1)-ReLU-MaxPool2-Conv(w,2w,3,p1)-ReLU-MaxPool2-Flatten-Linear(2w*7*7,4w)-ReLU-Linear(4w,10),
 // for 1x28x28 images. The benchmark shape is width 32.
 nn::Sequential fashion_cnn(int64_t width = 32);
+// Its parameter count, 410 w^2 + 56 w + 10, without building it (a program
+// checks that a --width fits in memory before allocating the weights).
+int64_t fashion_cnn_num_parameters(int64_t width);
 
 struct GPTConfig {
   int64_t vocab_size = 65;

@@ -36,8 +36,8 @@ class CpuCachingAllocator final : public Allocator {
         release_cached();
         ptr = std::aligned_alloc(kAlignment, bytes);
       }
-      LOOM_CHECK(ptr != nullptr, "out of memory: failed to allocate ", nbytes,
-                 " bytes on cpu (", stats_locked(), ")");
+      if (ptr == nullptr)
+        LOOM_FAIL_OUT_OF_MEMORY("out of memory: failed to allocate ", nbytes, " bytes on cpu (", stats_locked(), ")");
       ++stats_.system_allocations;
     }
     stats_.allocated(bytes);

@@ -116,8 +116,9 @@ class CudaMemory final : public DeviceMemory {
   void recycle(Mark mark) noexcept override { events_.push_back(static_cast<cudaEvent_t>(mark)); }
 
   [[noreturn]] void out_of_memory(size_t requested, const MemoryStats& stats) override {
-    LOOM_FAIL("CUDA out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(requested)), " (",
-              requested, " bytes) on cuda:", device_, " after emptying the cache (", stats, device_memory(), ")");
+    LOOM_FAIL_OUT_OF_MEMORY("CUDA out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(requested)),
+                            " (", requested, " bytes) on cuda:", device_, " after emptying the cache (", stats,
+                            device_memory(), ")");
   }
 
  private:
@@ -220,9 +221,9 @@ class CudaCachingAllocator final : public Allocator {
     const cudaError_t status = cudaMalloc(&ptr, nbytes);
     if (status != cudaSuccess) {
       cudaGetLastError();
-      LOOM_FAIL("CUDA out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)), " (", nbytes,
-                " bytes) on cuda:", device_, " with caching off (", uncached_stats_, "): ",
-                cudaGetErrorString(status));
+      LOOM_FAIL_OUT_OF_MEMORY("CUDA out of memory: tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)),
+                              " (", nbytes, " bytes) on cuda:", device_, " with caching off (", uncached_stats_,
+                              "): ", cudaGetErrorString(status));
     }
     ++uncached_stats_.system_allocations;
     uncached_stats_.allocated(nbytes);

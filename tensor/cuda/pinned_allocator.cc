@@ -54,8 +54,8 @@ class PinnedHostAllocator final : public Allocator {
       }
       if (status != cudaSuccess) {
         cudaGetLastError();
-        LOOM_FAIL("out of pinned host memory: cudaHostAlloc of ", nbytes, " bytes failed: ",
-                  cudaGetErrorString(status), " (", stats_, ")");
+        LOOM_FAIL_OUT_OF_MEMORY("out of pinned host memory: cudaHostAlloc of ", nbytes, " bytes failed: ",
+                                cudaGetErrorString(status), " (", stats_, ")");
       }
       ++stats_.system_allocations;
       stats_.reserved_bytes += static_cast<int64_t>(size);

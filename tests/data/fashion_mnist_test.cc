@@ -112,6 +112,17 @@ TEST(FashionMnist, ImageAndLabelCountsMustAgree) {
                                                  "/train-labels-idx1-ubyte.gz holds 2 labels");
 }
 
+// Both files' headers are compared before either's data is read: images that
+// claim 5,000,000 pictures (here followed by 10 bytes) beside 3 labels fail
+// on the counts, not after reading (or, for a gzip bomb, expanding) the data.
+TEST(FashionMnist, CountsAreComparedBeforeAnyDataIsRead) {
+  const std::string dir = temp_path("bomb");
+  write_fake(dir, "train", 3, {1, 2, 3});
+  testing::write_gzip(dir + "/train-images-idx3-ubyte.gz", testing::idx_uint8({5000000, 28, 28}, Bytes(10)));
+  EXPECT_THROW_MSG(FashionMnist::train(dir), "FashionMnist: " + dir + "/train-images-idx3-ubyte.gz holds 5000000 "
+                                             "images but " + dir + "/train-labels-idx1-ubyte.gz holds 3 labels");
+}
+
 TEST(FashionMnist, WrongLayoutsAndLabels) {
   const std::string dir = temp_path("layout");
   write_fake(dir, "train", 2, {1, 10});

@@ -55,6 +55,21 @@ TEST(Fortunes, MissingOrEmptyFolder) {
                    "read_fortunes: no fortunes in " + empty + " (0 fortune files)");
 }
 
+// A folder whose files hold more text than a model could take (here one
+// sparse file of 1 TiB) is refused by its sizes, before a byte is read: the
+// error names the file, not the batch size.
+TEST(Fortunes, RefusesMoreTextThanTheLimitBeforeReadingIt) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::temp_path("huge_fortunes");
+  fs::create_directories(dir);
+  write_text(dir + "/small", "a\n%\n");
+  write_text(dir + "/zz-huge", "");
+  fs::resize_file(dir + "/zz-huge", uint64_t{1} << 40);  // sparse: no disk used
+  EXPECT_THROW_MSG(read_fortunes(dir), "read_fortunes: " + dir + " holds 1099511627780 bytes of text (the largest file, " +
+                                           dir + "/zz-huge, has 1099511627776), more than the 268435456 a character "
+                                           "model's text may have");
+}
+
 TEST(Fortunes, DebianCorpus) {
   const std::string text = read_fortunes();  // tools/setup.sh installs the package
   EXPECT_GT(text.size(), 1'000'000u);

@@ -118,9 +118,27 @@ TEST(ReadIdx, ATruncatedFileClaimingHugeDataFailsWithoutAllocatingIt) {
   testing::put_be32(file, 0x80000000u);
   file.insert(file.end(), 100, 7);
   testing::write_gzip(temp_path("liar.gz"), file);
-  EXPECT_THROW_MSG(read_idx(temp_path("liar.gz")),
+  EXPECT_THROW_MSG(read_idx(temp_path("liar.gz"), {.max_data_bytes = UINT64_MAX}),
                    "need 4611686018427387904 bytes after the "
                    "12-byte header, but only 100 follow");
+}
+
+// A header that declares more data than the reader takes is refused before
+// anything is decompressed: a gzip bomb (here 4 MB of zeros behind a header
+// of 2,000,000 images) costs its header, not the 1.5 GB it expands to.
+TEST(ReadIdx, AHeaderDeclaringMoreThanTheLimitIsRefusedBeforeDecompressing) {
+  Bytes file = {0x00, 0x00, 0x08, 0x03};
+  for (uint32_t d : {2000000u, 28u, 28u}) testing::put_be32(file, d);
+  file.resize(file.size() + (4 << 20));
+  testing::write_gzip(temp_path("bomb.gz"), file);
+  EXPECT_THROW_MSG(read_idx(temp_path("bomb.gz")),
+                   "read_idx: " + temp_path("bomb.gz") + ": the header declares 1568000000 bytes of data (uint8 of "
+                   "shape [2000000, 28, 28]), more than the 1073741824 read_idx takes");
+  EXPECT_EQ(read_idx_header(temp_path("bomb.gz")).dims, (std::vector<int64_t>{2000000, 28, 28}));
+  // The limit is the caller's: exactly the declared size passes, a byte less does not.
+  testing::write_gzip(temp_path("small.gz"), testing::idx_uint8({3, 4}, Bytes(12, 1)));
+  EXPECT_EQ(read_idx(temp_path("small.gz"), {.max_data_bytes = 12}).numel(), 12);
+  EXPECT_THROW_MSG(read_idx(temp_path("small.gz"), {.max_data_bytes = 11}), "more than the 11 read_idx takes");
 }
 
 TEST(ReadIdx, DamagedGzipStream) {

@@ -53,7 +53,30 @@ expect_failure board_proc 1 "SummaryWriter: cannot create the log folder '/proc/
   "$cnn" "${tiny[@]}" --tensorboard /proc/loom/runs
 expect_failure gpt_board 1 "SummaryWriter: cannot create the log folder '/proc/loom/runs'" -- \
   "$gpt" --steps 2 --tensorboard /proc/loom/runs
-for log in ckpt_folder metrics_missing trace_device gpt_metrics board_proc gpt_board; do
+# Outputs that are one file, or that would replace what the run reads, are refused by both flags before
+# anything is read or written (once, --metrics = --checkpoint left a CSV where the checkpoint was).
+mkdir -p data_links texts
+ln -sf /usr/share/datasets/fashion-mnist/*.gz data_links/
+cp /usr/share/games/fortunes/fortunes texts/
+expect_failure metrics_is_ckpt 1 "--metrics same and --checkpoint same are one file" -- \
+  "$cnn" "${tiny[@]}" --checkpoint same --metrics same
+expect_failure trace_is_ckpt 1 "--trace ./same.st and --checkpoint same.st are one file" -- \
+  "$cnn" "${tiny[@]}" --checkpoint same.st --trace ./same.st
+expect_failure metrics_in_data 1 "--metrics data_links/../data_links/m.csv is inside the folder --data data_links" -- \
+  "$cnn" "${tiny[@]}" --data data_links --metrics data_links/../data_links/m.csv
+expect_failure metrics_on_data 1 "--metrics /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz would \
+replace --data data_links" -- "$cnn" "${tiny[@]}" --data data_links \
+  --metrics /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz
+expect_failure gpt_metrics_in_text 1 "--metrics ./texts/m.csv is inside the folder --fortunes texts" -- \
+  "$gpt" --steps 2 --fortunes texts --metrics ./texts/m.csv
+expect_failure lstm_metrics_in_text 1 "--metrics texts/m.csv is inside the folder --fortunes texts" -- \
+  "$lstm" --steps 2 --fortunes texts --metrics texts/m.csv
+expect_failure board_in_data 1 "--tensorboard data_links/runs is inside the folder --data data_links" -- \
+  "$cnn" "${tiny[@]}" --data data_links --tensorboard data_links/runs
+[ ! -e same ] && [ ! -e same.st ] && [ ! -e texts/m.csv ] && [ ! -e data_links/m.csv ] && [ ! -e data_links/runs ] ||
+  { echo "FAIL: a refused run wrote an output"; exit 1; }
+for log in ckpt_folder metrics_missing trace_device gpt_metrics board_proc gpt_board metrics_is_ckpt trace_is_ckpt \
+  metrics_in_data metrics_on_data gpt_metrics_in_text lstm_metrics_in_text board_in_data; do
   ! grep -q "^epoch\|^step" "$log.out" || { echo "FAIL $log: trained before checking its outputs"; exit 1; }
 done
 
@@ -97,6 +120,25 @@ printf '\377\377\377\377\377\377\377\177{}' > huge.safetensors
 expect_failure huge 1 "the header claims 9223372036854775807 bytes, more than the format's limit of 104857600" -- \
   "$cnn" "${tiny[@]}" --resume --checkpoint huge.safetensors
 
+# A header of the format's largest size that only nests arrays is refused at the ninth level, and a damaged
+# checkpoint never reads as running out of memory ("try a smaller --batch-size").
+python3 -c "
+import struct
+header = b'{\"w\":' + b'[' * (100 * 2**20 - 16)
+open('deep.safetensors', 'wb').write(struct.pack('<Q', len(header)) + header)"
+expect_failure deep 1 "checkpoint deep.safetensors: the header nests JSON more than 8 levels deep" -- \
+  "$cnn" "${tiny[@]}" --resume --checkpoint deep.safetensors
+rm deep.safetensors
+# A text folder holding more than a model could take (a sparse 100 GiB file) is refused by its size
+# before it is read, naming the file, not the batch size.
+mkdir -p huge_text && cp /usr/share/games/fortunes/fortunes huge_text/ && truncate -s 100G huge_text/zz-huge
+expect_failure huge_text 1 "read_fortunes: huge_text holds 107" -- "$lstm" --steps 2 --fortunes huge_text
+grep -qF "the largest file, huge_text/zz-huge, has 107374182400" huge_text.err ||
+  { echo "FAIL huge_text: the file is not named"; cat huge_text.err; exit 1; }
+for log in deep huge_text; do
+  ! grep -q -- "--batch-size" "$log.err" || { echo "FAIL $log: blamed the batch size"; cat "$log.err"; exit 1; }
+done
+
 # A metrics CSV that was damaged or edited is rebuilt from the checkpoint, never parsed.
 printf 'epoch,step\n1,oops,,,\n' > good.csv
 "$cnn" "${tiny[@]}" --resume --checkpoint good.safetensors --metrics good.csv > rebuilt.log
@@ -111,6 +153,12 @@ ln -s victim planted.json
 [ "$(cat victim)" = precious ] || { echo "FAIL: a write went through a planted link"; exit 1; }
 [ ! -L planted.csv ] && [ -s planted.csv ] || { echo "FAIL: planted.csv is not a fresh file"; exit 1; }
 
+# A --metrics name as long as a file name may be (255 bytes) is written: its temporary's name is cut to fit.
+long_name=$(printf 'm%.0s' $(seq 251)).csv
+"$cnn" "${tiny[@]}" --checkpoint long.safetensors --metrics "$long_name" > long_name.log 2>&1 ||
+  { echo "FAIL: a 255-character --metrics name"; cat long_name.log; exit 1; }
+[ -s "$long_name" ] || { echo "FAIL: no metrics written at a 255-character name"; exit 1; }
+
 # An empty test set (valid IDX files of no images) is refused before training, not reported as NaN.
 mkdir -p empty_test
 ln -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz empty_test/
@@ -121,6 +169,49 @@ with gzip.open("empty_test/t10k-images-idx3-ubyte.gz", "wb") as f: f.write(struc
 with gzip.open("empty_test/t10k-labels-idx1-ubyte.gz", "wb") as f: f.write(struct.pack(">II", 0x801, 0))
 PY
 expect_failure empty_test 1 "the test set in empty_test is empty" -- "$cnn" "${tiny[@]}" --data empty_test
+
+# IDX files whose headers declare more than the reader takes, or counts that disagree, are refused from
+# their headers: a gzip bomb costs its header, not the gigabytes it expands to.
+mkdir -p bomb mismatch
+ln -sf /usr/share/datasets/fashion-mnist/t10k-* bomb/
+ln -sf /usr/share/datasets/fashion-mnist/* mismatch/
+rm mismatch/train-images-idx3-ubyte.gz
+python3 - << 'PY'
+import gzip, struct
+with gzip.open("bomb/train-images-idx3-ubyte.gz", "wb", compresslevel=1) as f:
+    f.write(struct.pack(">IIII", 0x803, 2000000, 28, 28) + bytes(1 << 20))
+with gzip.open("bomb/train-labels-idx1-ubyte.gz", "wb") as f: f.write(struct.pack(">II", 0x801, 2000000) + bytes(10))
+with gzip.open("mismatch/train-images-idx3-ubyte.gz", "wb") as f: f.write(struct.pack(">IIII", 0x803, 100000, 28, 28))
+PY
+expect_failure idx_bomb 1 "read_idx: bomb/train-images-idx3-ubyte.gz: the header declares 1568000000 bytes of data \
+(uint8 of shape [2000000, 28, 28]), more than the 1073741824 read_idx takes" -- "$cnn" "${tiny[@]}" --data bomb
+expect_failure idx_counts 1 "FashionMnist: mismatch/train-images-idx3-ubyte.gz holds 100000 images but \
+mismatch/train-labels-idx1-ubyte.gz holds 60000 labels" -- "$cnn" "${tiny[@]}" --data mismatch
+
+# A batch or model that cannot fit in memory is refused before training, naming the flag and the numbers,
+# not killed by the kernel without a word; LOOM_MEMORY_LIMIT_BYTES stands in for a 4 GiB machine.
+small=(env LOOM_MEMORY_LIMIT_BYTES=$((4 << 30)))
+expect_failure big_batch 1 "--batch-size 60000 needs about" -- "${small[@]}" "$cnn" --epochs 1 --batch-size 60000 \
+  --width 64 --workers 0 --checkpoint big.safetensors --metrics big.csv
+grep -qE "LOOM_MEMORY_LIMIT_BYTES allows 4.0 GiB; a run may plan on 90% of it: try --batch-size [0-9]+ or less$" \
+  big_batch.err || { echo "FAIL big_batch: no numbers or hint"; cat big_batch.err; exit 1; }
+expect_failure big_width 1 "--width 4096 needs about 102.5 GiB for the model" -- "${small[@]}" "$cnn" --width 4096 \
+  --checkpoint big.safetensors --metrics big.csv
+grep -q "try --width 760 or less" big_width.err || { echo "FAIL big_width: no hint"; cat big_width.err; exit 1; }
+expect_failure ddp_batch 1 "--batch-size 60000 needs about" -- "${small[@]}" "$ddp" --epochs 1 --batch-size 60000 \
+  --width 64 --workers 0 --checkpoint big.safetensors --metrics big.csv
+expect_failure gpt_batch 1 "--batch-size 1048576 needs about" -- "${small[@]}" "$gpt" --steps 2 --batch-size 1048576
+grep -q "try --batch-size [0-9]* or less" gpt_batch.err || { echo "FAIL gpt_batch: no hint"; cat gpt_batch.err; exit 1; }
+expect_failure lstm_batch 1 "--batch-size 1048576 needs about" -- "${small[@]}" "$lstm" --steps 2 --batch-size 1048576
+for log in big_batch big_width ddp_batch gpt_batch lstm_batch; do
+  ! grep -q "^epoch\|^step" "$log.out" || { echo "FAIL $log: trained before checking its memory"; exit 1; }
+done
+[ ! -e big.safetensors ] || { echo "FAIL: a refused run wrote a checkpoint"; exit 1; }
+# The same limit lets the usual runs through.
+"${small[@]}" "$cnn" "${tiny[@]}" --checkpoint fits.safetensors --metrics fits.csv > fits.log 2>&1 ||
+  { echo "FAIL: a small run was refused"; cat fits.log; exit 1; }
+"${small[@]}" "$gpt" --steps 2 --eval-every 2 --sample 5 --metrics fits_gpt.csv > fits_gpt.log 2>&1 ||
+  { echo "FAIL: char_gpt at its defaults was refused"; cat fits_gpt.log; exit 1; }
 
 # A diverged run (NaN loss) still ends with valid JSON that says why a value is missing.
 "$cnn" --epochs 1 --max-steps-per-epoch 5 --batch-size 32 --workers 0 --width 2 --lr 1e6 --checkpoint nan.safetensors --metrics nan.csv > nan.log

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,8 @@ TEST_F(CheckpointTest, CorruptFilesAreClearErrors) {
                               floats({1, 2})),
        "tensor 'w' appears twice in the header"},
       {"bad_metadata", make_file(R"({"__metadata__":{"k":1}})", ""), "metadata 'k' must be a string"},
+      {"deep", make_file(R"({"w":)" + std::string(1000, '['), ""),
+       "the header nests JSON more than 8 levels deep; a safetensors header has 3"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -305,6 +308,21 @@ TEST_F(CheckpointTest, HeaderIsCheckedBeforeTheDataIsRead) {
   if (before >= 0) {
     EXPECT_LT(bytes_read_so_far() - before, 1 << 20) << "read the data before checking the header";
   }
+}
+
+// A header of the format's largest size (100 MiB) that only opens arrays
+// costs the parser memory for every level: refused at the ninth, it fails in
+// about the memory of the file rather than gigabytes (which ended in a
+// std::bad_alloc, reported as "try a smaller --batch-size").
+TEST_F(CheckpointTest, DeeplyNestedHeaderIsRefusedEarly) {
+  const uint64_t size = (uint64_t{100} << 20) - 8;
+  write_file(path("deep"), make_file(R"({"w":)" + std::string(size - 5, '['), ""));
+  struct rusage before {}, after {};
+  getrusage(RUSAGE_SELF, &before);
+  EXPECT_THROW_MSG(nn::load_safetensors(path("deep")), "checkpoint " + path("deep") +
+                                                           ": the header nests JSON more than 8 levels deep");
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 512 << 10) << "KiB more at the peak";  // ru_maxrss is in KiB
 }
 
 TEST_F(CheckpointTest, ReadsOnlyRegularFiles) {

@@ -111,6 +111,36 @@ TEST_F(FileIoTest, StaleTemporariesOfDeadWritersAreRemoved) {
   EXPECT_EQ(contents(path("run.csv")), "done\n");
 }
 
+// A target whose name is as long as a name may be (255 bytes) still gets a
+// temporary beside it: the temporary's name is cut and hashed to fit, two
+// long names that differ only at the end get different ones, and a killed
+// writer's temporary of a long name is still found and removed.
+TEST_F(FileIoTest, LongNamesGetTemporariesWithinTheNameLimit) {
+  const std::string longest = std::string(251, 'm') + ".csv", other = std::string(251, 'm') + ".txt";
+  ASSERT_EQ(longest.size(), 255u);
+  AtomicFile::check_writable(path(longest), "--metrics");
+  {
+    AtomicFile a(path(longest)), b(path(other));
+    EXPECT_LE(fs::path(a.temporary_path()).filename().string().size(), 255u);
+    const std::string a_name = fs::path(a.temporary_path()).filename().string();
+    const std::string b_name = fs::path(b.temporary_path()).filename().string();
+    EXPECT_NE(a_name.substr(0, a_name.find(".tmp-")), b_name.substr(0, b_name.find(".tmp-")));
+  }
+  write_file_atomically(path(longest), "rows\n");
+  EXPECT_EQ(contents(path(longest)), "rows\n");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    AtomicFile out(path(longest));
+    out.write("partial");
+    kill(getpid(), SIGKILL);
+  }
+  waitpid(child, nullptr, 0);
+  ASSERT_EQ(names().size(), 2u);  // the target and the dead writer's temporary
+  write_file_atomically(path(longest), "again\n");
+  EXPECT_EQ(names(), std::vector<std::string>{longest});
+}
+
 TEST_F(FileIoTest, ReadsRegularFilesOnly) {
   put(path("data"), std::string("a\0b", 3));
   EXPECT_EQ(read_file(path("data"), "checkpoint", 100), std::string("a\0b", 3));
