@@ -42,10 +42,19 @@ optim::TrainingProgress RunRecord::resume(nn::Module& model, optim::Optimizer& o
 void RunRecord::commit_epoch(const nn::Module& model, const optim::Optimizer& optimizer,
                              optim::TrainingProgress progress, const std::vector<double>& row) {
   csv_.add(row);
+  save(model, optimizer, std::move(progress));
+  csv_.write();
+}
+
+void RunRecord::commit_step(const nn::Module& model, const optim::Optimizer& optimizer,
+                            optim::TrainingProgress progress) {
+  save(model, optimizer, std::move(progress));
+}
+
+void RunRecord::save(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress) {
   for (const auto& [flag, value] : options_.settings) progress.extra[kSettingPrefix + flag] = value;
   progress.extra[kMetricsKey] = csv_.text();
   optim::save_training_checkpoint(options_.checkpoint, model, optimizer, progress, options_.writer);
-  csv_.write();
 }
 
 }  // namespace loom::examples
