@@ -31,6 +31,10 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& c) {
   flags.add("--stop-after-epoch", c.stop_after_epoch, "exit after this epoch, as if interrupted (0: never)",
             Scope::Job, integer_in<int64_t>(0, INT64_MAX));
   flags.add_switch("--resume", c.resume, "continue from --checkpoint", Scope::Job);
+  flags.add_switch("--async-checkpoint", c.async_checkpoint,
+                   "write checkpoints on a background thread: a commit costs training a copy of the state, not the "
+                   "write (a stop's commit is still waited for)",
+                   Scope::Job);
   flags.add("--device", c.device, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU)", Scope::Rank,
             device_name());
   flags.add("--data", c.data_root, "folder with the Fashion-MNIST IDX files", Scope::Rank);
@@ -188,7 +192,8 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
       .metrics = reporting() ? c.metrics : "",
       .columns = {"epoch", "step", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "seconds"},
       .settings = flags.settings({Scope::Run}),
-      .writer = {.program = c.name, .layout = ranks_.layout}});
+      .writer = {.program = c.name, .layout = ranks_.layout},
+      .async = c.async_checkpoint});
   if (reporting()) record_->check_writable();
   if (reporting() && !c.tensorboard.empty()) board_ = std::make_unique<tensorboard::SummaryWriter>(c.tensorboard);
 
@@ -291,6 +296,7 @@ bool FashionMnist::step_done(const Tensor& loss) {
     if (board_) log_step(*board_, progress_.step, value, optimizer.lr(), "throughput(samples_per_s)",
                          samples_per_second, device_);
   }
+  if (reporting()) record_->check();  // an async commit that failed ends the run here, not silently
   stopping_ = stop_->stop_after(progress_.step);
   return !stopping_;
 }
@@ -317,6 +323,7 @@ void FashionMnist::commit_stop_checkpoint(const std::vector<float>& sums) {
   optim::TrainingProgress progress = progress_;
   progress.extra[kEpochLossSums] = loss_sums_text(sums);
   record_->commit_step(*model, optimizer, progress);
+  record_->wait();  // async or not, the file is in place before the run says so and exits
   bar_->finish_line();
   const int signal = stop_signal();
   const int64_t into = progress_.step - progress_.epoch * steps_per_epoch_;
@@ -373,6 +380,7 @@ bool FashionMnist::end_epoch(int64_t epoch) {
 }
 
 int FashionMnist::finish() {
+  if (reporting()) record_->wait();  // the last async commit is in place (or its error thrown) before the end
   if (stopping_) return kExitPreempted;
   if (progress_.epoch < config_.epochs) return 0;  // stopped early (--stop-after-epoch): no result yet
   if (!result_) result_ = evaluate(*model, test_);  // resumed with nothing left to train

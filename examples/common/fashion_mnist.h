@@ -57,6 +57,7 @@ struct FashionMnistConfig {
   std::string trace;                // Chrome trace of a few steps (per rank: .rankN inserted); empty: none
   std::string tensorboard;          // folder for TensorBoard event files (the reporting rank's); empty: none
   bool resume = false;
+  bool async_checkpoint = false;  // commits written by a background thread (RunRecord::Options::async)
   bool cuda_graph = false;  // the optimizer capturable (GraphedStep replays the step)
 };
 

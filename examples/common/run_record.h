@@ -25,6 +25,7 @@
 
 #include "examples/common/progress.h"
 #include "nn/module.h"
+#include "optim/async_checkpoint.h"
 #include "optim/optimizer.h"
 #include "optim/training_checkpoint.h"
 
@@ -38,6 +39,9 @@ class RunRecord {
     std::vector<std::string> columns;             // of the CSV
     std::map<std::string, std::string> settings;  // must be the same when resuming
     optim::CheckpointWriter writer;               // must be the same when resuming
+    // Commits by a background thread (optim/async_checkpoint.h): a commit
+    // returns once the state is copied; the CSV follows its checkpoint there.
+    bool async = false;
   };
   explicit RunRecord(Options options);
 
@@ -59,11 +63,19 @@ class RunRecord {
   // exactly (its running sums). The CSV has not changed and is not rewritten.
   void commit_step(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress);
 
+  // Async commits: check() rethrows the error of a commit that failed (call
+  // it after each step); wait() waits for the commit in flight and rethrows
+  // its error (before the program ends). Both return at once otherwise.
+  void check() { async_.check(); }
+  void wait() { async_.wait(); }
+
  private:
-  void save(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress);
+  void commit(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress,
+              bool write_csv);
 
   Options options_;
   MetricsCsv csv_;
+  optim::AsyncCheckpoint async_;  // its destructor waits for a commit in flight
 };
 
 }  // namespace loom::examples

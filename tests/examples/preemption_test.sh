@@ -6,11 +6,12 @@
 # first epoch (no CSV yet) or the second (the CSV holds epoch 1's row).
 #
 #   preemption_test.sh one-device fashion_mnist_cnn same_training_state.py
-#     SIGTERM inside epoch 1; SIGUSR1 (Slurm's --signal=USR1@N) inside epoch 2.
+#     SIGTERM inside epoch 1; SIGUSR1 (Slurm's --signal=USR1@N) inside epoch 2,
+#     with --async-checkpoint (the stop's commit waits for epoch 1's).
 #   preemption_test.sh ddp ddp_fashion_mnist same_training_state.py   (mpirun -np 2)
 #     SIGTERM to rank 1 alone inside epoch 1: rank 0, not signalled, stops
 #     after the same step and commits it; SIGTERM to every rank, as Slurm
-#     signals a job step's tasks, inside epoch 2.
+#     signals a job step's tasks, inside epoch 2 (with --async-checkpoint).
 #
 # Where the signal lands: the --trace file of steps 3-5 appears after step 5,
 # and epoch 1's checkpoint as epoch 2 begins; the signal follows at once. A
@@ -60,13 +61,15 @@ wait_for() {
 "${launcher[@]}" "$example" "${run[@]}" --checkpoint straight.st --metrics straight.csv > straight.log 2>&1 \
   || { cat straight.log; fail "the uninterrupted run"; }
 
-# stop_and_resume NAME SIGNAL WHO(all|rank1) EPOCH: signals the run inside EPOCH, then resumes it.
+# stop_and_resume NAME SIGNAL WHO(all|rank1) EPOCH [FLAG...]: signals the run inside EPOCH, then
+# resumes it; both runs get the FLAGs.
 stop_and_resume() {
   name=$1
   local signal=$2 who=$3 epoch=$4
-  local trigger=$name.st extra=()
+  local flags=("${@:5}")
+  local trigger=$name.st extra=("${flags[@]}")
   if [ "$epoch" = 1 ]; then
-    extra=(--trace "$name.json")
+    extra+=(--trace "$name.json")
     trigger=$name.json
     [ "$mode" = ddp ] && trigger=$name.rank0.json
   fi
@@ -91,7 +94,8 @@ stop_and_resume() {
   [ -f "$name.csv" ] && rows=$(tail -n +2 "$name.csv" | wc -l)
   local expected=(x none 1)
   [ "$rows" = "${expected[epoch]}" ] || fail "$name: the CSV has $rows rows after the stop, expected ${expected[epoch]}"
-  "${launcher[@]}" "$example" "${run[@]}" --checkpoint "$name.st" --metrics "$name.csv" --resume > "$name.resumed.log" 2>&1 \
+  "${launcher[@]}" "$example" "${run[@]}" "${flags[@]}" --checkpoint "$name.st" --metrics "$name.csv" --resume \
+    > "$name.resumed.log" 2>&1 \
     || { cat "$name.resumed.log"; fail "$name: resuming"; }
   grep -q "^resumed from $name.st after step [0-9]* (epoch $epoch: [0-9]* of $steps steps)$" "$name.resumed.log" \
     || { cat "$name.resumed.log"; fail "$name: did not resume mid-epoch"; }
@@ -104,10 +108,10 @@ stop_and_resume() {
 
 if [ "$mode" = ddp ]; then
   stop_and_resume one_rank TERM rank1 1
-  stop_and_resume every_rank TERM all 2
+  stop_and_resume every_rank TERM all 2 --async-checkpoint
 else
   stop_and_resume term TERM all 1
-  stop_and_resume usr1 USR1 all 2
+  stop_and_resume usr1 USR1 all 2 --async-checkpoint
 fi
 leftovers=$(ls | grep -- '\.tmp-' || true)
 [ -z "$leftovers" ] || fail "temporaries left behind: $leftovers"
