@@ -365,13 +365,16 @@ bool FashionMnist::end_epoch(int64_t epoch) {
   }
   epoch_start_ = Clock::now();
   epoch_first_step_ = progress_.step;
-  if (stopping_) {
+  if (stopping_) {  // after the epoch's last step: its commit is the stop's, waited for as commit_stop's
     const int signal = stop_signal();
-    if (reporting())
+    if (reporting()) {
+      record_->wait();
       std::printf("stopped by %s after epoch %lld (step %lld); checkpoint %s written; exit status %d; "
                   "continue with --resume\n",
                   signal ? signal_name(signal).c_str() : "another rank's signal", static_cast<long long>(epoch),
                   static_cast<long long>(progress_.step), config_.checkpoint.c_str(), kExitPreempted);
+    }
+    if (ranks_.group && ranks_.group->size() > 1) ranks_.group->barrier()->wait();
     return false;
   }
   if (epoch != config_.stop_after_epoch) return true;

@@ -7,7 +7,9 @@
 #
 #   preemption_test.sh one-device fashion_mnist_cnn same_training_state.py
 #     SIGTERM inside epoch 1; SIGUSR1 (Slurm's --signal=USR1@N) inside epoch 2,
-#     with --async-checkpoint (the stop's commit waits for epoch 1's).
+#     with --async-checkpoint (the stop's commit waits for epoch 1's); and
+#     SIGTERM that falls on an epoch's end (one step an epoch): the epoch's
+#     commit is the stop's.
 #   preemption_test.sh ddp ddp_fashion_mnist same_training_state.py   (mpirun -np 2)
 #     SIGTERM to rank 1 alone inside epoch 1: rank 0, not signalled, stops
 #     after the same step and commits it; SIGTERM to every rank, as Slurm
@@ -112,6 +114,25 @@ if [ "$mode" = ddp ]; then
 else
   stop_and_resume term TERM all 1
   stop_and_resume usr1 USR1 all 2 --async-checkpoint
+  # A stop after an epoch's last step is that epoch's own commit: one step an
+  # epoch, signalled once epoch 1's checkpoint is in place, stops after epoch 2 or 3.
+  short=(--epochs 4 --max-steps-per-epoch 1 --batch-size 32 --workers 1 --width 4)
+  "$example" "${short[@]}" --checkpoint short.st --metrics short.csv > short.log 2>&1 || { cat short.log; fail short; }
+  "$example" "${short[@]}" --checkpoint edge.st --metrics edge.csv > edge.log 2>&1 &
+  launched=$!
+  name=edge
+  wait_for edge.st $launched
+  kill -TERM $launched
+  status=0
+  wait $launched || status=$?
+  [ "$status" = 75 ] || { cat edge.log; fail "edge: exit status $status, expected 75"; }
+  grep -q "^stopped by SIGTERM after epoch [23] (step [23]); checkpoint edge.st written; exit status 75; continue with --resume$" \
+    edge.log || { cat edge.log; fail "edge: no stop after an epoch"; }
+  "$example" "${short[@]}" --checkpoint edge.st --metrics edge.csv --resume > edge.resumed.log 2>&1 \
+    || { cat edge.resumed.log; fail "edge: resuming"; }
+  grep -q "^resumed from edge.st after epoch [23]$" edge.resumed.log || { cat edge.resumed.log; fail "edge: resumed how?"; }
+  python3 "$same_state" short.st edge.st short.csv edge.csv || fail "edge: resumed to another state"
+  echo "edge: $(grep '^stopped by' edge.log)"
 fi
 leftovers=$(ls | grep -- '\.tmp-' || true)
 [ -z "$leftovers" ] || fail "temporaries left behind: $leftovers"
