@@ -23,12 +23,13 @@ void check_batch(const Batch& b, size_t count, int64_t k) {
 // ---- Epoch ----
 
 Epoch::Epoch(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> order,
-             const DataLoaderOptions& options, int64_t epoch, int64_t num_batches)
+             const DataLoaderOptions& options, int64_t epoch, int64_t num_batches, int64_t first_batch)
     : dataset_(std::move(dataset)),
       order_(std::move(order)),
       options_(options),
       epoch_(epoch),
-      num_batches_(num_batches) {}
+      num_batches_(num_batches),
+      first_batch_(first_batch) {}
 
 Epoch::~Epoch() {
   ahead_.reset();
@@ -80,12 +81,13 @@ Epoch::iterator Epoch::begin() {
   LOOM_CHECK(!started_, "DataLoader: epoch ", epoch_, " is being iterated a second time; an Epoch ",
              "is a single pass: call loader.epoch(", epoch_, ") again for another");
   started_ = true;
-  if (options_.num_workers > 0 && num_batches_ > 0)
+  const int64_t first = first_batch_;
+  if (options_.num_workers > 0 && num_batches_ > first)  // the prefetcher counts from 0: batch first + k
     prefetcher_ = std::make_unique<BatchPrefetcher>(
-        [this](int64_t k) { return build(k); }, num_batches_, options_.num_workers,
+        [this, first](int64_t k) { return build(first + k); }, num_batches_ - first, options_.num_workers,
         options_.num_workers * options_.prefetch_batches);
-  position_ = 0;
-  if (num_batches_ > 0) current_ = take(0);
+  position_ = first;
+  if (num_batches_ > first) current_ = take(first);
   return iterator(this, position_);
 }
 
@@ -127,7 +129,7 @@ int64_t DataLoader::num_batches() const {
                             : (samples + options_.batch_size - 1) / options_.batch_size;
 }
 
-Epoch DataLoader::epoch(int64_t epoch, int64_t max_batches) const {
+Epoch DataLoader::epoch(int64_t epoch, int64_t max_batches, int64_t first_batch) const {
   const int64_t n = dataset_->size();
   std::vector<int64_t> order = sampler_->indices(n, epoch);
   const int64_t expected = sampler_->num_samples(n);
@@ -137,7 +139,9 @@ Epoch DataLoader::epoch(int64_t epoch, int64_t max_batches) const {
     LOOM_CHECK(i >= 0 && i < n, "DataLoader: the sampler returned index ", i, " for a dataset of ",
                n, " examples");
   const int64_t batches = max_batches >= 0 ? std::min(max_batches, num_batches()) : num_batches();
-  return Epoch(dataset_, std::move(order), options_, epoch, batches);
+  LOOM_CHECK(first_batch >= 0 && first_batch <= batches, "DataLoader: epoch ", epoch, " has ", batches,
+             " batches; it cannot start at batch ", first_batch);
+  return Epoch(dataset_, std::move(order), options_, epoch, batches, first_batch);
 }
 
 }  // namespace loom::data

@@ -99,13 +99,14 @@ class Epoch {
   // Starts the workers and takes the first batch; only once per Epoch.
   iterator begin();
   iterator end() { return iterator(this, num_batches_); }
-  int64_t size() const { return num_batches_; }  // batches in this epoch
+  int64_t size() const { return num_batches_; }  // batches in this epoch, skipped ones included
+  int64_t first_batch() const { return first_batch_; }  // the first one iterated
   int64_t number() const { return epoch_; }
 
  private:
   friend class DataLoader;
   Epoch(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> order,
-        const DataLoaderOptions& options, int64_t epoch, int64_t num_batches);
+        const DataLoaderOptions& options, int64_t epoch, int64_t num_batches, int64_t first_batch);
 
   Batch build(int64_t k) const;  // runs on worker threads
   Batch host_batch(int64_t k);   // the next built batch, on the consumer's thread
@@ -117,6 +118,7 @@ class Epoch {
   const DataLoaderOptions options_;
   const int64_t epoch_;
   const int64_t num_batches_;
+  const int64_t first_batch_;
   bool started_ = false;
   int64_t position_ = 0;  // the batch in current_
   Batch current_;
@@ -134,8 +136,9 @@ class DataLoader {
       : DataLoader(std::make_shared<const std::decay_t<D>>(std::forward<D>(dataset)), options) {}
 
   // Epoch `epoch`'s batches; the epoch number seeds the shuffle. With
-  // max_batches >= 0, only the first max_batches of them (quick runs).
-  Epoch epoch(int64_t epoch, int64_t max_batches = -1) const;
+  // max_batches >= 0, only the first max_batches of them (quick runs). From
+  // batch `first_batch` on (a resumed epoch): the earlier ones are not built.
+  Epoch epoch(int64_t epoch, int64_t max_batches = -1, int64_t first_batch = 0) const;
   int64_t num_batches() const;  // per epoch
 
   const Dataset& dataset() const { return *dataset_; }

@@ -45,12 +45,11 @@ int main(int argc, char** argv) {
             run.optimizer.zero_grad();
             loss.backward();  // DDP: buckets of gradients are averaged over the ranks while backward runs
             run.optimizer.step();
-            run.step_done(loss);
+            if (!run.step_done(loss)) break;  // a stop signal on any rank: all stop after this step
           }
           if (!run.end_epoch(epoch)) break;
         }
-        run.finish();
-        return 0;
+        return run.finish();
       },
       parallel::abandon_job);
 }

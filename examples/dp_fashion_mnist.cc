@@ -50,11 +50,10 @@ int main(int argc, char** argv) {
         run.optimizer.zero_grad();
         loss.backward();  // the replicas' gradients end up summed in run.model
         run.optimizer.step();
-        run.step_done(loss);
+        if (!run.step_done(loss)) break;
       }
       if (!run.end_epoch(epoch)) break;
     }
-    run.finish();
-    return 0;
+    return run.finish();
   });
 }

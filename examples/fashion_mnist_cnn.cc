@@ -9,7 +9,9 @@
 //
 // Every epoch it commits a checkpoint (model, optimizer, epoch, random state,
 // metrics rows) and rewrites the metrics CSV; --resume continues from it and
-// ends where an uninterrupted run would. The last line is RESULT {json}.
+// ends where an uninterrupted run would. SIGTERM or SIGUSR1 stops it after
+// the current step with a checkpoint of that step and exit status 75
+// (kExitPreempted); --resume then goes on from the next batch. The last line is RESULT {json}.
 // dp_, ddp_ and pipeline_fashion_mnist train the same model on the same
 // batches with the same loop, changed only where their strategies differ.
 #include "examples/common/fashion_mnist.h"
@@ -53,10 +55,10 @@ int main(int argc, char** argv) {
       return loss;
     };
     for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
-      for (auto& [x, y] : run.batches(epoch)) run.step_done(graphed(x, y, train_step));
+      for (auto& [x, y] : run.batches(epoch))
+        if (!run.step_done(graphed(x, y, train_step))) break;  // a stop signal: end_epoch commits this step
       if (!run.end_epoch(epoch)) break;
     }
-    run.finish();
-    return 0;
+    return run.finish();  // 0, or 75 after a stop signal (docs/examples.md)
   });
 }

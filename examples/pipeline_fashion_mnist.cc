@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
             // Forward and backward of every micro-batch, in the schedule's order; the loss: on loss_stage.
             Tensor loss = over_ranks ? over->train_step(x, y, cross_entropy) : in_process->train_step(x, y, cross_entropy);
             run.optimizer.step();
-            run.step_done(loss);
+            if (!run.step_done(loss)) break;  // a stop signal: every rank stops after this step
           }
           if (over_ranks) {
             parallel::share_stage_weights(parts, *me.group, placement);  // every rank evaluates it all
@@ -177,12 +177,12 @@ int main(int argc, char** argv) {
           }
           if (!run.end_epoch(epoch)) break;
         }
-        run.finish();
+        const int status = run.finish();
         if (draw_timeline) {  // over ranks, every rank takes part and rank 0 draws
           const std::string chart = over ? over->timeline() : parallel::timeline(in_process->stats());
           if (me.group->rank() == 0) std::printf("the last step, as measured:\n%s", chart.c_str());
         }
-        return 0;
+        return status;
       },
       parallel::abandon_job);
 }

@@ -59,6 +59,7 @@
 #include "nn/safetensors.h"
 
 // Optimizers, learning-rate schedules, loss scaling, whole training states.
+#include "optim/async_checkpoint.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"

@@ -65,7 +65,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     LOOM_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
     LOOM_CHECK(name != "__metadata__" && names.insert(name).second, "save_safetensors: tensor name '", name,
                "' is reserved or repeated");
-    Tensor h = contiguous_copy(t.detach().to(Device::cpu()));
+    // A host tensor already laid out as the file wants it is written from
+    // where it is: a synchronous save changes nothing meanwhile, and an
+    // asynchronous one hands over its own copies (optim/async_checkpoint.h).
+    Tensor h = t.detach().to(Device::cpu());
+    if (!h.is_contiguous()) h = contiguous_copy(h);
     const uint64_t bytes = h.nbytes();
     const char* dtype = safetensors_dtype_name(h.dtype());
     header[name] = {{"dtype", dtype}, {"shape", h.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};

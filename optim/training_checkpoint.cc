@@ -81,16 +81,16 @@ void check_optimizer_state(const TrainingCheckpoint& c, const nn::Module& model,
   }
 }
 
-}  // namespace
-
-void save_training_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& optimizer,
-                              const TrainingProgress& progress, const CheckpointWriter& writer) {
-  LOOM_CHECK(!writer.program.empty() && !writer.layout.empty(), "save_training_checkpoint ", path,
+// The file's tensors (the live ones: the caller copies them if it must) and
+// metadata. `what` names the call in errors.
+TrainingSnapshot training_state(const char* what, const std::string& path, const nn::Module& model,
+                                const Optimizer& optimizer, const TrainingProgress& progress,
+                                const CheckpointWriter& writer) {
+  LOOM_CHECK(!writer.program.empty() && !writer.layout.empty(), what, " ", path,
              ": name the program and the layout that write it (CheckpointWriter), got '", writer.program, "' and '",
              writer.layout, "'");
   for (const auto& [key, value] : progress.extra)
-    LOOM_CHECK(kReservedKeys.count(key) == 0, "save_training_checkpoint ", path, ": extra key '", key,
-               "' is reserved");
+    LOOM_CHECK(kReservedKeys.count(key) == 0, what, " ", path, ": extra key '", key, "' is reserved");
   nn::NamedTensors tensors;
   for (const auto& [name, t] : model.state_dict()) tensors.emplace_back(kModel + name, t);
   for (const auto& [name, t] : optimizer.state_dict()) tensors.emplace_back(kOptim + name, t);
@@ -104,7 +104,27 @@ void save_training_checkpoint(const std::string& path, const nn::Module& model, 
   metadata["program"] = writer.program;
   metadata["layout"] = writer.layout;
   metadata["optimizer_params"] = nlohmann::json(optimizer_param_names(model, optimizer)).dump();
-  nn::save_safetensors(path, tensors, metadata);
+  return {std::move(tensors), std::move(metadata)};
+}
+
+}  // namespace
+
+void save_training_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& optimizer,
+                              const TrainingProgress& progress, const CheckpointWriter& writer) {
+  write_training_snapshot(path, training_state("save_training_checkpoint", path, model, optimizer, progress, writer));
+}
+
+TrainingSnapshot snapshot_training_state(const nn::Module& model, const Optimizer& optimizer,
+                                         const TrainingProgress& progress, const CheckpointWriter& writer) {
+  TrainingSnapshot snapshot =
+      training_state("snapshot_training_state", "(snapshot)", model, optimizer, progress, writer);
+  for (auto& [name, t] : snapshot.tensors)  // to() copies a device's tensor, contiguous; a host one it returns as is
+    t = t.device().is_cpu() ? contiguous_copy(t.detach()) : t.detach().to(Device::cpu());
+  return snapshot;
+}
+
+void write_training_snapshot(const std::string& path, const TrainingSnapshot& snapshot) {
+  nn::save_safetensors(path, snapshot.tensors, snapshot.metadata);
 }
 
 TrainingCheckpoint read_training_checkpoint(const std::string& path, const CheckpointWriter& this_run) {

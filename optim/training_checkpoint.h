@@ -44,6 +44,20 @@ struct CheckpointWriter {
 void save_training_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& optimizer,
                               const TrainingProgress& progress, const CheckpointWriter& writer);
 
+// What save_training_checkpoint writes, copied at one moment: the tensors
+// as contiguous host copies (training may change the originals at once) and
+// the metadata, the random state included. A background thread can write it
+// while training goes on (optim/async_checkpoint.h); the file is the one
+// save_training_checkpoint would have written then, byte for byte.
+struct TrainingSnapshot {
+  nn::NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+};
+TrainingSnapshot snapshot_training_state(const nn::Module& model, const Optimizer& optimizer,
+                                         const TrainingProgress& progress, const CheckpointWriter& writer);
+// Writes a snapshot atomically, as save_training_checkpoint writes.
+void write_training_snapshot(const std::string& path, const TrainingSnapshot& snapshot);
+
 // A training checkpoint read and checked, nothing restored yet: a caller can
 // compare the progress's extra settings with its own before restoring (a
 // resume with another --width is then refused by the flag's name, not by a

@@ -1,5 +1,7 @@
 #include "examples/common/fashion_mnist.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include "data/distributed_sampler.h"
@@ -31,6 +33,10 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& c) {
   flags.add("--stop-after-epoch", c.stop_after_epoch, "exit after this epoch, as if interrupted (0: never)",
             Scope::Job, integer_in<int64_t>(0, INT64_MAX));
   flags.add_switch("--resume", c.resume, "continue from --checkpoint", Scope::Job);
+  flags.add_switch("--async-checkpoint", c.async_checkpoint,
+                   "write checkpoints on a background thread: a commit costs training a copy of the state, not the "
+                   "write (a stop's commit is still waited for)",
+                   Scope::Job);
   flags.add("--device", c.device, "cpu, cuda:N, or cuda (under mpirun: each rank its local GPU)", Scope::Rank,
             device_name());
   flags.add("--data", c.data_root, "folder with the Fashion-MNIST IDX files", Scope::Rank);
@@ -50,6 +56,36 @@ void add_fashion_mnist_flags(Flags& flags, FashionMnistConfig& c) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A checkpoint written mid-epoch holds each rank's running sum of the
+// epoch's train losses, so that the epoch's mean comes out as an
+// uninterrupted run's: float32 values as exact hexadecimal text, in rank
+// order ("0x1.2p+3,0x1.8p+2").
+const std::string kEpochLossSums = "epoch_loss_sums";
+
+std::string loss_sums_text(const std::vector<float>& sums) {
+  std::string out;
+  for (float sum : sums) {
+    char text[32];
+    if (!out.empty()) out += ',';
+    out.append(text, std::to_chars(text, text + sizeof(text), sum, std::chars_format::hex).ptr);
+  }
+  return out;
+}
+
+std::vector<float> parse_loss_sums(const std::string& text, const std::string& path) {
+  std::vector<float> sums;
+  for (size_t begin = 0; begin <= text.size();) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    float sum = 0;
+    const auto [stop, error] = std::from_chars(text.data() + begin, text.data() + end, sum, std::chars_format::hex);
+    LOOM_CHECK(end > begin && error == std::errc() && stop == text.data() + end && std::isfinite(sum), "checkpoint ",
+               path, ": metadata '", kEpochLossSums, "' is '", text, "', not a list of hexadecimal floats");
+    sums.push_back(sum);
+    begin = end + 1;
+  }
+  return sums;
+}
 
 int rank_of(const Ranks& r) { return r.group ? r.group->rank() : 0; }
 int world_of(const Ranks& r) { return r.group ? r.group->size() : 1; }
@@ -224,7 +260,8 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
       .metrics = reporting() ? c.metrics : "",
       .columns = {"epoch", "step", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "seconds"},
       .settings = flags.settings({Scope::Run}),
-      .writer = {.program = c.name, .layout = ranks_.layout}});
+      .writer = {.program = c.name, .layout = ranks_.layout},
+      .async = c.async_checkpoint});
   if (reporting()) record_->check_writable();
   if (reporting() && !c.tensorboard.empty()) board_ = std::make_unique<tensorboard::SummaryWriter>(c.tensorboard);
 
@@ -244,12 +281,21 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
   schedule_.emplace(optimizer, c.epochs * steps_per_epoch_);
   if (c.resume) {  // every rank loads the same checkpoint
     progress_ = record_->resume(*model, optimizer);
-    LOOM_CHECK(progress_.epoch <= c.epochs && progress_.step == progress_.epoch * steps_per_epoch_, "checkpoint ",
-               c.checkpoint, " says epoch ", progress_.epoch, " and step ", progress_.step, ", which a run of ",
-               c.epochs, " epochs of ", steps_per_epoch_, " steps never writes");
+    // After epoch e, or after step k of epoch e + 1 (a stop), never after the last epoch's end.
+    const int64_t into = progress_.step - progress_.epoch * steps_per_epoch_;
+    LOOM_CHECK(progress_.epoch <= c.epochs && into >= 0 && into < steps_per_epoch_ &&
+                   (into == 0 || progress_.epoch < c.epochs),
+               "checkpoint ", c.checkpoint, " says epoch ", progress_.epoch, " and step ", progress_.step,
+               ", which a run of ", c.epochs, " epochs of ", steps_per_epoch_, " steps never writes");
     schedule_->set_step(progress_.step);
-    if (reporting())
+    if (into > 0) resume_mid_epoch(into);
+    progress_.extra.erase(kEpochLossSums);  // the epoch's end commits without it, as an uninterrupted run does
+    if (reporting() && into == 0)
       std::printf("resumed from %s after epoch %lld\n", c.checkpoint.c_str(), static_cast<long long>(progress_.epoch));
+    if (reporting() && into > 0)
+      std::printf("resumed from %s after step %lld (epoch %lld: %lld of %lld steps)\n", c.checkpoint.c_str(),
+                  static_cast<long long>(progress_.step), static_cast<long long>(progress_.epoch + 1),
+                  static_cast<long long>(into), static_cast<long long>(steps_per_epoch_));
   }
   const int world = world_of(ranks_);
   if (reporting())
@@ -258,7 +304,13 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
                 world > 1 ? (", " + std::to_string(world) + " ranks").c_str() : "");
   bar_ = std::make_unique<Progress>(c.epochs * steps_per_epoch_, c.log_every, progress_.step);
   tracer_ = std::make_unique<StepTracer>(c.trace, progress_.step);
-  loss_sum_ = zeros({}, {.device = device});
+  if (!loss_sum_.defined()) loss_sum_ = zeros({}, {.device = device});
+  // On the CPU the ranks agree on a stop at every step for free (the check
+  // overlaps the next step); on a GPU reading the flag waits for the device,
+  // so they agree when the progress line reads the loss anyway.
+  stop_ = std::make_unique<StopAgreement>(ranks_.group, device, device.is_cpu() ? 1 : c.log_every);
+  install_stop_handlers();
+  epoch_first_step_ = progress_.step;
   trace_lane_ = trace::lane(world > 1 ? "rank " + std::to_string(rank_of(ranks_)) : "main");
   step_begin_us_ = trace::now_us();
   start_ = epoch_start_ = Clock::now();
@@ -268,7 +320,36 @@ FashionMnist::~FashionMnist() = default;
 
 bool FashionMnist::reporting() const { return rank_of(ranks_) == ranks_.reporting_rank; }
 
-void FashionMnist::step_done(const Tensor& loss) {
+// The checkpoint stopped `into` steps into epoch progress_.epoch + 1: that
+// epoch starts at batch `into`, and this rank's loss sum at its own saved
+// one. At another world size (DDP resumes at any) no rank's sum is its own:
+// each takes the epoch's train loss so far, which the epoch's end then
+// averages with the rest (the same value, not the same bits: the sums add
+// in another order, as the whole run does at another world size).
+void FashionMnist::resume_mid_epoch(int64_t into) {
+  const std::string& path = config_.checkpoint;
+  auto saved = progress_.extra.find(kEpochLossSums);
+  LOOM_CHECK(saved != progress_.extra.end(), "checkpoint ", path, " stops after step ", progress_.step,
+             " inside epoch ", progress_.epoch + 1, " but lacks its '", kEpochLossSums,
+             "' (written by an older loom?): start afresh without --resume");
+  const std::vector<float> sums = parse_loss_sums(saved->second, path);
+  float mine = 0;
+  if (static_cast<int>(sums.size()) == world_of(ranks_)) {
+    mine = sums[rank_of(ranks_)];
+  } else {
+    double total = 0;
+    for (float sum : sums) total += sum;
+    // Ranks that share out the batches (the same layout wrote the file) average
+    // their sums at the epoch's end; otherwise the reporting rank alone has
+    // the loss (the others' sums are 0).
+    mine = static_cast<float>(ranks_.shard_batches ? total / sums.size() : total);
+  }
+  loss_sum_ = full({}, mine, {.device = device_});
+  resumed_epoch_ = progress_.epoch + 1;
+  resumed_batch_ = into;
+}
+
+bool FashionMnist::step_done(const Tensor& loss) {
   const int64_t now = trace::now_us();  // each step is a span of the trace (the library adds its own inside)
   if (trace::enabled()) trace::record("step", "compute", trace_lane_, step_begin_us_, now);
   step_begin_us_ = now;
@@ -278,18 +359,59 @@ void FashionMnist::step_done(const Tensor& loss) {
   tracer_->step_done(progress_.step);
   // Reading the loss waits for the GPU: only when a line is printed.
   if (reporting() && progress_.step % config_.log_every == 0) {
-    const int64_t done = progress_.step - progress_.epoch * steps_per_epoch_;
+    const int64_t done = progress_.step - epoch_first_step_;
     const double value = loss.item(), samples_per_second = done * config_.batch_size / seconds_since(epoch_start_);
     bar_->update(progress_.step, value, samples_per_second);
     if (board_) log_step(*board_, progress_.step, value, optimizer.lr(), "throughput(samples_per_s)",
                          samples_per_second, device_);
   }
+  if (reporting()) record_->check();  // an async commit that failed ends the run here, not silently
+  stopping_ = stop_->stop_after(progress_.step);
+  return !stopping_;
+}
+
+// Every rank takes part: the sums travel to the reporting rank, which
+// commits and says so, and the others wait for its commit before they
+// return kExitPreempted: mpirun ends the whole job when the first rank
+// exits with a status other than 0, and must not end it mid-write.
+void FashionMnist::commit_stop() {
+  const bool over_ranks = ranks_.group && ranks_.group->size() > 1;
+  std::vector<float> sums{loss_sum_.item<float>()};
+  if (over_ranks) {
+    std::vector<Tensor> all;
+    for (int r = 0; r < ranks_.group->size(); ++r) all.push_back(zeros({}, {.device = device_}));
+    ranks_.group->all_gather(all, loss_sum_)->wait();
+    sums.clear();
+    for (const Tensor& sum : all) sums.push_back(sum.item<float>());
+  }
+  if (reporting()) commit_stop_checkpoint(sums);
+  if (over_ranks) ranks_.group->barrier()->wait();
+}
+
+void FashionMnist::commit_stop_checkpoint(const std::vector<float>& sums) {
+  optim::TrainingProgress progress = progress_;
+  progress.extra[kEpochLossSums] = loss_sums_text(sums);
+  record_->commit_step(*model, optimizer, progress);
+  record_->wait();  // async or not, the file is in place before the run says so and exits
+  bar_->finish_line();
+  const int signal = stop_signal();
+  const int64_t into = progress_.step - progress_.epoch * steps_per_epoch_;
+  std::printf("stopped by %s after step %lld (epoch %lld: %lld of %lld steps); checkpoint %s written; "
+              "exit status %d; continue with --resume\n",
+              signal ? signal_name(signal).c_str() : "another rank's signal", static_cast<long long>(progress_.step),
+              static_cast<long long>(progress_.epoch + 1), static_cast<long long>(into),
+              static_cast<long long>(steps_per_epoch_), config_.checkpoint.c_str(), kExitPreempted);
 }
 
 bool FashionMnist::end_epoch(int64_t epoch) {
   tracer_->finish();
+  if (stopping_ && progress_.step < epoch * steps_per_epoch_) {
+    commit_stop();
+    return false;
+  }
+  if (epoch == config_.epochs) stopping_ = false;  // a stop after the last step: the run is complete
   const double seconds = seconds_since(epoch_start_);
-  samples_per_second_ = steps_per_epoch_ * config_.batch_size / seconds;
+  samples_per_second_ = (progress_.step - epoch_first_step_) * config_.batch_size / seconds;
   // Every rank evaluates the whole test set: they hold the same weights.
   result_ = evaluate(*model, test_);
   if (ranks_.group && shards_of(ranks_) > 1) ranks_.group->all_reduce(loss_sum_, parallel::ReduceOp::Avg)->wait();
@@ -311,13 +433,28 @@ bool FashionMnist::end_epoch(int64_t epoch) {
                            result_->accuracy, samples_per_second_, seconds_since(start_)});
   }
   epoch_start_ = Clock::now();
+  epoch_first_step_ = progress_.step;
+  if (stopping_) {  // after the epoch's last step: its commit is the stop's, waited for as commit_stop's
+    const int signal = stop_signal();
+    if (reporting()) {
+      record_->wait();
+      std::printf("stopped by %s after epoch %lld (step %lld); checkpoint %s written; exit status %d; "
+                  "continue with --resume\n",
+                  signal ? signal_name(signal).c_str() : "another rank's signal", static_cast<long long>(epoch),
+                  static_cast<long long>(progress_.step), config_.checkpoint.c_str(), kExitPreempted);
+    }
+    if (ranks_.group && ranks_.group->size() > 1) ranks_.group->barrier()->wait();
+    return false;
+  }
   if (epoch != config_.stop_after_epoch) return true;
   if (reporting()) std::printf("stopping after epoch %lld; continue with --resume\n", static_cast<long long>(epoch));
   return false;
 }
 
-void FashionMnist::finish() {
-  if (progress_.epoch < config_.epochs) return;  // stopped early: no result yet
+int FashionMnist::finish() {
+  if (reporting()) record_->wait();  // the last async commit is in place (or its error thrown) before the end
+  if (stopping_) return kExitPreempted;
+  if (progress_.epoch < config_.epochs) return 0;  // stopped early (--stop-after-epoch): no result yet
   if (!result_) result_ = evaluate(*model, test_);  // resumed with nothing left to train
   if (reporting())
     print_result({{"example", config_.name},
@@ -328,6 +465,7 @@ void FashionMnist::finish() {
                   {"seconds", seconds_since(start_)},
                   {"device", device_.str()},
                   {"ranks", world_of(ranks_)}});
+  return 0;
 }
 
 }  // namespace loom::examples

@@ -4,18 +4,25 @@
 // training loop with them, so that the single-device, DataParallel, DDP and
 // pipeline versions differ only where their strategies do:
 //
-//   FashionMnist run(config, flags, device);       // resumes when --resume says so
+//   FashionMnist run(config, flags, device);       // resumes when --resume says so, mid-epoch too
 //   for (int64_t epoch = run.first_epoch(); epoch <= config.epochs; ++epoch) {
 //     for (auto& [x, y] : run.batches(epoch)) {
 //       Tensor loss = nn::functional::cross_entropy(run.model->forward(x), y);
 //       run.optimizer.zero_grad();
 //       loss.backward();
 //       run.optimizer.step();
-//       run.step_done(loss);                       // schedule, progress line, trace window
+//       if (!run.step_done(loss)) break;           // schedule, progress line, trace window; false: a stop signal
 //     }
 //     if (!run.end_epoch(epoch)) break;            // evaluate, report, commit checkpoint and metrics
 //   }
-//   run.finish();                                  // the RESULT line
+//   return run.finish();                           // the RESULT line; 0, or kExitPreempted after a stop
+//
+// SIGTERM or SIGUSR1 (examples/common/preemption.h) stops the run after a
+// step, the same step on every rank: end_epoch then commits a checkpoint of
+// that step (the position within the epoch, and the epoch's running loss
+// sums, one per rank), and finish() returns kExitPreempted. --resume goes on
+// from the next batch of the same epoch and ends where an uninterrupted run
+// ends, metrics rows included.
 #pragma once
 
 #include <chrono>
@@ -23,9 +30,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/dataloader.h"
 #include "examples/common/flags.h"
+#include "examples/common/preemption.h"
 #include "examples/common/progress.h"
 #include "examples/common/run_record.h"
 #include "nn/nn.h"
@@ -48,6 +57,7 @@ struct FashionMnistConfig {
   std::string trace;                // Chrome trace of a few steps (per rank: .rankN inserted); empty: none
   std::string tensorboard;          // folder for TensorBoard event files (the reporting rank's); empty: none
   bool resume = false;
+  bool async_checkpoint = false;  // commits written by a background thread (RunRecord::Options::async)
   bool cuda_graph = false;  // the optimizer capturable (GraphedStep replays the step)
 };
 
@@ -89,19 +99,29 @@ class FashionMnist {
   optim::AdamW optimizer;
 
   int64_t first_epoch() const { return progress_.epoch + 1; }
-  // This rank's batches of `epoch`, at most --max-steps-per-epoch of them.
-  data::Epoch batches(int64_t epoch) const { return train_.epoch(epoch, steps_per_epoch_); }
-  // After each optimizer step. `loss` may be undefined (a pipeline rank without it).
-  void step_done(const Tensor& loss);
+  // This rank's batches of `epoch`, at most --max-steps-per-epoch of them;
+  // in an epoch resumed mid-way, those after the checkpoint's step.
+  data::Epoch batches(int64_t epoch) const {
+    return train_.epoch(epoch, steps_per_epoch_, epoch == resumed_epoch_ ? resumed_batch_ : 0);
+  }
+  // After each optimizer step. `loss` may be undefined (a pipeline rank
+  // without it). False when the run stops after this step (a stop signal,
+  // on every rank at the same step): leave the epoch's loop.
+  bool step_done(const Tensor& loss);
   // After each epoch: evaluates the model on the test set, averages the train
-  // loss over the ranks, reports, commits checkpoint and metrics. False when
-  // --stop-after-epoch says to stop here.
+  // loss over the ranks, reports, commits checkpoint and metrics. After a
+  // stop mid-epoch: commits the checkpoint of the step instead. False when
+  // the run stops here (a stop, or --stop-after-epoch).
   bool end_epoch(int64_t epoch);
-  // Evaluates if no epoch did (nothing was left to train), and prints RESULT.
-  void finish();
+  // Evaluates if no epoch did (nothing was left to train), and prints
+  // RESULT. Returns main's status: 0, or kExitPreempted after a stop.
+  int finish();
 
  private:
   bool reporting() const;
+  void resume_mid_epoch(int64_t steps_into_epoch);
+  void commit_stop();
+  void commit_stop_checkpoint(const std::vector<float>& loss_sums);
 
   data::DataLoader train_, test_;
   int64_t steps_per_epoch_ = 0;
@@ -112,7 +132,11 @@ class FashionMnist {
   std::unique_ptr<tensorboard::SummaryWriter> board_;  // --tensorboard, on the reporting rank
   class StepTracer;
   std::unique_ptr<StepTracer> tracer_;
-  Tensor loss_sum_;
+  std::unique_ptr<StopAgreement> stop_;
+  bool stopping_ = false;
+  int64_t resumed_epoch_ = 0, resumed_batch_ = 0;  // an epoch resumed mid-way, and its first batch
+  int64_t epoch_first_step_ = 0;                   // the step this process began the epoch at
+  Tensor loss_sum_;                                // this rank's train losses of the epoch so far
   int trace_lane_ = 0;
   int64_t step_begin_us_ = 0;
   std::chrono::steady_clock::time_point start_, epoch_start_;

@@ -26,7 +26,7 @@ int run_program(const std::string& name, const std::function<int()>& body,
   int status = 1;
   try {
     status = body();
-    if (status == 0) return 0;
+    if (status == 0 || status == kExitPreempted) return status;  // every rank stopped alike: nothing to abandon
     if (on_failure) on_failure(label(name) + ": exit status " + std::to_string(status));  // it said why
     return status;
   } catch (const ExitAfterHelp&) {

@@ -16,6 +16,9 @@
 //   command line, 1 for anything else (a loom::Error, running out of memory,
 //   any other exception); "try a smaller --batch-size or model" only where
 //   tensor memory ran out (loom::OutOfMemoryError), never for a bad file;
+// - a body that returns kExitPreempted (a run stopped by a signal after its
+//   checkpoint, examples/common/preemption.h) is not a failure: the status
+//   goes out as it is, and every rank of the job returns it;
 // - on failure, `on_failure(why)` runs last: distributed programs pass
 //   parallel::abandon_job, so one failing rank ends the whole job at once
 //   instead of the others waiting out their timeouts.
@@ -25,6 +28,12 @@
 #include <string>
 
 namespace loom::examples {
+
+// The exit status of a run that stopped on a signal after committing its
+// checkpoint: EX_TEMPFAIL (sysexits.h), "try again later". Not 143 (128 +
+// SIGTERM), which says the signal killed the process, checkpoint or not: a
+// job script requeues on 75 and treats anything else non-zero as a failure.
+constexpr int kExitPreempted = 75;
 
 int run_program(const std::string& name, const std::function<int()>& body,
                 const std::function<void(const std::string& why)>& on_failure = {});

@@ -42,10 +42,26 @@ optim::TrainingProgress RunRecord::resume(nn::Module& model, optim::Optimizer& o
 void RunRecord::commit_epoch(const nn::Module& model, const optim::Optimizer& optimizer,
                              optim::TrainingProgress progress, const std::vector<double>& row) {
   csv_.add(row);
+  commit(model, optimizer, std::move(progress), /*write_csv=*/true);
+}
+
+void RunRecord::commit_step(const nn::Module& model, const optim::Optimizer& optimizer,
+                            optim::TrainingProgress progress) {
+  commit(model, optimizer, std::move(progress), /*write_csv=*/false);
+}
+
+void RunRecord::commit(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress,
+                       bool write_csv) {
   for (const auto& [flag, value] : options_.settings) progress.extra[kSettingPrefix + flag] = value;
   progress.extra[kMetricsKey] = csv_.text();
-  optim::save_training_checkpoint(options_.checkpoint, model, optimizer, progress, options_.writer);
-  csv_.write();
+  if (!options_.async) {
+    optim::save_training_checkpoint(options_.checkpoint, model, optimizer, progress, options_.writer);
+    if (write_csv) csv_.write();
+    return;
+  }
+  std::function<void()> then;
+  if (write_csv) then = [csv = csv_] { csv.write(); };  // the rows as committed; after the checkpoint's rename
+  async_.save(options_.checkpoint, model, optimizer, progress, options_.writer, std::move(then));
 }
 
 }  // namespace loom::examples

@@ -1,6 +1,6 @@
 // What a training run leaves on disk, and how it continues after a stop.
 //
-// After every epoch, a checkpoint (model, optimizer, progress, random state,
+// After every epoch (and mid-epoch when a run is told to stop), a checkpoint (model, optimizer, progress, random state,
 // the settings that define the run, and the metrics rows so far) and a
 // metrics CSV. The checkpoint is the one commit: it is written first,
 // atomically, and holds the rows; the CSV is written from it afterwards and
@@ -15,6 +15,8 @@
 //   if (resume) progress = record.resume(*model, opt);        // the same settings, or a clear error
 //   ... after each epoch:
 //   record.commit_epoch(*model, opt, progress, {epoch, accuracy});
+//   ... or, stopping mid-epoch (the position within the epoch is in progress.step):
+//   record.commit_step(*model, opt, progress);
 #pragma once
 
 #include <map>
@@ -23,6 +25,7 @@
 
 #include "examples/common/progress.h"
 #include "nn/module.h"
+#include "optim/async_checkpoint.h"
 #include "optim/optimizer.h"
 #include "optim/training_checkpoint.h"
 
@@ -36,6 +39,9 @@ class RunRecord {
     std::vector<std::string> columns;             // of the CSV
     std::map<std::string, std::string> settings;  // must be the same when resuming
     optim::CheckpointWriter writer;               // must be the same when resuming
+    // Commits by a background thread (optim/async_checkpoint.h): a commit
+    // returns once the state is copied; the CSV follows its checkpoint there.
+    bool async = false;
   };
   explicit RunRecord(Options options);
 
@@ -52,10 +58,24 @@ class RunRecord {
   // After an epoch: appends the row, commits the checkpoint, then writes the CSV.
   void commit_epoch(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress,
                     const std::vector<double>& row);
+  // Mid-epoch (a run told to stop): commits the checkpoint with the rows so
+  // far; progress.extra holds what the caller needs to finish the epoch
+  // exactly (its running sums). The CSV has not changed and is not rewritten.
+  void commit_step(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress);
+
+  // Async commits: check() rethrows the error of a commit that failed (call
+  // it after each step); wait() waits for the commit in flight and rethrows
+  // its error (before the program ends). Both return at once otherwise.
+  void check() { async_.check(); }
+  void wait() { async_.wait(); }
 
  private:
+  void commit(const nn::Module& model, const optim::Optimizer& optimizer, optim::TrainingProgress progress,
+              bool write_csv);
+
   Options options_;
   MetricsCsv csv_;
+  optim::AsyncCheckpoint async_;  // its destructor waits for a commit in flight
 };
 
 }  // namespace loom::examples

@@ -299,6 +299,29 @@ TEST(DataLoader, AnEpochCanStopEarly) {
   EXPECT_EQ(loader.epoch(4, 99).size(), 4);
 }
 
+// A run stopped after batch k - 1 continues the epoch from batch k: the
+// batches the whole epoch has from there on, with or without workers, and
+// up to a max_batches end.
+TEST(DataLoader, AnEpochCanStartAtABatch) {
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(::testing::Message() << workers << " workers");
+    DataLoader loader(numbered(10), {.batch_size = 3, .shuffle = true, .seed = 2, .num_workers = workers});
+    std::vector<std::vector<double>> whole, from_two, middle;
+    for (Batch& b : loader.epoch(4)) whole.push_back(testing::values(b.target));
+    for (Batch& b : loader.epoch(4, -1, 2)) from_two.push_back(testing::values(b.target));
+    for (Batch& b : loader.epoch(4, 3, 1)) middle.push_back(testing::values(b.target));
+    ASSERT_EQ(whole.size(), 4u);
+    EXPECT_EQ(from_two, std::vector<std::vector<double>>(whole.begin() + 2, whole.end()));
+    EXPECT_EQ(middle, std::vector<std::vector<double>>(whole.begin() + 1, whole.begin() + 3));
+    int none = 0;
+    for (Batch& b : loader.epoch(4, -1, 4)) none += static_cast<int>(b.target.numel());  // past the last: empty
+    EXPECT_EQ(none, 0);
+    EXPECT_EQ(loader.epoch(4, -1, 2).first_batch(), 2);
+    EXPECT_THROW_MSG(loader.epoch(4, 2, 3), "DataLoader: epoch 4 has 2 batches; it cannot start at batch 3");
+    EXPECT_THROW_MSG(loader.epoch(4, -1, -1), "DataLoader: epoch 4 has 4 batches; it cannot start at batch -1");
+  }
+}
+
 TEST(DataLoader, DeviceIsAppliedToEveryBatch) {
   // On the CPU, batches arrive on the CPU (moving to CUDA is tested where a GPU is).
   DataLoader loader(numbered(6), {.batch_size = 4, .num_workers = 1, .device = Device::cpu()});
