@@ -39,6 +39,7 @@
 #include <utility>
 
 #include "bench/compare/strategies.h"
+#include "bench/mfu.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
 #include "examples/common/ranks.h"
@@ -264,6 +265,16 @@ int main(int argc, char** argv) {
 
         manual_seed(0);
         Workload w = make_workload(model, config.device, mlp, gpt_shape);
+        // The model's FLOPs a step, forward and backward of the whole batch,
+        // counted once as they run (tensor/flop_counter.h): the work every
+        // strategy shares out over its devices (model FLOPs: a _ckpt row's
+        // recomputation is not counted, as MFU's definition asks). The random
+        // stream is put back so that the strategies see what they saw before.
+        const GeneratorState random_state = default_generator().state();
+        const int64_t model_flops =
+            count_step_flops([&] { w.loss(w.model->forward(w.input), w.target).backward(); });
+        w.model->zero_grad();
+        default_generator().set_state(random_state);
         auto wants = [&](const char* name) {
           return ("," + strategies + ",").find("," + std::string(name) + ",") != std::string::npos;
         };
@@ -332,6 +343,10 @@ int main(int argc, char** argv) {
                         config.devices);
         }
 
+        // The CPU's GEMM rate is measured before the rows and again after, and
+        // the better kept: other work on a shared machine only ever slows it.
+        Peak peak;
+        if (writer) peak = device_peak(config.device, "fp32");
         std::vector<Measurement> results;
         std::vector<double> projected;
         std::stringstream list(strategies);
@@ -360,8 +375,15 @@ int main(int argc, char** argv) {
         const Measurement* single = nullptr;
         for (const Measurement& m : results)
           if (m.strategy == "single" && m.skipped.empty()) single = &m;
-        std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %9s %10s %11s\n", "strategy", "samples/s", "speed-up",
-                    "eff.", "step ms", "compute", "comm", "idle", "peak MB", "model MB", "MB/step", "projected");
+        // MFU against the peak of the devices a row uses: a GPU's data-sheet
+        // rate each, or the CPU's GEMM rate measured now (bench/mfu.h). Devices
+        // that are one (a repeated GPU, the threads' one CPU) have one peak; an
+        // mpirun rank on the CPU measures its share of the cores.
+        if (config.device.is_cpu()) peak.flops_per_s = std::max(peak.flops_per_s, measure_cpu_gemm_flops());
+        auto peak_of = [&](int used) { return peak.flops_per_s * (shared && !config.group ? 1 : used); };
+        std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %9s %10s %11s %9s %6s\n", "strategy", "samples/s",
+                    "speed-up", "eff.", "step ms", "compute", "comm", "idle", "peak MB", "model MB", "MB/step",
+                    "projected", "GFLOP/s", "MFU");
         for (size_t i = 0; i < results.size(); ++i) {
           const Measurement& m = results[i];
           if (!m.skipped.empty()) {
@@ -383,17 +405,21 @@ int main(int argc, char** argv) {
             std::snprintf(model_mb, sizeof model_mb, "%9.1f", m.modeled_state_bytes / 1e6);
           else
             std::snprintf(model_mb, sizeof model_mb, "%9s", "");
-          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %s %9.2f %9.1f %s %9.2f%s %s\n",
+          const double achieved = model_flops / m.step_s;
+          std::printf("%-12s %10.1f %7.2fx %5.0f%% %9.2f %9.2f %s %9.2f %9.1f %s %9.2f%s %s %9.2f %5.1f%%\n",
                       m.strategy.c_str(), batch / m.step_s, speedup, 100 * speedup / used, 1e3 * m.step_s,
                       1e3 * m.compute_s, comm, 1e3 * m.idle_s, m.peak_bytes / 1e6, model_mb, m.comm_bytes / 1e6,
-                      m.comm_bytes_measured ? " " : "*", projected_ms);
+                      m.comm_bytes_measured ? " " : "*", projected_ms, achieved / 1e9,
+                      peak_of(used) > 0 ? 100 * achieved / peak_of(used) : 0.0);
         }
         std::printf("(* computed from tensor sizes; other byte counts measured. comm '-': not separated from "
                     "compute. model MB: parameters + gradients + Adam state per rank by the ZeRO accounting; peak MB "
                     "is the allocator's: per rank under mpirun, all ranks together when they are threads. "
-                    "Projection: %s link, %.0f GB/s, %.0f us; traces in %s/)\n",
+                    "Projection: %s link, %.0f GB/s, %.0f us; traces in %s/. GFLOP/s: the model's %.3f GFLOP a "
+                    "step (counted) over the step time; MFU against %s%s)\n",
                     link_name.c_str(), projection.link.bandwidth_bytes_per_s / 1e9, projection.link.latency_s * 1e6,
-                    config.trace_dir.c_str());
+                    config.trace_dir.c_str(), model_flops / 1e9, peak.source.c_str(),
+                    shared && !config.group ? ", once for the devices that are one" : " per device used");
         if (timelines)
           for (const Measurement& m : results)
             if (!m.timeline.empty())
@@ -405,12 +431,19 @@ int main(int argc, char** argv) {
           std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
                       "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
                       "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"modeled_state_bytes\": %lld, "
-                      "\"comm_bytes\": %.0f, \"projected_ms\": %s}\n",
+                      "\"comm_bytes\": %.0f, \"projected_ms\": %s, \"flops_per_step\": %lld, \"tflops\": %.6f, "
+                      "\"tflops_per_rank\": %.6f, \"peak_tflops\": %.6f, \"mfu\": %s}\n",
                       model.c_str(), m.strategy.c_str(), devices_used(m.strategy),
                       config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s,
                       m.split_known ? std::to_string(1e3 * m.comm_s).c_str() : "null", 1e3 * m.idle_s,
                       static_cast<long long>(m.peak_bytes), static_cast<long long>(m.modeled_state_bytes),
-                      m.comm_bytes, projected[i] >= 0 ? std::to_string(1e3 * projected[i]).c_str() : "null");
+                      m.comm_bytes, projected[i] >= 0 ? std::to_string(1e3 * projected[i]).c_str() : "null",
+                      static_cast<long long>(model_flops), model_flops / m.step_s / 1e12,
+                      model_flops / m.step_s / 1e12 / devices_used(m.strategy),
+                      peak_of(devices_used(m.strategy)) / 1e12,
+                      peak_of(devices_used(m.strategy)) > 0
+                          ? std::to_string(model_flops / m.step_s / peak_of(devices_used(m.strategy))).c_str()
+                          : "null");
         }
         write_csv(out + ".csv", results, projected, batch);
         // A run that measured nothing is a failure, not an empty table and a chart that cannot be drawn.

@@ -31,9 +31,14 @@
 // the most memory live tensors held during them ("peak_mb", the device
 // allocator's high-water mark: activations saved for backward, gradients,
 // optimizer state).
-// On the CPU, workloads whose FLOPs are counted (cnn) also print Eigen's fp32
-// GEMM rate (1024^3, the same threads) and the step's rate as a fraction of
-// it, both medians of rounds that alternate a GEMM and a step.
+// "flops_per_step" is counted as one eager step runs (tensor/flop_counter.h,
+// PyTorch's FlopCounterMode formulas); "tflops" is it over the timed steps'
+// time and "mfu" that over the device's peak ("peak_tflops", "peak_source":
+// a GPU's dense data-sheet rate, or the CPU's best 1024^3 float32 GEMM
+// through loom's matmul, measured in the same run; bench/mfu.h).
+// On the CPU (fp32) the line also has Eigen's fp32 GEMM rate (1024^3, the
+// same threads) and the step's rate as a fraction of it, both medians of
+// rounds that alternate a GEMM and a step.
 #include <Eigen/Core>
 #include <omp.h>
 
@@ -46,7 +51,7 @@
 
 #include "bench/gpu_name.h"
 #include "bench/malloc_counter.h"
-#include "bench/peak_flops.h"
+#include "bench/mfu.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -181,6 +186,9 @@ int main(int argc, char** argv) {
     // allocator has seen every block a timed step holds.
     Tensor loss;
     for (int i = 0; i < std::max(warmup, cuda_graph ? 1 : 0); ++i) loss = train_step();
+    // The step's FLOPs, counted at the ops as they run (tensor/flop_counter.h):
+    // one more eager step, before a graph is captured (replays pass no op).
+    const int64_t flops_per_step = bench::count_step_flops([&] { loss = train_step(); });
     std::function<Tensor()> timed_step = train_step;
     std::optional<DeviceGraph> graph;
     if (cuda_graph) {
@@ -218,17 +226,20 @@ int main(int argc, char** argv) {
                 cuda_graph ? "true" : "false", cudnn_bench ? "true" : "false", steps,
                 omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
-                system_allocs, malloc_calls, waits, peak_mb, w.flops_per_step);
-    // Model FLOPs utilisation against the data sheet's dense peak for the
-    // precision (TF32's where --tf32), where the table knows the GPU.
-    const double peak = bench::dense_peak_flops(bench::gpu_name(device), tf32 && precision == "fp32" ? "tf32" : precision);
-    if (peak > 0 && w.flops_per_step > 0)
-      std::printf(", \"mfu\": %.4f", w.flops_per_step * steps / seconds / peak);
-    if (device.is_cpu() && w.flops_per_step > 0 && precision == "fp32") {
-      const Efficiency e = measure_efficiency(w.flops_per_step, train_step);
+                system_allocs, malloc_calls, waits, peak_mb, double(flops_per_step));
+    // Achieved FLOP/s and model FLOPs utilisation (bench/mfu.h): against the
+    // data sheet's dense peak for the precision (TF32's where --tf32) where
+    // the table knows the GPU; on the CPU against the GEMM rate measured now.
+    const double achieved = double(flops_per_step) * steps / seconds;
+    const bench::Peak peak = bench::device_peak(device, tf32 && precision == "fp32" ? "tf32" : precision);
+    std::printf(", \"tflops\": %.4f, \"peak_tflops\": %.4f, \"peak_source\": \"%s\"", achieved / 1e12,
+                peak.flops_per_s / 1e12, peak.source.c_str());
+    if (peak.flops_per_s > 0 && flops_per_step > 0) std::printf(", \"mfu\": %.4f", achieved / peak.flops_per_s);
+    if (device.is_cpu() && flops_per_step > 0 && precision == "fp32") {
+      const Efficiency e = measure_efficiency(double(flops_per_step), train_step);
       std::printf(", \"step_gflop\": %.3f, \"step_gflops\": %.1f, \"gemm_gflops\": %.1f, "
                   "\"fraction_of_gemm\": %.3f",
-                  w.flops_per_step / 1e9, e.step_gflops, e.gemm_gflops, e.step_gflops / e.gemm_gflops);
+                  flops_per_step / 1e9, e.step_gflops, e.gemm_gflops, e.step_gflops / e.gemm_gflops);
     }
     std::printf("}\n");
     return 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bench/mfu.h"
 #include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
 #include "examples/common/memory_budget.h"
@@ -312,6 +313,11 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
   install_stop_handlers();
   epoch_first_step_ = progress_.step;
   trace_lane_ = trace::lane(world > 1 ? "rank " + std::to_string(rank_of(ranks_)) : "main");
+  if (reporting()) {
+    // The peak first (the CPU's is a few GEMMs), then the first step counts.
+    peak_flops_ = bench::device_peak(device, "fp32").flops_per_s;
+    counting_ = std::make_unique<FlopCounter::Scope>(step_flops_);
+  }
   step_begin_us_ = trace::now_us();
   start_ = epoch_start_ = Clock::now();
 }
@@ -357,6 +363,12 @@ bool FashionMnist::step_done(const Tensor& loss) {
   if (loss.defined()) loss_sum_ = loss_sum_ + loss.detach();
   ++progress_.step;
   tracer_->step_done(progress_.step);
+  if (counting_) {
+    // This rank's FLOPs a step over the (global) batch: times the samples/s
+    // the line shows, the FLOP/s of this rank's device.
+    counting_.reset();
+    bar_->set_flops(step_flops_.total() / double(config_.batch_size), peak_flops_);
+  }
   // Reading the loss waits for the GPU: only when a line is printed.
   if (reporting() && progress_.step % config_.log_every == 0) {
     const int64_t done = progress_.step - epoch_first_step_;

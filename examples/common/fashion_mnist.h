@@ -41,6 +41,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/process_group.h"
+#include "tensor/flop_counter.h"
 #include "tensorboard/summary_writer.h"
 
 namespace loom::examples {
@@ -142,6 +143,12 @@ class FashionMnist {
   std::chrono::steady_clock::time_point start_, epoch_start_;
   std::optional<Evaluation> result_;
   double samples_per_second_ = 0;
+  // The first step's FLOPs, counted on the reporting rank while it runs
+  // (tensor/flop_counter.h), and the device's peak: the progress line's
+  // FLOP/s and MFU (bench/mfu.h).
+  FlopCounter step_flops_;
+  std::unique_ptr<FlopCounter::Scope> counting_;
+  double peak_flops_ = 0;
 };
 
 }  // namespace loom::examples

@@ -30,11 +30,23 @@ void Progress::update(int64_t step, double loss, double samples_per_second) {
   if (!due) return;
   const double elapsed = seconds_since(start_);
   const double per_step = step > first_step_ ? elapsed / (step - first_step_) : 0;
-  std::printf("%sstep %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s", terminal_ ? "\r" : "",
+  // Appended after the ETA, so that what reads the line's start still does.
+  char flops[64] = "";
+  const double rate = samples_per_second * flops_per_sample_;
+  if (rate > 0 && peak_flops_ > 0)
+    std::snprintf(flops, sizeof flops, "  %.1f GFLOP/s (MFU %.0f%%)", rate / 1e9, 100 * rate / peak_flops_);
+  else if (rate > 0)
+    std::snprintf(flops, sizeof flops, "  %.1f GFLOP/s", rate / 1e9);
+  std::printf("%sstep %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s%s", terminal_ ? "\r" : "",
               static_cast<long long>(step), static_cast<long long>(total_), loss, samples_per_second,
-              format_duration(per_step * (total_ - step)).c_str(), terminal_ ? "   " : "\n");
+              format_duration(per_step * (total_ - step)).c_str(), flops, terminal_ ? "   " : "\n");
   std::fflush(stdout);
   line_open_ = terminal_;
+}
+
+void Progress::set_flops(double flops_per_sample, double peak_flops_per_s) {
+  flops_per_sample_ = flops_per_sample;
+  peak_flops_ = peak_flops_per_s;
 }
 
 void Progress::finish_line() {

@@ -4,6 +4,7 @@
 //
 //   Progress progress(steps_per_epoch * epochs, /*every=*/100);
 //   progress.update(step, loss, samples_per_s);     // "step 120/2345 loss 0.41 ... ETA 2m13s"
+//   progress.set_flops(flops_per_sample, peak);     // then "... ETA 2m13s  2.1 GFLOP/s (MFU 14%)"
 //   MetricsCsv csv("metrics.csv", {"epoch", "train_loss", "test_accuracy"});
 //   csv.append({1, 0.52, 0.88});
 #pragma once
@@ -22,6 +23,9 @@ class Progress {
   void update(int64_t step, double loss, double samples_per_second);
   // Ends a live line before other output.
   void finish_line();
+  // From now on each line ends with the FLOP rate samples_per_second makes,
+  // and its MFU against peak_flops_per_s (bench/mfu.h) when that is not 0.
+  void set_flops(double flops_per_sample, double peak_flops_per_s);
 
  private:
   int64_t total_, every_;
@@ -29,6 +33,7 @@ class Progress {
   bool line_open_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int64_t first_step_;
+  double flops_per_sample_ = 0, peak_flops_ = 0;
 };
 
 // A CSV with a header, rewritten whole and atomically after each append, so

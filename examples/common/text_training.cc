@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "bench/mfu.h"
 #include "examples/common/memory_budget.h"
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
@@ -90,6 +91,12 @@ TextRun::TextRun(TextTrainingConfig config, nn::Module& model, const data::CharD
     AtomicFile::check_writable(config_.metrics, "--metrics");  // before hours of training
   if (config_.writer && !config_.tensorboard.empty())
     board_ = std::make_unique<tensorboard::SummaryWriter>(config_.tensorboard);
+  if (config_.writer) {
+    // The peak first (the CPU's is a few GEMMs, not timed), then the first step counts.
+    peak_flops_ = bench::device_peak(config_.device, "fp32").flops_per_s;
+    counting_ = std::make_unique<FlopCounter::Scope>(step_flops_);
+    watch_.restart();
+  }
 }
 
 data::Batch TextRun::next_batch() { return random_windows(train_, config_.batch, batches_, config_.device); }
@@ -97,6 +104,11 @@ data::Batch TextRun::next_batch() { return random_windows(train_, config_.batch,
 void TextRun::step_done(int64_t step, const Tensor& loss, double lr) {
   const TextTrainingConfig& c = config_;
   tokens_per_second_ = step * c.batch * c.block_size / watch_.seconds();
+  if (counting_) {
+    // This rank's FLOPs a step over the batch's sequences: times the line's sequences/s, its FLOP/s.
+    counting_.reset();
+    progress_.set_flops(step_flops_.total() / double(c.batch), peak_flops_);
+  }
   // Reading the loss waits for a GPU: only when a line is printed.
   if (step % 50 == 0 && c.writer) {
     const double value = loss.item();

@@ -13,6 +13,7 @@
 #include "examples/common/progress.h"
 #include "tensorboard/summary_writer.h"
 #include "nn/module.h"
+#include "tensor/flop_counter.h"
 #include "tensor/stopwatch.h"
 
 namespace loom::examples {
@@ -98,6 +99,11 @@ class TextRun {
   Generator batches_;
   Stopwatch watch_;
   double val_loss_ = 0, tokens_per_second_ = 0;
+  // The first step's FLOPs on the writer, counted as it runs, for the
+  // progress line's FLOP/s and MFU (bench/mfu.h).
+  FlopCounter step_flops_;
+  std::unique_ptr<FlopCounter::Scope> counting_;
+  double peak_flops_ = 0;
 };
 
 }  // namespace loom::examples

@@ -15,6 +15,7 @@
 #include "nn/functional/operands.h"
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
+#include "tensor/flop_counter.h"
 
 namespace loom::nn::functional {
 namespace {
@@ -32,6 +33,17 @@ bool fused_wanted() {
 }
 
 // The fused kernels keep each row's logsumexp in float32, float64 for float64.
+// The fused kernels' FLOPs under PyTorch's sdpa names and formulas
+// (tensor/flop_counter.h): q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv).
+void count_attention_flops(bool backward, const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!flops_counted()) return;
+  const int64_t b = q.size(0), h = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv = v.size(3);
+  if (backward)
+    count_flops("scaled_dot_product_attention_backward", flops::attention_backward(b, h, tq, tk, d, dv));
+  else
+    count_flops("scaled_dot_product_attention", flops::attention(b, h, tq, tk, d, dv));
+}
+
 DType logsumexp_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
 
 // Whether the fused kernels take these tensors (else the composite runs).
@@ -86,6 +98,7 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   Tensor out = empty_in_layout_of(q, v.size(3));
   Tensor logsumexp = empty({q.size(0), q.size(1), q.size(2)}, {.dtype = logsumexp_dtype(dtype), .device = q.device()});
   backend_for(q.device()).attention(q, k, v, params, out, logsumexp);
+  count_attention_flops(false, q, k, v);
   if (autograd::needs_grad({q, k, v}))
     autograd::record(
         "ScaledDotProductAttentionBackward", {q, k, v}, out,
@@ -98,6 +111,7 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
           TensorList grads = empty_gradients(q, k, v);
           backend_for(q.device()).attention_backward(q, k, v, so.get(), dout, logsumexp, params, grads[0], grads[1],
                                                      grads[2]);
+          count_attention_flops(true, q, k, v);
           return grads;
         });
   if (q_in.dim() == 4) return out;
@@ -187,6 +201,7 @@ AttentionBlock attention_block(const Tensor& q_in, const Tensor& k_in, const Ten
                        empty({q.size(0), q.size(1), q.size(2)},
                              {.dtype = logsumexp_dtype(q.dtype()), .device = q.device()})};
   backend_for(q.device()).attention(q, k, v, params, block.out, block.logsumexp);
+  count_attention_flops(false, q, k, v);
   return block;
 }
 
@@ -203,6 +218,7 @@ TensorList attention_block_backward(const Tensor& q_in, const Tensor& k_in, cons
   const Tensor row_logsumexp = logsumexp.to(logsumexp_dtype(q.dtype())).contiguous();
   backend_for(q.device()).attention_backward(q, k, v, dense_rows(out.to(q.dtype())), dense_rows(dout.to(q.dtype())),
                                              row_logsumexp, params, grads[0], grads[1], grads[2]);
+  count_attention_flops(true, q, k, v);
   return grads;
 }
 

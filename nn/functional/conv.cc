@@ -3,6 +3,7 @@
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "tensor/autocast.h"
+#include "tensor/flop_counter.h"
 
 namespace loom::nn::functional {
 namespace {
@@ -44,7 +45,12 @@ Tensor convolve(const Tensor& x, const Tensor& weight, const Tensor& bias, const
   Tensor xc = contiguous_raw(x), wc = contiguous_raw(weight);
   Tensor bc = has_bias ? contiguous_raw(bias) : Tensor();
   Tensor y = empty({x.size(0), weight.size(0), ho, wo}, x.options());
-  if (y.numel() > 0) backend_for(x.device()).conv2d(xc, wc, bc, p, y);
+  // Each of the forward, dx and dw is one product of this many FLOPs (tensor/flop_counter.h).
+  const int64_t flops = flops::conv2d(y.size(0), y.size(1), ho, wo, weight.size(1), weight.size(2), weight.size(3));
+  if (y.numel() > 0) {
+    backend_for(x.device()).conv2d(xc, wc, bc, p, y);
+    count_flops("convolution", flops);
+  }
   TensorList inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
   if (autograd::needs_grad(inputs)) {
@@ -57,7 +63,7 @@ Tensor convolve(const Tensor& x, const Tensor& weight, const Tensor& bias, const
     autograd::record_selective(
         p.relu ? "Conv2dReluBackward" : "Conv2dBackward", inputs, {y},
         [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), relu_out, p, dx_needed, dw_needed,
-         db_needed, has_bias](const TensorList& g, const autograd::InputMask& wanted) {
+         db_needed, has_bias, flops](const TensorList& g, const autograd::InputMask& wanted) {
           Tensor dy = contiguous_raw(g[0]);
           Tensor y = p.relu ? relu_out.get() : Tensor();
           const bool dx_wanted = dx_needed && autograd::wants(wanted, 0);
@@ -67,12 +73,14 @@ Tensor convolve(const Tensor& x, const Tensor& weight, const Tensor& bias, const
           if (dx_wanted) {
             dx = empty(sx.get().shape(), sx.get().options());
             backend_for(dy.device()).conv2d_backward_input(dy, y, sw.get(), p, dx);
+            count_flops("convolution_backward", flops);
           }
           if (db_wanted) db = empty({sw.get().size(0)}, sw.get().options());
           if (dw_wanted || db_wanted) {
             // The weight's gradient comes with the bias's at little extra cost.
             dw = empty(sw.get().shape(), sw.get().options());
             backend_for(dy.device()).conv2d_backward_weight(dy, y, sx.get(), p, dw, db);
+            count_flops("convolution_backward", flops);
           }
           TensorList grads{dx, dw_wanted ? dw : Tensor()};
           if (has_bias) grads.push_back(db);

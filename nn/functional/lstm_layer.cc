@@ -8,13 +8,16 @@
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "nn/functional/operands.h"
+#include "tensor/flop_counter.h"
 
 namespace loom::nn::functional {
 namespace {
 
-// out = a @ b for 2-D operands, through the backend's batched product (a batch of one).
+// out = a @ b for 2-D operands, through the backend's batched product (a
+// batch of one). It bypasses mm, so it counts its FLOPs as mm's itself.
 void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
   backend.matmul(a.unsqueeze(0), b.unsqueeze(0), Tensor(), out.unsqueeze(0));
+  count_flops("mm", flops::mm(a.size(0), a.size(1), b.size(1)));
 }
 
 // The saved forward, and the backward through time.

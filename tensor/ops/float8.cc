@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/flop_counter.h"
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -79,6 +80,7 @@ Tensor float8_scaled_mm(const Float8Matrix& a, const Float8Matrix& b, const Tens
     if (reinterpret_cast<uintptr_t>(row.raw_data()) % 16 != 0) row = row.clone();
   }
   backend_for(out.device()).float8_matmul(a.bits, a.format, a.inv_scale, b.bits, b.format, b.inv_scale, row, out);
+  count_flops("_scaled_mm", flops::mm(m, k, n));  // PyTorch's name for the scaled float8 product
   if (bias.defined() && !bias_in_product) out.add_(bias);
   return out;
 }

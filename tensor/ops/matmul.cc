@@ -3,6 +3,7 @@
 // addmm (a product plus a bias row, a Linear layer's op) is the one other
 // kernel: the backend adds the bias as the product is written.
 #include "tensor/autocast.h"
+#include "tensor/flop_counter.h"
 #include "tensor/ops.h"
 #include "tensor/ops/op_utils.h"
 
@@ -24,7 +25,7 @@ bool is_transposed_matrices(const Tensor& t) {
 }
 
 Tensor transposed(const Tensor& t) { return t.transpose(-2, -1); }
-Tensor product(const Tensor& a, const Tensor& b) { return a.dim() == 2 ? mm(a, b) : bmm(a, b); }
+Tensor batched_product(const char* op, const Tensor& a, const Tensor& b);
 
 // The gradients of y = a @ b (both 2-D or both 3-D) for the operands that
 // need them: dy @ b^T for a and a^T @ dy for b; transposes are views. An
@@ -35,8 +36,11 @@ Tensor product(const Tensor& a, const Tensor& b) { return a.dim() == 2 ? mm(a, b
 // backward (autograd/split_backward.h) can ask for one now, the other later.
 class ProductGradients {
  public:
-  ProductGradients(const Tensor& a, const Tensor& b)
-      : needs_a_(a.requires_grad()),
+  // `op`: the name a 3-D product's gradient products count under, as
+  // PyTorch's: "mm" for mm (a batch of one here), "bmm" for bmm.
+  ProductGradients(const Tensor& a, const Tensor& b, const char* op = "bmm")
+      : op_(op),
+        needs_a_(a.requires_grad()),
         needs_b_(b.requires_grad()),
         a_transposed_(is_transposed_matrices(a)),
         b_transposed_(is_transposed_matrices(b)),
@@ -54,6 +58,11 @@ class ProductGradients {
   }
 
  private:
+  Tensor product(const Tensor& a, const Tensor& b) const {
+    return a.dim() == 2 ? mm(a, b) : batched_product(op_, a, b);
+  }
+
+  const char* op_;
   bool needs_a_, needs_b_, a_transposed_, b_transposed_;
   autograd::SavedTensor a_, b_;
 };
@@ -64,6 +73,26 @@ Tensor as_batch_of_one(const Tensor& t) {
                     t.storage_offset());
 }
 
+// bmm, or mm on a batch of one: `op` names the FLOPs it counts (tensor/flop_counter.h).
+Tensor batched_product(const char* op, const Tensor& a, const Tensor& b) {
+  Tensor y = empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  if (y.numel() > 0) {
+    if (a.size(2) == 0) {
+      backend_for(y.device()).fill(y, 0);
+    } else {
+      backend_for(y.device()).matmul(a, b, Tensor(), y);
+      count_flops(op, flops::bmm(a.size(0), a.size(1), a.size(2), b.size(2)));
+    }
+  }
+  if (autograd::needs_grad(a, b))
+    autograd::record_selective(
+        "BmmBackward", {a, b}, {y},
+        [gradients = ProductGradients(a, b, op)](const TensorList& g, const autograd::InputMask& w) {
+          return gradients(g[0], autograd::wants(w, 0), autograd::wants(w, 1));
+        });
+  return y;
+}
+
 }  // namespace
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
@@ -72,19 +101,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
              " and ", b.shape());
   LOOM_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: shapes ", a.shape(), " and ",
              b.shape(), " cannot be multiplied (batch sizes or inner sizes differ)");
-  Tensor y = empty({a.size(0), a.size(1), b.size(2)}, a.options());
-  if (y.numel() > 0) {
-    if (a.size(2) == 0)
-      backend_for(y.device()).fill(y, 0);
-    else
-      backend_for(y.device()).matmul(a, b, Tensor(), y);
-  }
-  if (autograd::needs_grad(a, b))
-    autograd::record_selective("BmmBackward", {a, b}, {y},
-                               [gradients = ProductGradients(a, b)](const TensorList& g, const autograd::InputMask& w) {
-                                 return gradients(g[0], autograd::wants(w, 0), autograd::wants(w, 1));
-                               });
-  return y;
+  return batched_product("bmm", a, b);
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
@@ -93,7 +110,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
              " and ", b.shape());
   LOOM_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.shape(), " and ", b.shape(),
              " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
-  return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
+  return batched_product("mm", a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
 }
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
@@ -119,10 +136,12 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (y.numel() > 0) {
     Backend& backend = backend_for(y.device());
     const Tensor row = bias.is_contiguous() ? bias : contiguous_copy(bias);
-    if (a.size(1) == 0)
+    if (a.size(1) == 0) {
       backend.copy(detail::expand_raw(row, y.shape()), y);
-    else
+    } else {
       backend.matmul(as_batch_of_one(a), as_batch_of_one(b), row, as_batch_of_one(y));
+      count_flops("addmm", flops::mm(m, a.size(1), n));  // PyTorch counts the bias as free
+    }
   }
   if (autograd::needs_grad({bias, a, b}))
     autograd::record_selective(
