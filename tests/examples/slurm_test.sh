@@ -42,13 +42,14 @@ python3 "$same_state" mpirun.st "ddp_fashion_mnist.$job.safetensors" mpirun.csv 
 # checkpoints the step and exits 75, and the script requeues the job itself;
 # one that does not is killed, and the job is requeued by hand: it goes on
 # from epoch 1's checkpoint. Either way it ends where the straight run does.
-two=(--epochs 2 --max-steps-per-epoch 30 --batch-size 64 --width 4 --workers 1 --log-every 1)
+# Long enough that the signal lands inside epoch 2's steps on an idle machine too (a step is ~10 ms).
+two=(--epochs 2 --max-steps-per-epoch 200 --batch-size 64 --width 4 --workers 1 --log-every 1)
 mpirun -np 2 --oversubscribe --bind-to none "$ddp" "${two[@]}" --checkpoint straight.st --metrics straight.csv \
   > straight.log 2>&1 || { cat straight.log; exit 1; }
 job=$(sbatch --parsable "$sbatch_script" "${two[@]}")
 out=ddp_fashion_mnist.$job.out
-for _ in $(seq 1800); do grep -q '^step 3[5-9]/60 ' "$out" 2> /dev/null && break; sleep 0.1; done
-grep -q '^step 3[5-9]/60 ' "$out" || { echo "FAIL: the job did not reach epoch 2"; cat "$out"; exit 1; }
+for _ in $(seq 1800); do grep -q '^step 2[1-4][0-9]/400 ' "$out" 2> /dev/null && break; sleep 0.1; done
+grep -q '^step 2[1-4][0-9]/400 ' "$out" || { echo "FAIL: the job did not reach epoch 2"; cat "$out"; exit 1; }
 scancel --signal=TERM "$job" || { echo "FAIL: scancel"; cat "$out"; exit 1; }
 # Back in the queue (the script requeued it) or failed (killed).
 slurm_wait_state "$job" "PENDING|FAILED|COMPLETED" 120 || { cat "$out"; exit 1; }
