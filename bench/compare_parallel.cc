@@ -53,27 +53,31 @@ using namespace loom::examples;
 
 namespace {
 
-// --devices: a count, or a comma-separated list of devices.
+// --devices: a count, or a comma-separated list of devices (examples/common/flags.h
+// parses the list for dp_fashion_mnist's --devices too).
+constexpr int kMaxDevices = 64;  // bounds the count and the list alike
+bool is_count(const std::string& text) {
+  return !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+}
 std::vector<Device> device_list(const std::string& text) {
-  if (text.find_first_not_of("0123456789") == std::string::npos) return {};
-  std::vector<Device> out;
-  std::stringstream list(text);
-  for (std::string name; std::getline(list, name, ',');) out.push_back(Device::parse(name));
-  return out;
+  return is_count(text) ? std::vector<Device>{} : parse_device_list(text, kMaxDevices);
 }
 
 CLI::Validator device_count_or_list() {
-  const std::string what = "a count from 1 to 64, or a comma-separated list of devices";
+  const std::string what =
+      "a count from 1 to " + std::to_string(kMaxDevices) + ", or a comma-separated list of devices";
   return CLI::Validator(
       [what](std::string& text) -> std::string {
+        if (is_count(text))
+          return text.size() <= 2 && std::stoi(text) >= 1 && std::stoi(text) <= kMaxDevices
+                     ? ""
+                     : "expected " + what + ", got '" + text + "'";
         try {
-          const std::vector<Device> list = device_list(text);
-          const bool count = list.empty() && !text.empty() && text.size() <= 2 && std::stoi(text) >= 1 &&
-                             std::stoi(text) <= 64;
-          if (count || (!list.empty() && list.size() <= 64 && text.back() != ',')) return "";
-        } catch (const std::exception&) {
+          device_list(text);
+          return "";
+        } catch (const Error& e) {  // the list's own fault: which device, and why
+          return "expected " + what + ", got '" + text + "': " + e.what();
         }
-        return "expected " + what + ", got '" + text + "'";
       },
       what);
 }
@@ -97,8 +101,10 @@ void write_csv(const std::string& path, const std::vector<Measurement>& results,
 // exposed communication and idle (stacked), with the projection as points.
 // Returns why there is no chart, or "" when there is one.
 std::string plot(const std::string& csv, const std::string& png, const std::string& title) {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
-    return "gnuplot is missing (apt-get install gnuplot-nox)";
+  // Only a shell that ran and did not find it means gnuplot is missing.
+  const int found = std::system("command -v gnuplot > /dev/null 2>&1");
+  if (found == -1) return "could not start a shell to look for gnuplot";
+  if (found != 0) return "gnuplot is missing (apt-get install gnuplot-nox)";
   const std::string script = png + ".gp";
   // gnuplot draws into a temporary made for it, never through a link
   // planted at the PNG's name; the rename then replaces the name itself.
@@ -445,12 +451,13 @@ int main(int argc, char** argv) {
                           ? std::to_string(model_flops / m.step_s / peak_of(devices_used(m.strategy))).c_str()
                           : "null");
         }
-        write_csv(out + ".csv", results, projected, batch);
-        // A run that measured nothing is a failure, not an empty table and a chart that cannot be drawn.
+        // A run that measured nothing is a failure, not an empty CSV and a chart that cannot be drawn
+        // (once reported as "gnuplot is missing", with gnuplot installed, and status 0).
         std::string skipped;
         for (const Measurement& m : results) skipped += (skipped.empty() ? "" : "; ") + m.strategy + ": " + m.skipped;
         LOOM_CHECK(std::any_of(results.begin(), results.end(), [](const Measurement& m) { return m.skipped.empty(); }),
-                   "every strategy was skipped (", skipped, ")");
+                   "every strategy was skipped, so there is no CSV and no chart; ", skipped);
+        write_csv(out + ".csv", results, projected, batch);
         const std::string title = model + " on " + std::to_string(config.devices) + " x " + config.device.str();
         const std::string no_chart = plot(out + ".csv", out + ".png", title);
         if (no_chart.empty())

@@ -216,8 +216,11 @@ void SGD::step() {
     struct Launch {
       TensorList params, grads, buffers;
     } starting, continuing;
+    // The lambda captures `ids`, not the binding: a structured binding cannot be captured before C++20 (clang-14).
     LOOM_CHECK(!capturable() || std::all_of(indices.begin(), indices.end(),
-                                            [&](size_t i) { return step_count(i) == step_count(indices[0]); }),
+                                            [this, &ids = indices](size_t i) {
+                                              return step_count(i) == step_count(ids[0]);
+                                            }),
                "SGD with capturable = true: the parameters on ", device, " have taken different numbers of steps; a "
                "capturable optimizer steps them all together");
     for (size_t i : indices) {

@@ -22,7 +22,7 @@ case $target in
     extra=(-lz) ;;
   resume)  # everything a resume touches: the CPU tensor library, autograd, nn, optim, the run record
     sources=(examples/common/fuzz/resume_fuzzer.cc examples/common/run_record.cc examples/common/progress.cc
-             tensor/*.cc tensor/cpu/*.cc tensor/ops/*.cc autograd/engine.cc autograd/node.cc autograd/checkpoint.cc
+             tensor/*.cc tensor/cpu/*.cc tensor/ops/*.cc autograd/engine.cc autograd/graph_task.cc autograd/node.cc autograd/checkpoint.cc
              nn/*.cc nn/layers/*.cc nn/functional/*.cc optim/*.cc)
     extra=(-I/usr/include/eigen3 -fopenmp -lz) ;;
   *) echo "usage: tools/fuzz.sh idx|safetensors|resume [SECONDS] [CORPUS_DIR] [libFuzzer flags...]" >&2; exit 2 ;;

@@ -51,6 +51,33 @@ CLI::Validator device_name() {
       "cpu, cuda or cuda:N");
 }
 
+std::vector<Device> parse_device_list(const std::string& text, size_t most) {
+  const size_t items = std::count(text.begin(), text.end(), ',') + 1;
+  LOOM_CHECK(items <= most, "a list of at most ", most, " devices, got ", items);
+  std::vector<Device> out;
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    out.push_back(Device::parse(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// Checked while the command line is parsed, so that a bad list is a usage
+// error (status 2) naming the flag, as a bad --device is.
+CLI::Validator device_list(size_t most) {
+  return CLI::Validator(
+      [most](std::string& text) -> std::string {
+        try {
+          parse_device_list(text, most);
+          return "";
+        } catch (const Error& e) {
+          return e.what();
+        }
+      },
+      "a comma-separated list of devices");
+}
+
 Flags::Flags(const std::string& description) : app_(description) {}
 
 CLI::Option* Flags::add_switch(const std::string& name, bool& value, const std::string& description, Scope scope) {

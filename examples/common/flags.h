@@ -23,6 +23,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensor/device.h"
+
 namespace loom::examples {
 
 enum class Scope {
@@ -60,6 +62,10 @@ CLI::Validator number_in(double lo, double hi);
 CLI::Validator list_of(const std::vector<std::string>& allowed);
 // A device: cpu, cuda or cuda:N (whether that GPU exists is checked later).
 CLI::Validator device_name();
+// A comma-separated list of 1 to `most` devices ("cuda:0,cuda:1"); an empty
+// item (",", "cuda:0,") is an invalid device, not one left out.
+std::vector<Device> parse_device_list(const std::string& text, size_t most);
+CLI::Validator device_list(size_t most);
 
 class Flags {
  public:

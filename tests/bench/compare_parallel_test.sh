@@ -125,11 +125,18 @@ ln -s victim.txt planted.png
 if command -v gnuplot > /dev/null; then
   [ -f planted.png ] && [ ! -L planted.png ] || { echo "planted.png is still a link"; ls -l planted.png; exit 1; }
 fi
-# Every strategy skipped is a failure that says why, not an empty table and status 0.
-if "$tool" --model mlp --strategies tp --steps 1 --out allskipped > allskipped.log 2>&1; then
-  echo "a run where every strategy was skipped exited 0"; cat allskipped.log; exit 1
-fi
-grep -q "every strategy was skipped (tp: " allskipped.log || { cat allskipped.log; exit 1; }
+# Every strategy skipped is a failure (status 1) that names each and why, not an empty table, status 0
+# and "gnuplot is missing" (as once, with gnuplot installed); no CSV or chart is left behind.
+set +e
+"$tool" --model mlp --strategies tp,hybrid-tp --steps 1 --out allskipped > allskipped.log 2> allskipped.err
+status=$?
+set -e
+[ "$status" = 1 ] || { echo "every strategy skipped: status $status, not 1"; cat allskipped.log allskipped.err; exit 1; }
+[ "$(cat allskipped.err)" = "compare_parallel: every strategy was skipped, so there is no CSV and no chart; \
+tp: tensor parallelism here splits a GPT (--model gpt); hybrid-tp: tensor parallelism here splits a GPT (--model gpt)" ] \
+  || { echo "every strategy skipped: wrong message"; cat allskipped.err; exit 1; }
+! grep -q gnuplot allskipped.log allskipped.err || { echo "gnuplot blamed for an empty run"; exit 1; }
+[ ! -e allskipped.csv ] && [ ! -e allskipped.png ] || { echo "an empty run wrote a CSV or chart"; exit 1; }
 # The hybrid over processes: mpirun -np 4 --mesh 2x2.
 mpirun -np 4 --oversubscribe --bind-to none "$tool" --model mlp --mlp-hidden 64 --mlp-layers 4 --micro-batches 4 \
   --steps 2 --warmup 1 --strategies hybrid --mesh 2x2 --out mpimesh > mpimesh.log 2>&1 || { cat mpimesh.log; exit 1; }
@@ -139,6 +146,28 @@ for r in 0 1 2 3; do
     || { echo "mpirun: bad hybrid trace on rank $r"; exit 1; }
 done
 
+# A bad --devices is a command-line error (status 2) naming the flag, the text and the device at fault;
+# an index past an int's range is refused as written, never wrapped (cuda:99999999999 was once device 1215752191).
+for bad in "," "cuda:0," "cpu,,cpu" "cuda:99999999999" "0" "65"; do
+  case $bad in
+    cuda:9*) why=": invalid device 'cuda:99999999999': a CUDA device index is from 0 to 127" ;;
+    0 | 65) why="" ;;
+    *) why=": invalid device '': expected cpu, cuda or cuda:N" ;;
+  esac
+  set +e
+  "$tool" --devices "$bad" --steps 1 > baddevices.log 2>&1
+  status=$?
+  set -e
+  [ "$status" = 2 ] && [ "$(cat baddevices.log)" = "compare_parallel: --devices: expected a count from 1 to 64, or a \
+comma-separated list of devices, got '$bad'$why (see --help)" ] \
+    || { echo "--devices '$bad': status $status, want 2 and the message"; cat baddevices.log; exit 1; }
+done
+set +e
+"$tool" --device cuda:99999999999 --steps 1 > baddevice.log 2>&1
+status=$?
+set -e
+[ "$status" = 2 ] && [ "$(cat baddevice.log)" = "compare_parallel: --device: invalid device 'cuda:99999999999': \
+a CUDA device index is from 0 to 127 (see --help)" ] || { echo "--device cuda:99999999999: status $status"; cat baddevice.log; exit 1; }
 # A bad flag value is a clear error.
 if "$tool" --link carrier-pigeon > bad.log 2>&1; then echo "--link carrier-pigeon accepted"; exit 1; fi
 grep -q "expected pcie or nvlink" bad.log || { cat bad.log; exit 1; }

@@ -102,6 +102,28 @@ TEST(FlagsTest, ListsOfNames) {
   }
 }
 
+TEST(FlagsTest, DeviceListsAreUsageErrorsNamingTheFlagAndTheDevice) {
+  std::string devices;
+  Flags flags("test");
+  flags.add("--devices", devices, "", Scope::Job, device_list(3));
+  ASSERT_EQ(parse(flags, {"--devices", "cpu,cuda:1,cuda:127"}), "");
+  EXPECT_EQ(parse_device_list(devices, 3), (std::vector<Device>{Device::cpu(), Device::cuda(1), Device::cuda(127)}));
+  // An empty item is a device that is not there, never one quietly left out.
+  for (const std::string bad : {",", "cpu,", ",cpu", "cpu,,cpu", ""}) {
+    Flags again("test");
+    again.add("--devices", devices, "", Scope::Job, device_list(3));
+    EXPECT_EQ(parse(again, {"--devices", bad}), "--devices: invalid device '': expected cpu, cuda or cuda:N (see --help)")
+        << bad;
+  }
+  Flags index("test");
+  index.add("--devices", devices, "", Scope::Job, device_list(3));
+  EXPECT_EQ(parse(index, {"--devices", "cpu,cuda:99999999999"}),
+            "--devices: invalid device 'cuda:99999999999': a CUDA device index is from 0 to 127 (see --help)");
+  Flags many("test");
+  many.add("--devices", devices, "", Scope::Job, device_list(3));
+  EXPECT_EQ(parse(many, {"--devices", "cpu,cpu,cpu,cpu"}), "--devices: a list of at most 3 devices, got 4 (see --help)");
+}
+
 TEST(FlagsTest, HelpPrintsAndAsksToExit) {
   Values v;
   Flags flags("test");

@@ -20,7 +20,25 @@ expect_failure unknown 2 "--bogus" -- "$cnn" --bogus
 expect_failure device 2 "--device: invalid device 'gpu'" -- "$cnn" --device gpu
 expect_failure stop_after 1 "--stop-after-epoch 3 is after the last epoch" -- "$cnn" --epochs 2 --stop-after-epoch 3
 expect_failure replicas 2 "--replicas: expected an integer from 1" -- "$dp" --replicas -1
-expect_failure devices 1 "--devices: invalid device ''" -- "$dp" --devices ,
+# A bad device list is a bad command line (status 2, as documented), refused before any data is read;
+# an empty item is an invalid device, not one left out; an index is checked as written, never wrapped
+# into an int (cuda:99999999999 was once device 1215752191).
+expect_failure devices 2 "dp_fashion_mnist: --devices: invalid device '': expected cpu, cuda or cuda:N (see --help)" \
+  -- "$dp" --devices ,
+expect_failure devices_trailing 2 "dp_fashion_mnist: --devices: invalid device '': expected cpu, cuda or cuda:N" \
+  -- "$dp" --devices cpu,
+expect_failure devices_empty 2 "dp_fashion_mnist: --devices: invalid device '': expected cpu, cuda or cuda:N" \
+  -- "$dp" --devices ""
+expect_failure devices_gpu 2 "dp_fashion_mnist: --devices: invalid device 'gpu': expected cpu, cuda or cuda:N" \
+  -- "$dp" --devices cpu,gpu
+expect_failure devices_index 2 \
+  "dp_fashion_mnist: --devices: invalid device 'cuda:99999999999': a CUDA device index is from 0 to 127 (see --help)" \
+  -- "$dp" --devices cpu,cuda:99999999999
+expect_failure devices_long 2 "dp_fashion_mnist: --devices: a list of at most 256 devices, got 257 (see --help)" \
+  -- "$dp" --devices "$(printf 'cpu,%.0s' {1..256})cpu"
+expect_failure device_index 2 \
+  "fashion_mnist_cnn: --device: invalid device 'cuda:99999999999': a CUDA device index is from 0 to 127 (see --help)" \
+  -- "$cnn" --device cuda:99999999999
 expect_failure bucket 2 "--bucket-mb: expected an integer from 1" -- "$ddp" --bucket-mb 0
 expect_failure stages 2 "--stages: expected an integer from 1 to 8" -- "$pipe" --stages 9
 expect_failure chunks 2 "--chunks: expected an integer from 1 to 8" -- "$pipe" --chunks 0
