@@ -14,7 +14,7 @@
 // against the single device, the step split into compute / exposed
 // communication / idle, peak memory, the per-rank state the ZeRO accounting
 // predicts, bytes moved per step, and what an alpha-beta model predicts for N
-// independent devices (bench/compare/projection.h). It writes a Chrome trace
+// independent devices (parallel/planner/step_time.h). It writes a Chrome trace
 // per strategy, a CSV and a PNG chart.
 //
 //   bazel run //bench:compare_parallel -- --model cnn --devices 2
@@ -251,8 +251,8 @@ int main(int argc, char** argv) {
         const Rank me = join_job(world, flags, config.device_list.empty() ? device_name : config.device_list[0].str());
         config.device = me.device;
         if (world->size() > 1) config.group = me.group;
-        ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
-        projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
+        parallel::ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
+        projection.link = link_name == "nvlink" ? parallel::Link::nvlink() : parallel::Link::pcie();
         if (bandwidth_gbs > 0) projection.link.bandwidth_bytes_per_s = bandwidth_gbs * 1e9;
         if (latency_us >= 0) projection.link.latency_s = latency_us * 1e-6;
         // Outputs are checked before the work: the CSV and chart (rank 0), the traces (every rank).
@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
         };
         bool pipelines = false;
         std::stringstream names(strategies);
-        for (std::string name; std::getline(names, name, ',');) pipelines |= is_pipeline(name);
+        for (std::string name; std::getline(names, name, ',');) pipelines |= parallel::is_pipeline(name);
         if (pipelines && config.micro_batches > w.input.size(0))
           throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
           config.mesh_boundaries = mesh_plan.boundaries;
         }
         for (const char* chunked : {"interleaved", "zb-v"}) {  // several parts a stage
-          const int chunks = chunks_of(chunked);
+          const int chunks = parallel::chunks_of(chunked);
           if (!wants(chunked) || config.chunk_plans.count(chunks)) continue;
           StagePlan parts;
           if (writer) parts = plan_stages(w, chunks * config.devices);
@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
           }
           config.chunk_plans[chunks] = parts;
         }
-        const Profile& profile = plan.profile;
+        const parallel::Profile& profile = plan.profile;
         const int64_t batch = w.samples_per_step;
 
         const unsigned cores = std::thread::hardware_concurrency();
@@ -358,10 +358,10 @@ int main(int argc, char** argv) {
           projection.ddp_buckets = std::max(1, m.ddp_buckets);
           results.push_back(m);
           const bool hybrid = name == "hybrid";
-          ProjectionSettings settings = projection;
+          parallel::ProjectionSettings settings = projection;
           if (hybrid) settings.mesh_data = config.mesh_data;
           projected.push_back(writer && m.skipped.empty()
-                                  ? project_step_seconds(name, hybrid ? mesh_plan.profile : profile, settings)
+                                  ? parallel::project_step_seconds(name, hybrid ? mesh_plan.profile : profile, settings)
                                   : 0);
         }
 

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "bench/compare/projection.h"
 #include "bench/workloads.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/planner/step_time.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace loom::bench {
@@ -23,7 +23,7 @@ namespace loom::bench {
 struct StagePlan {
   std::vector<int> boundaries;
   std::vector<parallel::PassTimes> part_times;  // each stage's F, I and W (balance.h's part_pass_times)
-  Profile profile;
+  parallel::Profile profile;
 };
 struct CompareConfig {
   Device device = Device::cpu();
