@@ -7,7 +7,6 @@
 #include "bench/mfu.h"
 #include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
-#include "examples/common/memory_budget.h"
 #include "examples/common/result.h"
 #include "examples/common/run_files.h"
 #include "examples/common/tensorboard_scalars.h"
@@ -15,6 +14,7 @@
 #include "nn/functional.h"
 #include "parallel/trace.h"
 #include "tensor/file_io.h"
+#include "tensor/memory_budget.h"
 #include "tensor/stopwatch.h"
 
 namespace loom::examples {
@@ -158,7 +158,7 @@ nn::Sequential cnn_on(const FashionMnistConfig& c, Device device) {
 }
 
 // The pre-flight check of a training step at --batch-size, before the first
-// (examples/common/memory_budget.h): a step measured on the model at two
+// (tensor/memory_budget.h): a step measured on the model at two
 // small batches, scaled to this rank's share of the batch, plus AdamW's two
 // moments, the batches the loader prepares ahead, and an evaluation batch.
 void check_step_memory(nn::Module& model, const optim::Optimizer& optimizer, const FashionMnistConfig& c,

@@ -3,14 +3,14 @@
 #include <cstdio>
 
 #include "bench/mfu.h"
-#include "examples/common/memory_budget.h"
+#include "data/device_copy.h"
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
 #include "examples/common/tensorboard_scalars.h"
 #include "nn/functional.h"
-#include "data/device_copy.h"
 #include "tensor/creation.h"
 #include "tensor/file_io.h"
+#include "tensor/memory_budget.h"
 #include "tensor/stopwatch.h"
 
 namespace loom::examples {

@@ -28,7 +28,7 @@ data::Batch random_windows(const data::CharDataset& dataset, int64_t batch, Gene
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets);
 
 // The pre-flight memory check of a training step at --batch-size `batch`
-// (examples/common/memory_budget.h): a step of `model` measured at two small
+// (tensor/memory_budget.h): a step of `model` measured at two small
 // batches of `block_size` tokens (its gradients set back and the random
 // generator restored afterwards, so the run trains as it would have), scaled
 // to this process's `batch / shards` sequences, plus `states_per_parameter`
