@@ -39,12 +39,12 @@
 #include <utility>
 
 #include "bench/compare/strategies.h"
-#include "bench/mfu.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
 #include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
+#include "parallel/planner/mfu.h"
 #include "tensor/file_io.h"
 
 using namespace loom;
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
         // stream is put back so that the strategies see what they saw before.
         const GeneratorState random_state = default_generator().state();
         const int64_t model_flops =
-            count_step_flops([&] { w.loss(w.model->forward(w.input), w.target).backward(); });
+            parallel::count_step_flops([&] { w.loss(w.model->forward(w.input), w.target).backward(); });
         w.model->zero_grad();
         default_generator().set_state(random_state);
         auto wants = [&](const char* name) {
@@ -345,8 +345,8 @@ int main(int argc, char** argv) {
 
         // The CPU's GEMM rate is measured before the rows and again after, and
         // the better kept: other work on a shared machine only ever slows it.
-        Peak peak;
-        if (writer) peak = device_peak(config.device, "fp32");
+        parallel::Peak peak;
+        if (writer) peak = parallel::device_peak(config.device, "fp32");
         std::vector<Measurement> results;
         std::vector<double> projected;
         std::stringstream list(strategies);
@@ -376,10 +376,10 @@ int main(int argc, char** argv) {
         for (const Measurement& m : results)
           if (m.strategy == "single" && m.skipped.empty()) single = &m;
         // MFU against the peak of the devices a row uses: a GPU's data-sheet
-        // rate each, or the CPU's GEMM rate measured now (bench/mfu.h). Devices
+        // rate each, or the CPU's GEMM rate measured now (parallel/planner/mfu.h). Devices
         // that are one (a repeated GPU, the threads' one CPU) have one peak; an
         // mpirun rank on the CPU measures its share of the cores.
-        if (config.device.is_cpu()) peak.flops_per_s = std::max(peak.flops_per_s, measure_cpu_gemm_flops());
+        if (config.device.is_cpu()) peak.flops_per_s = std::max(peak.flops_per_s, parallel::measure_cpu_gemm_flops());
         auto peak_of = [&](int used) { return peak.flops_per_s * (shared && !config.group ? 1 : used); };
         std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %9s %10s %11s %9s %6s\n", "strategy", "samples/s",
                     "speed-up", "eff.", "step ms", "compute", "comm", "idle", "peak MB", "model MB", "MB/step",

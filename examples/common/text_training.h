@@ -11,10 +11,10 @@
 #include "data/char_dataset.h"
 #include "data/char_vocab.h"
 #include "examples/common/progress.h"
-#include "tensorboard/summary_writer.h"
 #include "nn/module.h"
 #include "tensor/flop_counter.h"
 #include "tensor/stopwatch.h"
+#include "tensorboard/summary_writer.h"
 
 namespace loom::examples {
 
@@ -100,7 +100,7 @@ class TextRun {
   Stopwatch watch_;
   double val_loss_ = 0, tokens_per_second_ = 0;
   // The first step's FLOPs on the writer, counted as it runs, for the
-  // progress line's FLOP/s and MFU (bench/mfu.h).
+  // progress line's FLOP/s and MFU (parallel/planner/mfu.h).
   FlopCounter step_flops_;
   std::unique_ptr<FlopCounter::Scope> counting_;
   double peak_flops_ = 0;

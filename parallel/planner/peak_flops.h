@@ -3,7 +3,7 @@
 // (MFU: the model's FLOPs per second over this peak), the number engineers
 // compare across frameworks.
 //
-//   double peak = bench::dense_peak_flops("NVIDIA H100 80GB HBM3", "bf16");  // 989.4e12
+//   double peak = parallel::dense_peak_flops("NVIDIA H100 80GB HBM3", "bf16");  // 989.4e12
 //
 // precision: fp32 (the CUDA cores' FP32, loom's default for float32
 // products), tf32, bf16, fp16 (autocast: the tensor cores' 16-bit rate) or
@@ -12,8 +12,8 @@
 
 #include <string>
 
-namespace loom::bench {
+namespace loom::parallel {
 
 double dense_peak_flops(const std::string& gpu, const std::string& precision);
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

@@ -1,4 +1,4 @@
-#include "bench/mfu.h"
+#include "parallel/planner/mfu.h"
 
 #include <omp.h>
 
@@ -6,13 +6,13 @@
 #include <chrono>
 #include <cstdio>
 
-#include "bench/gpu_name.h"
-#include "bench/peak_flops.h"
+#include "parallel/planner/gpu_name.h"
+#include "parallel/planner/peak_flops.h"
 #include "tensor/flop_counter.h"
 #include "tensor/ops.h"
 #include "tensor/stopwatch.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 
 int64_t count_step_flops(const std::function<void()>& step) {
   FlopCounter counter;
@@ -49,4 +49,4 @@ Peak device_peak(Device device, const std::string& precision) {
   return {dense_peak_flops(gpu, precision), text};
 }
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

@@ -1,6 +1,6 @@
-#include "bench/peak_flops.h"
+#include "parallel/planner/peak_flops.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 namespace {
 
 struct Peaks {
@@ -29,4 +29,4 @@ double dense_peak_flops(const std::string& gpu, const std::string& precision) {
   return 0;
 }
 
-}  // namespace loom::bench
+}  // namespace loom::parallel
