@@ -6,8 +6,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "parallel/planner/device_table.h"
 #include "parallel/planner/gpu_name.h"
-#include "parallel/planner/peak_flops.h"
+#include "tensor/creation.h"
 #include "tensor/flop_counter.h"
 #include "tensor/ops.h"
 #include "tensor/stopwatch.h"
@@ -25,7 +26,9 @@ int64_t count_step_flops(const std::function<void()>& step) {
 
 double measure_cpu_gemm_flops(int64_t n, int rounds) {
   NoGradGuard no_grad;
-  const Tensor a = randn({n, n}), b = randn({n, n});
+  // Not random: a measurement must not draw from the global generator, which a
+  // resumed run has just restored (its stream would shift by these draws).
+  const Tensor a = full({n, n}, 0.5), b = full({n, n}, 0.25);
   mm(a, b);  // warm: Eigen's buffers, the threads
   double best = 0;
   for (int r = 0; r < rounds; ++r) {

@@ -7,7 +7,7 @@
 //   double mfu = flops / seconds_per_step / peak.flops_per_s;               // when peak.flops_per_s > 0
 //
 // A GPU's peak is its data sheet's dense rate for the precision
-// (peak_flops.h). A CPU has no such number that a run can reach, so its
+// (device_table.h). A CPU has no such number that a run can reach, so its
 // peak is measured in the same run: the best of a few square float32 GEMMs
 // through loom's own matmul at the run's thread count, "the GEMM rate this
 // machine reaches now" (a shared VM's speed drifts, so a rate measured another
