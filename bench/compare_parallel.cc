@@ -45,6 +45,7 @@
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/planner/mfu.h"
+#include "tensor/allocator.h"
 #include "tensor/file_io.h"
 
 using namespace loom;
@@ -318,6 +319,12 @@ int main(int argc, char** argv) {
                       profile.parameter_bytes / 1e6, config.devices,
                       config.device_list.empty() ? (config.device.str() + " repeated").c_str() : devices_text.c_str(),
                       config.micro_batches);
+        if (writer && !plan.boundaries.empty()) {
+          // Where the pipelines are cut: bench/plan --stage-boundaries plans the same stages.
+          std::string at;
+          for (int b : plan.boundaries) at += (at.empty() ? "" : ",") + std::to_string(b);
+          std::printf("pipeline stages begin at children %s (balanced by their measured times)\n", at.c_str());
+        }
         if (writer && config.group)
           std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "
                       "threads: cores / ranks); single runs on rank 0 alone with that share; dp and layer_split, which "
@@ -353,7 +360,9 @@ int main(int argc, char** argv) {
         for (std::string name; std::getline(list, name, ',');) {
           // Under mpirun the ranks run ddp and the pipelines together; single on rank 0 alone.
           const bool takes_part = !config.group || (name != "single" && name != "single_ckpt") || writer;
+          const int64_t outside = memory_stats(config.device).allocated_bytes;  // the workload's model and batch
           Measurement m = takes_part ? run_strategy(name, w, plan, config) : Measurement(name);
+          m.outside_bytes = outside;
           if (config.group) config.group->barrier()->wait();
           projection.ddp_buckets = std::max(1, m.ddp_buckets);
           results.push_back(m);
@@ -430,13 +439,15 @@ int main(int argc, char** argv) {
           if (!m.skipped.empty()) continue;
           std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
                       "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
-                      "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"modeled_state_bytes\": %lld, "
+                      "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"outside_bytes\": %lld, "
+                      "\"modeled_state_bytes\": %lld, "
                       "\"comm_bytes\": %.0f, \"projected_ms\": %s, \"flops_per_step\": %lld, \"tflops\": %.6f, "
                       "\"tflops_per_rank\": %.6f, \"peak_tflops\": %.6f, \"mfu\": %s}\n",
                       model.c_str(), m.strategy.c_str(), devices_used(m.strategy),
                       config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s,
                       m.split_known ? std::to_string(1e3 * m.comm_s).c_str() : "null", 1e3 * m.idle_s,
-                      static_cast<long long>(m.peak_bytes), static_cast<long long>(m.modeled_state_bytes),
+                      static_cast<long long>(m.peak_bytes), static_cast<long long>(m.outside_bytes),
+                      static_cast<long long>(m.modeled_state_bytes),
                       m.comm_bytes, projected[i] >= 0 ? std::to_string(1e3 * projected[i]).c_str() : "null",
                       static_cast<long long>(model_flops), model_flops / m.step_s / 1e12,
                       model_flops / m.step_s / 1e12 / devices_used(m.strategy),

@@ -60,6 +60,7 @@ struct Measurement {
   double step_s = 0;
   double compute_s = 0, comm_s = 0, idle_s = 0;  // per device, adding up to step_s
   int64_t peak_bytes = 0;                         // peak allocated on the device(s)
+  int64_t outside_bytes = 0;  // allocated before the strategy began (the workload's model and batch), in peak_bytes
   double comm_bytes = 0;                          // moved between devices per step
   bool comm_bytes_measured = false;               // false: computed from tensor sizes
   bool split_known = true;                        // false: compute_s is the whole step, comm unknown
