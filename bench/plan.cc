@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     }
     const bench::Workload w = bench::make_workload(model, Device::cpu(), mlp, gpt_shape);
     if (options.global_batch == 0) options.global_batch = w.input.size(0);
-    const parallel::Plan plan = parallel::plan(*w.model, {w.input, w.target, w.loss}, options);
+    const parallel::PlanReport plan = parallel::plan(*w.model, {w.input, w.target, w.loss}, options);
     std::fputs((json ? plan.json_lines() : plan.table()).c_str(), stdout);
     return 0;
   });

@@ -230,24 +230,24 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
-const StrategyPlan* Plan::best() const {
+const StrategyPlan* PlanReport::best() const {
   for (const StrategyPlan& r : rows)
     if (r.fits && r.ranks == options.cluster.devices()) return &r;
   return nullptr;
 }
 
-const StrategyPlan* Plan::find(const std::string& strategy) const {
+const StrategyPlan* PlanReport::find(const std::string& strategy) const {
   for (const StrategyPlan& r : rows)
     if (r.strategy == strategy) return &r;
   return nullptr;
 }
 
-Plan plan(const nn::Module& model, const SampleBatch& sample, const PlanOptions& options) {
+PlanReport plan(const nn::Module& model, const SampleBatch& sample, const PlanOptions& options) {
   return plan(profile_model(model, sample, {.optimizer = options.optimizer}), options);
 }
 
-Plan plan(const ModelProfile& profile, const PlanOptions& options) {
-  Plan result{profile, options};
+PlanReport plan(const ModelProfile& profile, const PlanOptions& options) {
+  PlanReport result{profile, options};
   const Cluster& cluster = options.cluster;
   const int n = cluster.devices();
   const int64_t batch = options.global_batch;
@@ -325,7 +325,7 @@ Plan plan(const ModelProfile& profile, const PlanOptions& options) {
   return result;
 }
 
-std::string Plan::table() const {
+std::string PlanReport::table() const {
   std::ostringstream out;
   char line[320];
   std::snprintf(line, sizeof line,
@@ -356,7 +356,7 @@ std::string Plan::table() const {
   return out.str();
 }
 
-std::string Plan::json_lines() const {
+std::string PlanReport::json_lines() const {
   std::ostringstream out;
   char line[640];
   std::snprintf(line, sizeof line,

@@ -6,7 +6,7 @@
 //   options.global_batch = 256;
 //   options.cluster = parallel::parse_cluster("2x8xh100-sxm");
 //   options.precision = "bf16";
-//   parallel::Plan p = parallel::plan(*model, {x, y}, options);   // x, y: a small sample batch
+//   parallel::PlanReport p = parallel::plan(*model, {x, y}, options);   // x, y: a small sample batch
 //   std::cout << p.table();                                       // every row, the best named
 //   p.best()->strategy;                                           // "fsdp", ...
 //
@@ -83,7 +83,7 @@ struct StrategyPlan {
   std::string note;            // what limits it, or why a number is a bound
 };
 
-struct Plan {
+struct PlanReport {
   ModelProfile profile;
   PlanOptions options;
   double efficiency = 0;            // the one used
@@ -97,9 +97,9 @@ struct Plan {
 // Measures `model` on `sample` (a few samples, on the device to measure on)
 // and plans for options.cluster. Throws loom::Error for a batch that does not
 // split over the ranks, an unknown strategy name or precision.
-Plan plan(const nn::Module& model, const SampleBatch& sample, const PlanOptions& options);
+PlanReport plan(const nn::Module& model, const SampleBatch& sample, const PlanOptions& options);
 
 // The same from a profile already measured.
-Plan plan(const ModelProfile& profile, const PlanOptions& options);
+PlanReport plan(const ModelProfile& profile, const PlanOptions& options);
 
 }  // namespace loom::parallel

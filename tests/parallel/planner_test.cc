@@ -66,7 +66,7 @@ PlanOptions four_devices() {
 }
 
 TEST(Planner, DataParallelRanksFollowTheZeroAccounting) {
-  const Plan p = plan(four_parts(), four_devices());
+  const PlanReport p = plan(four_parts(), four_devices());
   const double act = 200 + 400 * 16;  // 16 samples a rank
   const StrategyPlan* ddp = p.find("ddp");
   ASSERT_NE(ddp, nullptr);
@@ -91,7 +91,7 @@ TEST(Planner, DataParallelRanksFollowTheZeroAccounting) {
 }
 
 TEST(Planner, PipelineStagesHoldTheirMicroBatchesInFlight) {
-  const Plan p = plan(four_parts(), four_devices());
+  const PlanReport p = plan(four_parts(), four_devices());
   // One part a stage: 250 parameters (4000 bytes of state with AdamW's two
   // moments), micro-batches of 16 samples keeping 100 bytes each.
   const StrategyPlan* gpipe = p.find("gpipe");
@@ -119,7 +119,7 @@ TEST(Planner, TensorParallelActivationsFollowTheTransformerShares) {
   t.embed_dim = 8;
   t.tokens_per_sample = 16;
   t.shardable_parameters = 800;  // the rest (norms) stays whole on every rank
-  const Plan p = plan(t, four_devices());
+  const PlanReport p = plan(t, four_devices());
   const StrategyPlan* tp = p.find("tp");
   const StrategyPlan* sp = p.find("tp-sp");
   ASSERT_NE(tp, nullptr);
@@ -138,7 +138,7 @@ TEST(Planner, TensorParallelActivationsFollowTheTransformerShares) {
 TEST(Planner, TheBestIsTheFastestThatFitsAndHalfPrecisionHalvesActivations) {
   PlanOptions o = four_devices();
   o.cluster.device.memory_bytes = 20000;  // 18000 usable: only the sharded states with few activations fit
-  const Plan p = plan(four_parts(), o);
+  const PlanReport p = plan(four_parts(), o);
   for (const StrategyPlan& r : p.rows) EXPECT_EQ(r.fits, r.memory.total() <= 18000) << r.strategy;
   ASSERT_NE(p.best(), nullptr);
   EXPECT_TRUE(p.best()->fits);
@@ -148,7 +148,7 @@ TEST(Planner, TheBestIsTheFastestThatFitsAndHalfPrecisionHalvesActivations) {
   EXPECT_NE(p.table().find("best: " + p.best()->strategy), std::string::npos);
 
   o.precision = "bf16";
-  const Plan half = plan(four_parts(), o);
+  const PlanReport half = plan(four_parts(), o);
   EXPECT_EQ(half.find("ddp")->memory.activations, 200 + 400 * 16 / 2);
   EXPECT_DOUBLE_EQ(half.find("ddp")->time.compute_s, 30.0 * 64 / 4 / 2e9);  // the bf16 peak
   o.global_batch = 63;
