@@ -29,13 +29,13 @@
 #include <vector>
 
 #include "examples/common/flags.h"
-#include "examples/common/memory_budget.h"
 #include "examples/common/program.h"
 #include "parallel/comm/for_device.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/thread_group.h"
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
+#include "tensor/memory_budget.h"
 #include "tensor/ops.h"
 
 using namespace loom;

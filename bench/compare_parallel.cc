@@ -14,7 +14,7 @@
 // against the single device, the step split into compute / exposed
 // communication / idle, peak memory, the per-rank state the ZeRO accounting
 // predicts, bytes moved per step, and what an alpha-beta model predicts for N
-// independent devices (bench/compare/projection.h). It writes a Chrome trace
+// independent devices (parallel/planner/step_time.h). It writes a Chrome trace
 // per strategy, a CSV and a PNG chart.
 //
 //   bazel run //bench:compare_parallel -- --model cnn --devices 2
@@ -39,12 +39,13 @@
 #include <utility>
 
 #include "bench/compare/strategies.h"
-#include "bench/mfu.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
 #include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
+#include "parallel/planner/mfu.h"
+#include "tensor/allocator.h"
 #include "tensor/file_io.h"
 
 using namespace loom;
@@ -257,8 +258,8 @@ int main(int argc, char** argv) {
         const Rank me = join_job(world, flags, config.device_list.empty() ? device_name : config.device_list[0].str());
         config.device = me.device;
         if (world->size() > 1) config.group = me.group;
-        ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
-        projection.link = link_name == "nvlink" ? Link::nvlink() : Link::pcie();
+        parallel::ProjectionSettings projection{.devices = config.devices, .micro_batches = config.micro_batches};
+        projection.link = link_name == "nvlink" ? parallel::Link::nvlink() : parallel::Link::pcie();
         if (bandwidth_gbs > 0) projection.link.bandwidth_bytes_per_s = bandwidth_gbs * 1e9;
         if (latency_us >= 0) projection.link.latency_s = latency_us * 1e-6;
         // Outputs are checked before the work: the CSV and chart (rank 0), the traces (every rank).
@@ -278,7 +279,7 @@ int main(int argc, char** argv) {
         // stream is put back so that the strategies see what they saw before.
         const GeneratorState random_state = default_generator().state();
         const int64_t model_flops =
-            count_step_flops([&] { w.loss(w.model->forward(w.input), w.target).backward(); });
+            parallel::count_step_flops([&] { w.loss(w.model->forward(w.input), w.target).backward(); });
         w.model->zero_grad();
         default_generator().set_state(random_state);
         auto wants = [&](const char* name) {
@@ -286,7 +287,7 @@ int main(int argc, char** argv) {
         };
         bool pipelines = false;
         std::stringstream names(strategies);
-        for (std::string name; std::getline(names, name, ',');) pipelines |= is_pipeline(name);
+        for (std::string name; std::getline(names, name, ',');) pipelines |= parallel::is_pipeline(name);
         if (pipelines && config.micro_batches > w.input.size(0))
           throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
@@ -304,7 +305,7 @@ int main(int argc, char** argv) {
           config.mesh_boundaries = mesh_plan.boundaries;
         }
         for (const char* chunked : {"interleaved", "zb-v"}) {  // several parts a stage
-          const int chunks = chunks_of(chunked);
+          const int chunks = parallel::chunks_of(chunked);
           if (!wants(chunked) || config.chunk_plans.count(chunks)) continue;
           StagePlan parts;
           if (writer) parts = plan_stages(w, chunks * config.devices);
@@ -314,7 +315,7 @@ int main(int argc, char** argv) {
           }
           config.chunk_plans[chunks] = parts;
         }
-        const Profile& profile = plan.profile;
+        const parallel::Profile& profile = plan.profile;
         const int64_t batch = w.samples_per_step;
 
         const unsigned cores = std::thread::hardware_concurrency();
@@ -324,6 +325,12 @@ int main(int argc, char** argv) {
                       profile.parameter_bytes / 1e6, config.devices,
                       config.device_list.empty() ? (config.device.str() + " repeated").c_str() : devices_text.c_str(),
                       config.micro_batches);
+        if (writer && !plan.boundaries.empty()) {
+          // Where the pipelines are cut: bench/plan --stage-boundaries plans the same stages.
+          std::string at;
+          for (int b : plan.boundaries) at += (at.empty() ? "" : ",") + std::to_string(b);
+          std::printf("pipeline stages begin at children %s (balanced by their measured times)\n", at.c_str());
+        }
         if (writer && config.group)
           std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "
                       "threads: cores / ranks); single runs on rank 0 alone with that share; dp and layer_split, which "
@@ -351,23 +358,25 @@ int main(int argc, char** argv) {
 
         // The CPU's GEMM rate is measured before the rows and again after, and
         // the better kept: other work on a shared machine only ever slows it.
-        Peak peak;
-        if (writer) peak = device_peak(config.device, "fp32");
+        parallel::Peak peak;
+        if (writer) peak = parallel::device_peak(config.device, "fp32");
         std::vector<Measurement> results;
         std::vector<double> projected;
         std::stringstream list(strategies);
         for (std::string name; std::getline(list, name, ',');) {
           // Under mpirun the ranks run ddp and the pipelines together; single on rank 0 alone.
           const bool takes_part = !config.group || (name != "single" && name != "single_ckpt") || writer;
+          const int64_t outside = memory_stats(config.device).allocated_bytes;  // the workload's model and batch
           Measurement m = takes_part ? run_strategy(name, w, plan, config) : Measurement(name);
+          m.outside_bytes = outside;
           if (config.group) config.group->barrier()->wait();
           projection.ddp_buckets = std::max(1, m.ddp_buckets);
           results.push_back(m);
           const bool hybrid = name == "hybrid";
-          ProjectionSettings settings = projection;
+          parallel::ProjectionSettings settings = projection;
           if (hybrid) settings.mesh_data = config.mesh_data;
           projected.push_back(writer && m.skipped.empty()
-                                  ? project_step_seconds(name, hybrid ? mesh_plan.profile : profile, settings)
+                                  ? parallel::project_step_seconds(name, hybrid ? mesh_plan.profile : profile, settings)
                                   : 0);
         }
 
@@ -382,10 +391,10 @@ int main(int argc, char** argv) {
         for (const Measurement& m : results)
           if (m.strategy == "single" && m.skipped.empty()) single = &m;
         // MFU against the peak of the devices a row uses: a GPU's data-sheet
-        // rate each, or the CPU's GEMM rate measured now (bench/mfu.h). Devices
+        // rate each, or the CPU's GEMM rate measured now (parallel/planner/mfu.h). Devices
         // that are one (a repeated GPU, the threads' one CPU) have one peak; an
         // mpirun rank on the CPU measures its share of the cores.
-        if (config.device.is_cpu()) peak.flops_per_s = std::max(peak.flops_per_s, measure_cpu_gemm_flops());
+        if (config.device.is_cpu()) peak.flops_per_s = std::max(peak.flops_per_s, parallel::measure_cpu_gemm_flops());
         auto peak_of = [&](int used) { return peak.flops_per_s * (shared && !config.group ? 1 : used); };
         std::printf("\n%-12s %10s %8s %6s %9s %9s %9s %9s %9s %9s %10s %11s %9s %6s\n", "strategy", "samples/s",
                     "speed-up", "eff.", "step ms", "compute", "comm", "idle", "peak MB", "model MB", "MB/step",
@@ -436,13 +445,15 @@ int main(int argc, char** argv) {
           if (!m.skipped.empty()) continue;
           std::printf("{\"bench\": \"compare_parallel\", \"model\": \"%s\", \"strategy\": \"%s\", \"devices\": %d, "
                       "\"device\": \"%s\", \"step_ms\": %.3f, \"samples_per_s\": %.1f, \"compute_ms\": %.3f, "
-                      "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"modeled_state_bytes\": %lld, "
+                      "\"comm_ms\": %s, \"idle_ms\": %.3f, \"peak_bytes\": %lld, \"outside_bytes\": %lld, "
+                      "\"modeled_state_bytes\": %lld, "
                       "\"comm_bytes\": %.0f, \"projected_ms\": %s, \"flops_per_step\": %lld, \"tflops\": %.6f, "
                       "\"tflops_per_rank\": %.6f, \"peak_tflops\": %.6f, \"mfu\": %s}\n",
                       model.c_str(), m.strategy.c_str(), devices_used(m.strategy),
                       config.device.str().c_str(), 1e3 * m.step_s, batch / m.step_s, 1e3 * m.compute_s,
                       m.split_known ? std::to_string(1e3 * m.comm_s).c_str() : "null", 1e3 * m.idle_s,
-                      static_cast<long long>(m.peak_bytes), static_cast<long long>(m.modeled_state_bytes),
+                      static_cast<long long>(m.peak_bytes), static_cast<long long>(m.outside_bytes),
+                      static_cast<long long>(m.modeled_state_bytes),
                       m.comm_bytes, projected[i] >= 0 ? std::to_string(1e3 * projected[i]).c_str() : "null",
                       static_cast<long long>(model_flops), model_flops / m.step_s / 1e12,
                       model_flops / m.step_s / 1e12 / devices_used(m.strategy),

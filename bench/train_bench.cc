@@ -35,7 +35,7 @@
 // PyTorch's FlopCounterMode formulas); "tflops" is it over the timed steps'
 // time and "mfu" that over the device's peak ("peak_tflops", "peak_source":
 // a GPU's dense data-sheet rate, or the CPU's best 1024^3 float32 GEMM
-// through loom's matmul, measured in the same run; bench/mfu.h).
+// through loom's matmul, measured in the same run; parallel/planner/mfu.h).
 // On the CPU (fp32) the line also has Eigen's fp32 GEMM rate (1024^3, the
 // same threads) and the step's rate as a fraction of it, both medians of
 // rounds that alternate a GEMM and a step.
@@ -49,9 +49,7 @@
 #include <optional>
 #include <vector>
 
-#include "bench/gpu_name.h"
 #include "bench/malloc_counter.h"
-#include "bench/mfu.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -59,12 +57,14 @@
 #include "nn/functional.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "parallel/planner/gpu_name.h"
+#include "parallel/planner/mfu.h"
 #include "tensor/autocast.h"
 #include "tensor/backend.h"
 #include "tensor/blas_library.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cudnn_benchmark.h"
 #include "tensor/device_graph.h"
-#include "tensor/cpu/gemm.h"
 #include "tensor/host_waits.h"
 #include "tensor/precision.h"
 #include "tensor/stopwatch.h"
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < std::max(warmup, cuda_graph ? 1 : 0); ++i) loss = train_step();
     // The step's FLOPs, counted at the ops as they run (tensor/flop_counter.h):
     // one more eager step, before a graph is captured (replays pass no op).
-    const int64_t flops_per_step = bench::count_step_flops([&] { loss = train_step(); });
+    const int64_t flops_per_step = parallel::count_step_flops([&] { loss = train_step(); });
     std::function<Tensor()> timed_step = train_step;
     std::optional<DeviceGraph> graph;
     if (cuda_graph) {
@@ -221,17 +221,17 @@ int main(int argc, char** argv) {
                 "\"threads\": %d, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"tokens_per_s\": %.1f, "
                 "\"loss\": %.6f, \"system_allocs_per_step\": %.1f, \"malloc_calls_per_step\": %.1f, "
                 "\"host_waits_per_step\": %.1f, \"peak_mb\": %.1f, \"flops_per_step\": %.4g",
-                model.c_str(), device.str().c_str(), bench::gpu_name(device).c_str(), precision.c_str(),
+                model.c_str(), device.str().c_str(), parallel::gpu_name(device).c_str(), precision.c_str(),
                 tf32 ? "true" : "false", attention.c_str(), attention_backward.c_str(), blas.c_str(),
                 cuda_graph ? "true" : "false", cudnn_bench ? "true" : "false", steps,
                 omp_get_max_threads(), 1000 * seconds / steps,
                 w.samples_per_step * steps / seconds, w.tokens_per_step * steps / seconds, final_loss,
                 system_allocs, malloc_calls, waits, peak_mb, double(flops_per_step));
-    // Achieved FLOP/s and model FLOPs utilisation (bench/mfu.h): against the
+    // Achieved FLOP/s and model FLOPs utilisation (parallel/planner/mfu.h): against the
     // data sheet's dense peak for the precision (TF32's where --tf32) where
     // the table knows the GPU; on the CPU against the GEMM rate measured now.
     const double achieved = double(flops_per_step) * steps / seconds;
-    const bench::Peak peak = bench::device_peak(device, tf32 && precision == "fp32" ? "tf32" : precision);
+    const parallel::Peak peak = parallel::device_peak(device, tf32 && precision == "fp32" ? "tf32" : precision);
     std::printf(", \"tflops\": %.4f, \"peak_tflops\": %.4f, \"peak_source\": \"%s\"", achieved / 1e12,
                 peak.flops_per_s / 1e12, peak.source.c_str());
     if (peak.flops_per_s > 0 && flops_per_step > 0) std::printf(", \"mfu\": %.4f", achieved / peak.flops_per_s);

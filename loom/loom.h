@@ -41,7 +41,9 @@
 #include "tensor/error.h"
 #include "tensor/file_io.h"
 #include "tensor/float8.h"
+#include "tensor/flop_counter.h"
 #include "tensor/generator.h"
+#include "tensor/memory_budget.h"
 #include "tensor/ops.h"
 #include "tensor/precision.h"
 #include "tensor/tensor.h"
@@ -104,6 +106,15 @@
 #include "parallel/tensor_parallel/layers.h"
 #include "parallel/tensor_parallel/sequence_conjugates.h"
 #include "parallel/trace.h"
+
+// Before a launch: each strategy's memory, step time and MFU on a cluster
+// (the planner); GPUs' data-sheet peaks and MFU.
+#include "parallel/planner/cluster.h"
+#include "parallel/planner/device_table.h"
+#include "parallel/planner/mfu.h"
+#include "parallel/planner/model_profile.h"
+#include "parallel/planner/planner.h"
+#include "parallel/planner/step_time.h"
 
 // TensorBoard event files (torch.utils.tensorboard.SummaryWriter).
 #include "tensorboard/summary_writer.h"

@@ -114,7 +114,7 @@ DataTrainer make_data_trainer(const std::string& strategy, nn::ModulePtr model,
   auto adamw = [](TensorList params) {
     return std::make_unique<optim::AdamW>(params, optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.01});
   };
-  if (is_ddp(strategy)) {
+  if (parallel::is_ddp(strategy)) {
     t.ddp = parallel::DistributedDataParallel(std::move(model), group);
     if (strategy != "ddp") t.ddp->register_comm_hook(parallel::compress_hook(strategy == "ddp_bf16" ? kBFloat16 : kFloat16));
     t.module = t.ddp;
@@ -241,7 +241,7 @@ Measurement run_data_parallel(const std::string& strategy, const Workload& w, co
       [](const DataRank& r) { return r.values(); }, DataRank::from);
   Measurement m = combine_data_ranks(strategy, ranks);
   // The compressed variants hold DDP's state (and a 16-bit copy of the buckets, not counted).
-  m.modeled_state_bytes = modeled_state_bytes(is_ddp(strategy) ? "ddp" : strategy, w, c.devices, largest_unit);
+  m.modeled_state_bytes = modeled_state_bytes(parallel::is_ddp(strategy) ? "ddp" : strategy, w, c.devices, largest_unit);
   return m;
 }
 

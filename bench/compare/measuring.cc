@@ -119,7 +119,7 @@ void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, c
 
 parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c) {
   const parallel::ScheduleKind kind = parallel::schedule_kind(strategy);
-  parallel::PipelineOptions options{.micro_batches = c.micro_batches, .schedule = kind, .chunks = chunks_of(strategy)};
+  parallel::PipelineOptions options{.micro_batches = c.micro_batches, .schedule = kind, .chunks = parallel::chunks_of(strategy)};
   // zb-h2, zb-v: scheduled for their parts' measured pass times.
   const auto plan = c.chunk_plans.find(options.chunks);
   if (parallel::built_for_pass_times(kind) && plan != c.chunk_plans.end())

@@ -75,7 +75,7 @@ void split_step(Measurement& m, double comm_s, double idle_s);
 void traced_step(nn::Module& module, optim::Optimizer& opt, const Workload& w, const Tensor& x, const Tensor& y,
                  int lane);
 
-// The pipeline strategy's options: gpipe, 1f1b, interleaved (kInterleavedChunks a stage), zb-h1, zb-h2 or zb-v (2, in a V,
+// The pipeline strategy's options: gpipe, 1f1b, interleaved (parallel::kInterleavedChunks a stage), zb-h1, zb-h2 or zb-v (2, in a V,
 // scheduled for its parts' measured pass times).
 parallel::PipelineOptions pipeline_options(const std::string& strategy, const CompareConfig& c);
 

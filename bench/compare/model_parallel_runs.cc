@@ -430,11 +430,14 @@ Measurement run_pipeline_ranks(const std::string& name, const Workload& w, const
                                const CompareConfig& c) {
   parallel::ProcessGroup& group = *c.group;
   const int r = group.rank();
-  auto model = nn::Sequential(as_sequential(w.model->clone()));
   const parallel::PipelineOptions options = pipeline_options(name, c);
-  parallel::DistributedPipeline pipe(parallel::stage_chunks(parallel::split_sequential(model, boundaries), r,
-                                                            group.size(), parallel::placement_of(options.schedule)),
-                                     c.group, options, c.device);
+  // The whole clone is a temporary: a rank keeps its own stage's layers only,
+  // as a pipeline over machines would (once, every rank held every layer's
+  // weights, and its peak memory counted them).
+  parallel::DistributedPipeline pipe(
+      parallel::stage_chunks(parallel::split_sequential(nn::Sequential(as_sequential(w.model->clone())), boundaries), r,
+                             group.size(), parallel::placement_of(options.schedule)),
+      c.group, options, c.device);
   const bool first = r == 0, last = r == pipe.loss_rank();
   // A stage of only activations (a ReLU between cuts) has nothing to optimise.
   std::optional<optim::AdamW> opt;

@@ -36,7 +36,7 @@
 namespace loom::bench {
 StagePlan plan_stages(const Workload& w, int stages) {
   StagePlan plan;
-  Profile& p = plan.profile;
+  parallel::Profile& p = plan.profile;
   p.input_bytes = bytes_in(w.input);
   for (const Tensor& t : w.model->parameters()) p.parameter_bytes += bytes_in(t);
   auto seq = as_sequential(w.model);
@@ -168,7 +168,7 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
   }
   if (strategy == "single") return run_single(w, config);
   if (strategy == "dp") return run_dp(w, config);
-  if (is_ddp(strategy) || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
+  if (parallel::is_ddp(strategy) || strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")
     return run_data_parallel(strategy, w, config);
   if (strategy == "hybrid") return run_hybrid(w, config);
   if (strategy == "tp") return run_tensor_parallel(w, config, {"tp", 1, config.devices});
@@ -191,8 +191,8 @@ Measurement run_strategy(const std::string& strategy, const Workload& w, const S
     return skipped;
   }
   if (strategy == "layer_split") return run_layer_split(w, plan, config);
-  LOOM_CHECK(is_pipeline(strategy), "compare_parallel: unknown strategy '", strategy, "'");
-  const int chunks = chunks_of(strategy);
+  LOOM_CHECK(parallel::is_pipeline(strategy), "compare_parallel: unknown strategy '", strategy, "'");
+  const int chunks = parallel::chunks_of(strategy);
   if (chunks > 1) {  // interleaved or zb-v: `chunks` parts a stage, cut apart
     if (strategy == "interleaved" && config.micro_batches % config.devices != 0) {
       skipped.skipped = "needs --micro-batches a multiple of the " + std::to_string(config.devices) + " stages";

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "bench/compare/projection.h"
 #include "bench/workloads.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/planner/step_time.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace loom::bench {
@@ -23,7 +23,7 @@ namespace loom::bench {
 struct StagePlan {
   std::vector<int> boundaries;
   std::vector<parallel::PassTimes> part_times;  // each stage's F, I and W (balance.h's part_pass_times)
-  Profile profile;
+  parallel::Profile profile;
 };
 struct CompareConfig {
   Device device = Device::cpu();
@@ -60,6 +60,7 @@ struct Measurement {
   double step_s = 0;
   double compute_s = 0, comm_s = 0, idle_s = 0;  // per device, adding up to step_s
   int64_t peak_bytes = 0;                         // peak allocated on the device(s)
+  int64_t outside_bytes = 0;  // allocated before the strategy began (the workload's model and batch), in peak_bytes
   double comm_bytes = 0;                          // moved between devices per step
   bool comm_bytes_measured = false;               // false: computed from tensor sizes
   bool split_known = true;                        // false: compute_s is the whole step, comm unknown

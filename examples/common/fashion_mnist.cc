@@ -4,17 +4,17 @@
 #include <cmath>
 #include <cstdio>
 
-#include "bench/mfu.h"
 #include "data/distributed_sampler.h"
 #include "data/fashion_mnist.h"
-#include "examples/common/memory_budget.h"
 #include "examples/common/result.h"
 #include "examples/common/run_files.h"
 #include "examples/common/tensorboard_scalars.h"
 #include "examples/models/models.h"
 #include "nn/functional.h"
+#include "parallel/planner/mfu.h"
 #include "parallel/trace.h"
 #include "tensor/file_io.h"
+#include "tensor/memory_budget.h"
 #include "tensor/stopwatch.h"
 
 namespace loom::examples {
@@ -158,7 +158,7 @@ nn::Sequential cnn_on(const FashionMnistConfig& c, Device device) {
 }
 
 // The pre-flight check of a training step at --batch-size, before the first
-// (examples/common/memory_budget.h): a step measured on the model at two
+// (tensor/memory_budget.h): a step measured on the model at two
 // small batches, scaled to this rank's share of the batch, plus AdamW's two
 // moments, the batches the loader prepares ahead, and an evaluation batch.
 void check_step_memory(nn::Module& model, const optim::Optimizer& optimizer, const FashionMnistConfig& c,
@@ -315,7 +315,7 @@ FashionMnist::FashionMnist(FashionMnistConfig config, const Flags& flags, Device
   trace_lane_ = trace::lane(world > 1 ? "rank " + std::to_string(rank_of(ranks_)) : "main");
   if (reporting()) {
     // The peak first (the CPU's is a few GEMMs), then the first step counts.
-    peak_flops_ = bench::device_peak(device, "fp32").flops_per_s;
+    peak_flops_ = parallel::device_peak(device, "fp32").flops_per_s;
     counting_ = std::make_unique<FlopCounter::Scope>(step_flops_);
   }
   step_begin_us_ = trace::now_us();

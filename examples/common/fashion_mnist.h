@@ -145,7 +145,7 @@ class FashionMnist {
   double samples_per_second_ = 0;
   // The first step's FLOPs, counted on the reporting rank while it runs
   // (tensor/flop_counter.h), and the device's peak: the progress line's
-  // FLOP/s and MFU (bench/mfu.h).
+  // FLOP/s and MFU (parallel/planner/mfu.h).
   FlopCounter step_flops_;
   std::unique_ptr<FlopCounter::Scope> counting_;
   double peak_flops_ = 0;

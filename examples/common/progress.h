@@ -24,7 +24,7 @@ class Progress {
   // Ends a live line before other output.
   void finish_line();
   // From now on each line ends with the FLOP rate samples_per_second makes,
-  // and its MFU against peak_flops_per_s (bench/mfu.h) when that is not 0.
+  // and its MFU against peak_flops_per_s (parallel/planner/mfu.h) when that is not 0.
   void set_flops(double flops_per_sample, double peak_flops_per_s);
 
  private:

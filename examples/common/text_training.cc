@@ -2,15 +2,15 @@
 
 #include <cstdio>
 
-#include "bench/mfu.h"
-#include "examples/common/memory_budget.h"
+#include "data/device_copy.h"
 #include "examples/common/progress.h"
 #include "examples/common/result.h"
 #include "examples/common/tensorboard_scalars.h"
 #include "nn/functional.h"
-#include "data/device_copy.h"
+#include "parallel/planner/mfu.h"
 #include "tensor/creation.h"
 #include "tensor/file_io.h"
+#include "tensor/memory_budget.h"
 #include "tensor/stopwatch.h"
 
 namespace loom::examples {
@@ -93,7 +93,7 @@ TextRun::TextRun(TextTrainingConfig config, nn::Module& model, const data::CharD
     board_ = std::make_unique<tensorboard::SummaryWriter>(config_.tensorboard);
   if (config_.writer) {
     // The peak first (the CPU's is a few GEMMs, not timed), then the first step counts.
-    peak_flops_ = bench::device_peak(config_.device, "fp32").flops_per_s;
+    peak_flops_ = parallel::device_peak(config_.device, "fp32").flops_per_s;
     counting_ = std::make_unique<FlopCounter::Scope>(step_flops_);
     watch_.restart();
   }

@@ -11,10 +11,10 @@
 #include "data/char_dataset.h"
 #include "data/char_vocab.h"
 #include "examples/common/progress.h"
-#include "tensorboard/summary_writer.h"
 #include "nn/module.h"
 #include "tensor/flop_counter.h"
 #include "tensor/stopwatch.h"
+#include "tensorboard/summary_writer.h"
 
 namespace loom::examples {
 
@@ -28,7 +28,7 @@ data::Batch random_windows(const data::CharDataset& dataset, int64_t batch, Gene
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets);
 
 // The pre-flight memory check of a training step at --batch-size `batch`
-// (examples/common/memory_budget.h): a step of `model` measured at two small
+// (tensor/memory_budget.h): a step of `model` measured at two small
 // batches of `block_size` tokens (its gradients set back and the random
 // generator restored afterwards, so the run trains as it would have), scaled
 // to this process's `batch / shards` sequences, plus `states_per_parameter`
@@ -100,7 +100,7 @@ class TextRun {
   Stopwatch watch_;
   double val_loss_ = 0, tokens_per_second_ = 0;
   // The first step's FLOPs on the writer, counted as it runs, for the
-  // progress line's FLOP/s and MFU (bench/mfu.h).
+  // progress line's FLOP/s and MFU (parallel/planner/mfu.h).
   FlopCounter step_flops_;
   std::unique_ptr<FlopCounter::Scope> counting_;
   double peak_flops_ = 0;

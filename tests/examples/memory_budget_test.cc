@@ -2,7 +2,7 @@
 // limit less its unreclaimable usage, LOOM_MEMORY_LIMIT_BYTES), the error
 // that names the flag, the numbers and the largest value that fits, and the
 // measured line of a step's memory.
-#include "examples/common/memory_budget.h"
+#include "tensor/memory_budget.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

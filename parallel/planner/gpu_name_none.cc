@@ -1,8 +1,8 @@
 // Stands in for gpu_name_cuda.cc in builds without the CUDA backend.
-#include "bench/gpu_name.h"
+#include "parallel/planner/gpu_name.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 
 std::string gpu_name(Device) { return ""; }
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

@@ -1,8 +1,8 @@
 #include <cuda_runtime_api.h>
 
-#include "bench/gpu_name.h"
+#include "parallel/planner/gpu_name.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 
 std::string gpu_name(Device device) {
   cudaDeviceProp props{};
@@ -10,4 +10,4 @@ std::string gpu_name(Device device) {
   return props.name;
 }
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

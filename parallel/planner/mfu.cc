@@ -1,4 +1,4 @@
-#include "bench/mfu.h"
+#include "parallel/planner/mfu.h"
 
 #include <omp.h>
 
@@ -6,14 +6,14 @@
 #include <chrono>
 #include <cstdio>
 
-#include "bench/gpu_name.h"
-#include "bench/peak_flops.h"
+#include "parallel/planner/device_table.h"
+#include "parallel/planner/gpu_name.h"
 #include "tensor/creation.h"
 #include "tensor/flop_counter.h"
 #include "tensor/ops.h"
 #include "tensor/stopwatch.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 
 int64_t count_step_flops(const std::function<void()>& step) {
   FlopCounter counter;
@@ -52,4 +52,4 @@ Peak device_peak(Device device, const std::string& precision) {
   return {dense_peak_flops(gpu, precision), text};
 }
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

@@ -1,11 +1,11 @@
 // The alpha-beta projection against step times worked out by hand.
-#include "bench/compare/projection.h"
+#include "parallel/planner/step_time.h"
 
 #include <gtest/gtest.h>
 
 #include "tests/test_util.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 namespace {
 
 // Two stages: forward 1 s + 2 s, backward 2 s + 4 s; optimizer 0.5 s;
@@ -101,4 +101,4 @@ TEST(Projection, UnknownStrategy) {
 }
 
 }  // namespace
-}  // namespace loom::bench
+}  // namespace loom::parallel

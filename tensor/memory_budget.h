@@ -30,7 +30,7 @@
 
 #include "tensor/device.h"
 
-namespace loom::examples {
+namespace loom {
 
 // The share of the available memory a run may plan to use.
 inline constexpr double kUsableShare = 0.9;
@@ -87,4 +87,4 @@ struct StepMemory {
 // peaks. `step` must leave nothing allocated (gradients set back, and so on).
 StepMemory measure_step_memory(Device device, int64_t batch, const std::function<void(int64_t n)>& step);
 
-}  // namespace loom::examples
+}  // namespace loom

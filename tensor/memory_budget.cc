@@ -1,4 +1,4 @@
-#include "examples/common/memory_budget.h"
+#include "tensor/memory_budget.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "tensor/allocator.h"
 #include "tensor/error.h"
 
-namespace loom::examples {
+namespace loom {
 namespace {
 
 constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
@@ -203,4 +203,4 @@ StepMemory measure_step_memory(Device device, int64_t batch, const std::function
   return m;
 }
 
-}  // namespace loom::examples
+}  // namespace loom

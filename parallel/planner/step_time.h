@@ -1,5 +1,6 @@
-// The alpha-beta model compare_parallel uses to predict each strategy's step
-// time on N independent devices from what it measured on one.
+// The alpha-beta model of a strategy's step time on N independent devices,
+// from a profile of one device (measured by compare_parallel, or derived from
+// counted FLOPs and a device table by the planner, planner.h).
 //
 // A message of b bytes over a link costs alpha + b / bandwidth. From the
 // single-device profile (forward and backward time of each pipeline stage on
@@ -42,7 +43,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::bench {
+namespace loom::parallel {
 
 // The interleaved pipeline's model chunks per stage (compare_parallel's row).
 inline constexpr int kInterleavedChunks = 2;
@@ -101,4 +102,4 @@ inline int chunks_of(const std::string& strategy) {
 // and "cp-tp", which it does not model.
 double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

@@ -2,12 +2,12 @@
 // FLOPs of one step, counted at the op dispatch point (tensor/flop_counter.h),
 // over the step's time, against the device's peak.
 //
-//   const int64_t flops = bench::count_step_flops([&] { train_step(); });   // one eager step
-//   const bench::Peak peak = bench::device_peak(device, "fp32");
+//   const int64_t flops = parallel::count_step_flops([&] { train_step(); });   // one eager step
+//   const parallel::Peak peak = parallel::device_peak(device, "fp32");
 //   double mfu = flops / seconds_per_step / peak.flops_per_s;               // when peak.flops_per_s > 0
 //
 // A GPU's peak is its data sheet's dense rate for the precision
-// (bench/peak_flops.h). A CPU has no such number that a run can reach, so its
+// (device_table.h). A CPU has no such number that a run can reach, so its
 // peak is measured in the same run: the best of a few square float32 GEMMs
 // through loom's own matmul at the run's thread count, "the GEMM rate this
 // machine reaches now" (a shared VM's speed drifts, so a rate measured another
@@ -22,7 +22,7 @@
 
 #include "tensor/device.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 
 struct Peak {
   double flops_per_s = 0;  // 0: not known (a GPU the table lacks): no MFU
@@ -41,4 +41,4 @@ double measure_cpu_gemm_flops(int64_t n = 1024, int rounds = 3);
 // `precision` (fp32, tf32, bf16, fp16, fp8).
 Peak device_peak(Device device, const std::string& precision);
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

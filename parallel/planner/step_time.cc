@@ -1,11 +1,11 @@
-#include "bench/compare/projection.h"
+#include "parallel/planner/step_time.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "tensor/error.h"
 
-namespace loom::bench {
+namespace loom::parallel {
 
 double Profile::forward_s() const { return std::accumulate(stage_forward_s.begin(), stage_forward_s.end(), 0.0); }
 double Profile::backward_s() const { return std::accumulate(stage_backward_s.begin(), stage_backward_s.end(), 0.0); }
@@ -87,4 +87,4 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   LOOM_FAIL("project_step_seconds: unknown strategy '", strategy, "'");
 }
 
-}  // namespace loom::bench
+}  // namespace loom::parallel

@@ -1,0 +1,190 @@
+#include "parallel/planner/model_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "autograd/grad_mode.h"
+#include "nn/functional.h"
+#include "nn/layers/attention.h"
+#include "nn/layers/basic.h"
+#include "nn/layers/container.h"
+#include "nn/layers/linear.h"
+#include "optim/optimizer.h"
+#include "parallel/pipeline/balance.h"
+#include "tensor/allocator.h"
+#include "tensor/backend.h"
+#include "tensor/error.h"
+#include "tensor/flop_counter.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+namespace {
+
+using Loss = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+Loss default_loss() {
+  return [](const Tensor& out, const Tensor& target) {
+    if (!target.defined()) return out.sum();
+    if (is_integral(target.dtype())) return nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1}));
+    return nn::functional::mse_loss(out, target);
+  };
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name, const TensorList& params, int& state_tensors) {
+  if (name == "adamw") {
+    state_tensors = 2;
+    return std::make_unique<optim::AdamW>(params);
+  }
+  if (name == "sgd" || name == "sgd-momentum") {
+    state_tensors = name == "sgd" ? 0 : 1;
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.momentum = name == "sgd" ? 0.0 : 0.9});
+  }
+  LOOM_FAIL("planner: optimizer '", name, "' is none of adamw, sgd, sgd-momentum");
+}
+
+Tensor first(const Tensor& t, int64_t n) { return t.defined() ? t.narrow(0, 0, n) : Tensor(); }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The children of a Sequential with at least two, else the model itself.
+std::vector<std::pair<std::string, nn::ModulePtr>> parts_of(const nn::ModulePtr& model) {
+  auto* sequential = dynamic_cast<nn::SequentialImpl*>(model.get());
+  if (sequential != nullptr && sequential->size() >= 2) return sequential->named_children();
+  return {{"model", model}};
+}
+
+// Each part's kept bytes, output bytes and forward FLOPs at n samples, the
+// forward run with autograd recording, as in training. A part's kept bytes
+// are what the allocator holds after it less what it held after the part
+// before: what the graph saves and the output, less an input nothing saved
+// (a ReLU that keeps its output frees the product before it), so a part's
+// figure may be negative; a run of parts (a stage) adds up to what it holds.
+void measure_parts(const std::vector<std::pair<std::string, nn::ModulePtr>>& parts, const Tensor& x, int64_t n,
+                   Device device, ModelProfile& p) {
+  Tensor h = x;
+  synchronize(device);
+  int64_t held = memory_stats(device).allocated_bytes;
+  for (const auto& [name, part] : parts) {
+    ModelProfile::Part info;
+    info.name = name;
+    info.parameters = part->num_parameters();
+    FlopCounter flops;
+    {
+      FlopCounter::Scope scope(flops);
+      h = part->forward(h);
+    }
+    synchronize(device);
+    const int64_t now = memory_stats(device).allocated_bytes;
+    info.kept_bytes_per_sample = static_cast<double>(now - held) / n;
+    held = now;
+    info.output_bytes_per_sample = static_cast<double>(h.nbytes()) / n;
+    info.forward_flops_per_sample = static_cast<double>(flops.total()) / n;
+    p.parts.push_back(info);
+  }
+}
+
+// FSDP's units as loom's examples and compare_parallel wrap them: every child
+// of a Sequential or ModuleList that holds parameters, and the root with what
+// is left. The largest is what a rank holds gathered.
+int64_t largest_fsdp_unit(const nn::ModulePtr& model) {
+  int64_t largest = 0, in_units = 0;
+  for (const auto& [name, m] : model->named_modules()) {
+    const bool container = dynamic_cast<nn::SequentialImpl*>(m.get()) || dynamic_cast<nn::ModuleListImpl*>(m.get());
+    if (!container) continue;
+    for (const auto& [child_name, child] : m->named_children()) {
+      largest = std::max(largest, child->num_parameters());
+      in_units += child->num_parameters();
+    }
+  }
+  return std::max(largest, model->num_parameters() - in_units);
+}
+
+void describe_transformer(const nn::ModulePtr& model, const Tensor& input, ModelProfile& p) {
+  for (const auto& [name, module] : model->named_modules()) {
+    if (auto* attention = dynamic_cast<nn::CausalSelfAttentionImpl*>(module.get())) {
+      ++p.attention_layers;
+      p.embed_dim = attention->options.embed_dim;
+      p.heads = attention->options.num_heads;
+    }
+    if (dynamic_cast<nn::LinearImpl*>(module.get()) != nullptr || dynamic_cast<nn::EmbeddingImpl*>(module.get()) != nullptr)
+      p.shardable_parameters += module->num_parameters();
+  }
+  if (p.attention_layers > 0 && input.dim() >= 2) p.tokens_per_sample = input.size(1);
+}
+
+}  // namespace
+
+ModelProfile profile_model(const nn::Module& model, const SampleBatch& sample, const ProfileOptions& options) {
+  LOOM_CHECK(sample.input.defined() && sample.input.dim() >= 1 && sample.input.size(0) >= 1,
+             "planner: the sample batch is empty");
+  LOOM_CHECK(!sample.target.defined() || sample.target.size(0) == sample.input.size(0), "planner: the sample's input has ",
+             sample.input.size(0), " samples and its target ", sample.target.size(0));
+  const Device device = sample.input.device();
+  synchronize(device);
+  const int64_t outside = memory_stats(device).allocated_bytes;  // the caller's tensors, the model's own included
+  const nn::ModulePtr copy = model.clone(device);
+  ModelProfile p;
+  p.parameters = copy->num_parameters();
+  LOOM_CHECK(p.parameters > 0, "planner: the model has no parameters");
+  p.element_size = static_cast<int64_t>(copy->parameters().front().element_size());
+  const Loss loss = sample.loss ? sample.loss : default_loss();
+  auto opt = make_optimizer(options.optimizer, copy->parameters(), p.optimizer_state_tensors);
+
+  // forward, zero_grad, backward, step: the order every strategy's step uses
+  // (the previous step's gradients live through the forward).
+  auto step = [&](int64_t n) {
+    Tensor l = loss(copy->forward(first(sample.input, n)), first(sample.target, n));
+    opt->zero_grad();
+    l.backward();
+    opt->step();
+  };
+  const int64_t batch = sample.input.size(0);
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t large = std::max<int64_t>(1, std::min(batch, std::max<int64_t>(32, 4 * threads)));
+  const int64_t small = std::max<int64_t>(1, large / 2);
+  step(large);  // gradients and optimizer state exist from here on
+  synchronize(device);
+  p.state_bytes = memory_stats(device).allocated_bytes - outside;
+  auto peak_above_state = [&](int64_t n) {
+    synchronize(device);
+    reset_peak_memory_stats(device);
+    const int64_t before = memory_stats(device).allocated_bytes;
+    step(n);
+    synchronize(device);
+    return static_cast<double>(memory_stats(device).peak_allocated_bytes - before);
+  };
+  const double at_small = peak_above_state(small), at_large = large == small ? at_small : peak_above_state(large);
+  p.step_bytes.per_sample = large == small ? 0 : std::max(0.0, (at_large - at_small) / static_cast<double>(large - small));
+  p.step_bytes.fixed = std::max(0.0, at_large - p.step_bytes.per_sample * static_cast<double>(large));
+
+  FlopCounter flops;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    FlopCounter::Scope scope(flops);
+    step(large);
+  }
+  synchronize(device);
+  p.step_seconds_per_sample = seconds_since(start) / static_cast<double>(large);
+  p.flops_per_sample = static_cast<double>(flops.total()) / static_cast<double>(large);
+
+  opt->zero_grad();
+  {
+    const auto parts = parts_of(copy);
+    measure_parts(parts, first(sample.input, large), large, device, p);
+    // A pipeline is cut where the children's measured times balance, as compare_parallel cuts it.
+    if (auto sequential = std::dynamic_pointer_cast<nn::SequentialImpl>(copy); sequential && parts.size() >= 2) {
+      const std::vector<double> seconds = time_children(nn::Sequential(sequential), sample.input).seconds();
+      for (size_t i = 0; i < p.parts.size(); ++i) p.parts[i].seconds = seconds[i];
+    }
+  }
+  for (const ModelProfile::Part& part : p.parts) p.forward_flops_per_sample += part.forward_flops_per_sample;
+  p.largest_part = largest_fsdp_unit(copy);
+  describe_transformer(copy, sample.input, p);
+  return p;
+}
+
+}  // namespace loom::parallel
