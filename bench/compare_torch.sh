@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs loom's train_bench and PyTorch's reference side by side for each model
-# and prints their JSON lines plus, per reference, the ratio loom/PyTorch of
-# samples per second (above 1: loom is faster).
+# Runs loom's train_bench and PyTorch's reference side by side for each model,
+# in several alternating rounds, and prints their JSON lines, per round the
+# ratio loom/PyTorch of samples per second (above 1: loom is faster), and at
+# the end each model's medians, spreads and ratio of medians.
 #
 #   bash bench/compare_torch.sh [cpu|cuda] [steps] [threads] [flags...]
 # Both sides run with the same number of CPU threads (default: all cores),
@@ -83,13 +84,27 @@ print(json.dumps({"model": l["model"], "device": l["device"], "gpu": l["gpu"], "
 EOF
 }
 
+# LOOM_ROUNDS rounds a model (default 5), loom and each reference in turn,
+# the order flipped every round, so that both see the same minutes of a
+# shared machine; then bench/torch_rounds.py's summary: each side's median
+# and spread, the ratio of the medians, and the GEMM rate of that call.
+rounds=${LOOM_ROUNDS:-5}
+models=${LOOM_MODELS:-cnn gpt gpt_large lstm}
 common=(--device "$device" --steps "$steps" --threads "$threads" "${flags[@]}")
-for model in cnn gpt gpt_large lstm; do
-  loom=$("$bin/train_bench" --model "$model" "${common[@]}")
-  echo "$loom"
-  for python in "${pythons[@]}"; do
-    torch=$("$python" bench/torch_reference.py --model "$model" "${common[@]}")
-    echo "$torch"
-    ratio "$loom" "$torch"
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
+for model in $models; do
+  for round in $(seq "$rounds"); do
+    run_loom() { loom=$("$bin/train_bench" --model "$model" "${common[@]}"); echo "$loom" | tee -a "$lines"; }
+    [ $((round % 2)) = 1 ] && run_loom
+    torches=()
+    for python in "${pythons[@]}"; do
+      torches+=("$("$python" bench/torch_reference.py --model "$model" "${common[@]}")")
+      echo "${torches[-1]}" | tee -a "$lines"
+    done
+    [ $((round % 2)) = 0 ] && run_loom
+    for torch in "${torches[@]}"; do ratio "$loom" "$torch"; done
   done
 done
+echo "summary (medians of $rounds rounds):"
+python3 bench/torch_rounds.py < "$lines"

@@ -98,7 +98,7 @@ build() {
   cp -r /usr/share/datasets/fashion-mnist "$stage/data/" || exit 1
   cp -r /usr/share/games/fortunes "$stage/data/" || exit 1  # char_gpt's and lstm_lm's text
   # loom against PyTorch on the GPU machine's own PyTorch (bench/compare_torch.sh).
-  cp bench/compare_torch.sh bench/torch_reference.py tools/kernel_profile.py "$stage/bench/"
+  cp bench/compare_torch.sh bench/torch_reference.py bench/torch_rounds.py tools/kernel_profile.py "$stage/bench/"
   local label path name
   for label in $targets $examples $benches; do
     path="bazel-bin/${label#//}"
@@ -371,7 +371,7 @@ run() {
     # Training steps against PyTorch eager in the same call (issue #12), then
     # gpt under 16-bit autocast on both sides (issue #17).
     (cd "$work" && export LOOM_BIN="$work/bin" && bench_step "compare_torch (cuda)" 300 "$out/compare_torch.jsonl" \
-      bash bench/compare_torch.sh cuda 20)
+      env LOOM_ROUNDS=1 bash bench/compare_torch.sh cuda 20)  # one round: gpt has its own rounds below
     # PyTorch's step varied by 38% between calls on the H200 (2026-11-26):
     # three rounds, loom and PyTorch alternating, for each precision.
     local round precision

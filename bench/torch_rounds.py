@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Summarises compare_torch.sh's rounds: per model and reference, each side's
+median ms a step and its spread, the ratio of the medians, and the machine's
+GEMM rate measured by loom's lines in the same call.
+
+Reads the JSON lines (loom's train_bench and torch_reference.py, in any
+order) on stdin; prints one JSON object a model and reference. A ratio above
+1 means loom is faster. The spread is (max - min) / median of a side's rounds:
+a ratio whose sides each spread by 40% says more about the machine's hour
+than about either framework.
+"""
+import json
+import statistics
+import sys
+
+
+def main():
+    loom, torch, gemm = {}, {}, {}
+    for line in sys.stdin:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        if "ratio_loom_over_torch" in row:
+            continue
+        key = (row["model"], row.get("precision", "fp32"), row.get("threads"))
+        if row.get("framework") == "loom":
+            loom.setdefault(key, []).append(row["ms_per_step"])
+            if "gemm_gflops" in row:
+                gemm.setdefault(key, []).append(row["gemm_gflops"])
+        elif row.get("framework") == "torch":
+            ref = f"torch {row['torch_version']} ({row.get('gpu') or row.get('blas')})"
+            torch.setdefault((key, ref), []).append(row["ms_per_step"])
+    for (key, ref), torch_ms in torch.items():
+        if key not in loom:
+            continue
+        loom_ms = loom[key]
+        lm, tm = statistics.median(loom_ms), statistics.median(torch_ms)
+        out = {"model": key[0], "precision": key[1], "threads": key[2], "reference": ref, "rounds": len(loom_ms),
+               "loom_ms_median": round(lm, 3), "loom_spread": round((max(loom_ms) - min(loom_ms)) / lm, 3),
+               "torch_ms_median": round(tm, 3), "torch_spread": round((max(torch_ms) - min(torch_ms)) / tm, 3),
+               "ratio_of_medians": round(tm / lm, 3)}
+        if key in gemm:
+            out["gemm_gflops_median"] = round(statistics.median(gemm[key]), 1)
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
