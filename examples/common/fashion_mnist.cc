@@ -374,8 +374,9 @@ bool FashionMnist::step_done(const Tensor& loss) {
     const int64_t done = progress_.step - epoch_first_step_;
     const double value = loss.item(), samples_per_second = done * config_.batch_size / seconds_since(epoch_start_);
     bar_->update(progress_.step, value, samples_per_second);
-    if (board_) log_step(*board_, progress_.step, value, optimizer.lr(), "throughput(samples_per_s)",
-                         samples_per_second, device_);
+    if (board_)
+      log_step(*board_, progress_.step, value, optimizer.lr(), "throughput(samples_per_s)", samples_per_second,
+               bar_->mfu(samples_per_second), device_);
   }
   if (reporting()) record_->check();  // an async commit that failed ends the run here, not silently
   stopping_ = stop_->stop_after(progress_.step);

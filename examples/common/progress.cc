@@ -34,7 +34,7 @@ void Progress::update(int64_t step, double loss, double samples_per_second) {
   char flops[64] = "";
   const double rate = samples_per_second * flops_per_sample_;
   if (rate > 0 && peak_flops_ > 0)
-    std::snprintf(flops, sizeof flops, "  %.1f GFLOP/s (MFU %.0f%%)", rate / 1e9, 100 * rate / peak_flops_);
+    std::snprintf(flops, sizeof flops, "  %.1f GFLOP/s (MFU %.0f%%)", rate / 1e9, 100 * mfu(samples_per_second));
   else if (rate > 0)
     std::snprintf(flops, sizeof flops, "  %.1f GFLOP/s", rate / 1e9);
   std::printf("%sstep %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s%s", terminal_ ? "\r" : "",
@@ -47,6 +47,10 @@ void Progress::update(int64_t step, double loss, double samples_per_second) {
 void Progress::set_flops(double flops_per_sample, double peak_flops_per_s) {
   flops_per_sample_ = flops_per_sample;
   peak_flops_ = peak_flops_per_s;
+}
+
+double Progress::mfu(double samples_per_second) const {
+  return peak_flops_ > 0 ? samples_per_second * flops_per_sample_ / peak_flops_ : 0;
 }
 
 void Progress::finish_line() {

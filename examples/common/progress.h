@@ -26,6 +26,8 @@ class Progress {
   // From now on each line ends with the FLOP rate samples_per_second makes,
   // and its MFU against peak_flops_per_s (parallel/planner/mfu.h) when that is not 0.
   void set_flops(double flops_per_sample, double peak_flops_per_s);
+  // The MFU samples_per_second makes (a fraction); 0 before set_flops or without a peak.
+  double mfu(double samples_per_second) const;
 
  private:
   int64_t total_, every_;

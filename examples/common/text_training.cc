@@ -113,7 +113,9 @@ void TextRun::step_done(int64_t step, const Tensor& loss, double lr) {
   if (step % 50 == 0 && c.writer) {
     const double value = loss.item();
     progress_.update(step, value, tokens_per_second_ / c.block_size);
-    if (board_) log_step(*board_, step, value, lr, "throughput(tps)", tokens_per_second_, c.device);
+    if (board_)
+      log_step(*board_, step, value, lr, "throughput(tps)", tokens_per_second_,
+               progress_.mfu(tokens_per_second_ / c.block_size), c.device);
   }
   if (step % c.eval_every != 0 && step != c.steps) return;
   val_loss_ = estimate_loss(model_, logits_, validation_, c.batch, c.eval_batches, c.device);
