@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "bench/median.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -37,11 +38,6 @@ using namespace loom;
 using namespace loom::examples;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 enum class Mode { None, Sync, Async };
 const char* name_of(Mode m) { return m == Mode::None ? "none" : m == Mode::Sync ? "sync" : "async"; }
@@ -123,7 +119,7 @@ int main(int argc, char** argv) {
     auto med = [&](size_t m, double Round::*field) {
       std::vector<double> v;
       for (const Round& r : results[m]) v.push_back(r.*field);
-      return median(v);
+      return bench::median(v);
     };
     const double none = med(0, &Round::ms_per_step);
     for (size_t m = 0; m < modes.size(); ++m) {

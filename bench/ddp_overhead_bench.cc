@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "bench/median.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -30,11 +31,6 @@ using namespace loom;
 using namespace loom::examples;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Trainer {
   nn::ModulePtr module;  // what forward is called on
@@ -98,7 +94,7 @@ int main(int argc, char** argv) {
           const size_t v = (i + r) % variants.size();
           ms[v].push_back(variants[v].time(w, steps, device));
         }
-      const double p = median(ms[0]), d = median(ms[1]), v = median(ms[2]);
+      const double p = bench::median(ms[0]), d = bench::median(ms[1]), v = bench::median(ms[2]);
       const parallel::ReducerStats stats = ddp->reducer().stats();
       std::printf("{\"bench\": \"ddp_overhead\", \"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
                   "\"rounds\": %d, \"steps_per_round\": %d, \"plain_ms_per_step\": %.3f, \"ddp_ms_per_step\": %.3f, "

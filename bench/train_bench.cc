@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "bench/malloc_counter.h"
+#include "bench/median.h"
 #include "bench/workloads.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -85,11 +86,6 @@ struct Efficiency {
   double step_gflops = 0, gemm_gflops = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 template <typename Step>
 Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 15) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -106,7 +102,7 @@ Efficiency measure_efficiency(double step_flops, Step train_step, int rounds = 1
     train_step();
     step.push_back(step_flops / seconds_since(start) / 1e9);
   }
-  return {median(step), median(gemm)};
+  return {bench::median(step), bench::median(gemm)};
 }
 
 }  // namespace

@@ -13,11 +13,6 @@ namespace loom::bench {
 
 double bytes_in(const Tensor& t) { return static_cast<double>(t.nbytes()); }
 
-double median3(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 std::shared_ptr<nn::SequentialImpl> as_sequential(const nn::ModulePtr& m) {
   return std::dynamic_pointer_cast<nn::SequentialImpl>(m);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/compare/strategies.h"
+#include "bench/median.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/for_device.h"
@@ -32,9 +33,6 @@ namespace loom::bench {
 double bytes_in(const Tensor& t);
 
 using Clock = std::chrono::steady_clock;
-
-// The middle of three timings (or the middle element of any odd count).
-double median3(std::vector<double> v);
 
 std::shared_ptr<nn::SequentialImpl> as_sequential(const nn::ModulePtr& m);
 

@@ -72,10 +72,10 @@ StagePlan plan_stages(const Workload& w, int stages) {
     optimizer.push_back(seconds_since(start));
     p.output_bytes = bytes_in(out);
   }
-  p.optimizer_s = median3(optimizer);
+  p.optimizer_s = median(optimizer);
   if (p.stage_forward_s.empty()) {
-    p.stage_forward_s = {median3(fwd)};
-    p.stage_backward_s = {median3(bwd)};
+    p.stage_forward_s = {median(fwd)};
+    p.stage_backward_s = {median(bwd)};
   }
   return plan;
 }
