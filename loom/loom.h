@@ -97,6 +97,7 @@
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
+#include "parallel/sharding/container_units.h"
 #include "parallel/sharding/fsdp.h"
 #include "parallel/sharding/fsdp_checkpoint.h"
 #include "parallel/sharding/memory_model.h"

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <functional>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "autograd/engine.h"
@@ -25,6 +24,7 @@
 #include "parallel/pipeline/distributed_pipeline.h"
 #include "parallel/pipeline/layer_split.h"
 #include "parallel/pipeline/pipeline.h"
+#include "parallel/sharding/container_units.h"
 #include "parallel/sharding/fsdp.h"
 #include "parallel/sharding/memory_model.h"
 #include "parallel/sharding/zero.h"
@@ -86,18 +86,6 @@ struct DataRank {
   static DataRank from(const std::vector<double>& v) { return {v[0], v[1], v[2], v[3], v[4]}; }
 };
 
-// The FSDP units of a model: every child of a Sequential or ModuleList that
-// holds parameters (the layers of cnn and mlp, the blocks of gpt).
-std::set<std::string> fsdp_units_of(nn::Module& model) {
-  std::set<std::string> units;
-  for (const auto& [name, m] : model.named_modules()) {
-    const bool container = dynamic_cast<nn::SequentialImpl*>(m.get()) || dynamic_cast<nn::ModuleListImpl*>(m.get());
-    if (!container) continue;
-    for (const auto& [child_name, child] : m->named_children())
-      if (child->num_parameters() > 0) units.insert(name.empty() ? child_name : name + "." + child_name);
-  }
-  return units;
-}
 
 // A model trained by one of the data-parallel strategies: the module to run
 // and the optimizer to step, and for ddp the reducer's view of the step.
@@ -125,9 +113,9 @@ DataTrainer make_data_trainer(const std::string& strategy, nn::ModulePtr model,
                                                                  parallel::ZeroOptions{.stage = strategy == "zero1" ? 1 : 2});
   } else {
     LOOM_CHECK(strategy == "fsdp", "compare_parallel: not a data-parallel strategy: ", strategy);
-    const std::set<std::string> units = fsdp_units_of(*model);
-    parallel::FullyShardedDataParallel fsdp(
-        std::move(model), group, {.wrap = [units](const std::string& name, const nn::Module&) { return units.count(name) > 0; }});
+    // The layers of cnn and mlp, the blocks of gpt: as the planner predicts.
+    auto wrap = parallel::wrap_named(parallel::container_units(*model));
+    parallel::FullyShardedDataParallel fsdp(std::move(model), group, {.wrap = std::move(wrap)});
     for (const auto& unit : fsdp->units()) t.largest_unit = std::max(t.largest_unit, unit->flat().numel());
     t.module = fsdp;
     t.opt = adamw(fsdp->parameters());
@@ -227,12 +215,8 @@ Measurement run_data_parallel(const std::string& strategy, const Workload& w, co
   std::vector<nn::ModulePtr> models;  // cloned here: the ranks' threads must not race on the generator
   const std::vector<Device> devices = devices_of(c);
   for (int r = 0; r < (c.group ? 1 : c.devices); ++r) models.push_back(w.model->clone(c.group ? c.device : devices[r]));
-  int64_t largest_unit = 0;
-  if (strategy == "fsdp") {
-    const std::set<std::string> units = fsdp_units_of(*w.model);
-    for (const auto& [name, m] : w.model->named_modules())
-      if (units.count(name)) largest_unit = std::max(largest_unit, m->num_parameters());
-  }
+  const int64_t largest_unit =
+      strategy == "fsdp" ? parallel::largest_unit_numel(*w.model, parallel::container_units(*w.model)) : 0;
   const std::vector<DataRank> ranks = on_ranks<DataRank>(
       c, c.devices,
       [&](int r, const std::shared_ptr<parallel::ProcessGroup>& group, Device device) {

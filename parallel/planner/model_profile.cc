@@ -1,7 +1,6 @@
 #include "parallel/planner/model_profile.h"
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -13,11 +12,13 @@
 #include "nn/layers/linear.h"
 #include "optim/optimizer.h"
 #include "parallel/pipeline/balance.h"
+#include "parallel/sharding/container_units.h"
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
 #include "tensor/error.h"
 #include "tensor/flop_counter.h"
 #include "tensor/ops.h"
+#include "tensor/stopwatch.h"
 
 namespace loom::parallel {
 namespace {
@@ -46,15 +47,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name, const 
 
 Tensor first(const Tensor& t, int64_t n) { return t.defined() ? t.narrow(0, 0, n) : Tensor(); }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// The children of a Sequential with at least two, else the model itself.
-std::vector<std::pair<std::string, nn::ModulePtr>> parts_of(const nn::ModulePtr& model) {
-  auto* sequential = dynamic_cast<nn::SequentialImpl*>(model.get());
-  if (sequential != nullptr && sequential->size() >= 2) return sequential->named_children();
-  return {{"model", model}};
+// A Sequential of at least two children, which a pipeline can cut; null otherwise.
+std::shared_ptr<nn::SequentialImpl> cuttable(const nn::ModulePtr& model) {
+  auto sequential = std::dynamic_pointer_cast<nn::SequentialImpl>(model);
+  return sequential && sequential->size() >= 2 ? sequential : nullptr;
 }
 
 // Each part's kept bytes, output bytes and forward FLOPs at n samples, the
@@ -85,22 +81,6 @@ void measure_parts(const std::vector<std::pair<std::string, nn::ModulePtr>>& par
     info.forward_flops_per_sample = static_cast<double>(flops.total()) / n;
     p.parts.push_back(info);
   }
-}
-
-// FSDP's units as loom's examples and compare_parallel wrap them: every child
-// of a Sequential or ModuleList that holds parameters, and the root with what
-// is left. The largest is what a rank holds gathered.
-int64_t largest_fsdp_unit(const nn::ModulePtr& model) {
-  int64_t largest = 0, in_units = 0;
-  for (const auto& [name, m] : model->named_modules()) {
-    const bool container = dynamic_cast<nn::SequentialImpl*>(m.get()) || dynamic_cast<nn::ModuleListImpl*>(m.get());
-    if (!container) continue;
-    for (const auto& [child_name, child] : m->named_children()) {
-      largest = std::max(largest, child->num_parameters());
-      in_units += child->num_parameters();
-    }
-  }
-  return std::max(largest, model->num_parameters() - in_units);
 }
 
 void describe_transformer(const nn::ModulePtr& model, const Tensor& input, ModelProfile& p) {
@@ -162,27 +142,26 @@ ModelProfile profile_model(const nn::Module& model, const SampleBatch& sample, c
   p.step_bytes.fixed = std::max(0.0, at_large - p.step_bytes.per_sample * static_cast<double>(large));
 
   FlopCounter flops;
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch watch;
   {
     FlopCounter::Scope scope(flops);
     step(large);
   }
   synchronize(device);
-  p.step_seconds_per_sample = seconds_since(start) / static_cast<double>(large);
+  p.step_seconds_per_sample = watch.seconds() / static_cast<double>(large);
   p.flops_per_sample = static_cast<double>(flops.total()) / static_cast<double>(large);
 
   opt->zero_grad();
-  {
-    const auto parts = parts_of(copy);
-    measure_parts(parts, first(sample.input, large), large, device, p);
+  if (const auto sequential = cuttable(copy)) {
+    measure_parts(sequential->named_children(), first(sample.input, large), large, device, p);
     // A pipeline is cut where the children's measured times balance, as compare_parallel cuts it.
-    if (auto sequential = std::dynamic_pointer_cast<nn::SequentialImpl>(copy); sequential && parts.size() >= 2) {
-      const std::vector<double> seconds = time_children(nn::Sequential(sequential), sample.input).seconds();
-      for (size_t i = 0; i < p.parts.size(); ++i) p.parts[i].seconds = seconds[i];
-    }
+    const std::vector<double> seconds = time_children(nn::Sequential(sequential), sample.input).seconds();
+    for (size_t i = 0; i < p.parts.size(); ++i) p.parts[i].seconds = seconds[i];
+  } else {
+    measure_parts({{"model", copy}}, first(sample.input, large), large, device, p);
   }
   for (const ModelProfile::Part& part : p.parts) p.forward_flops_per_sample += part.forward_flops_per_sample;
-  p.largest_part = largest_fsdp_unit(copy);
+  p.largest_part = largest_unit_numel(*copy, container_units(*copy));
   describe_transformer(copy, sample.input, p);
   return p;
 }

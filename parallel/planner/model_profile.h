@@ -53,7 +53,7 @@ struct ModelProfile {
   double forward_flops_per_sample = 0;
   double step_seconds_per_sample = 0;  // measured at the larger batch (the CPU's efficiency comes from it)
   std::vector<Part> parts;
-  int64_t largest_part = 0;        // elements of FSDP's largest unit (a child of a Sequential or ModuleList)
+  int64_t largest_part = 0;        // elements of FSDP's largest unit (parallel/sharding/container_units.h)
   // Transformers (nn::CausalSelfAttention inside): what tensor, sequence
   // and context parallelism cut.
   int attention_layers = 0;
