@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -23,6 +24,10 @@ namespace {
 // parallelism over t ranks cuts 24 of them, sequence parallelism the other 10.
 constexpr double kBlockBytes = 34, kReplicatedWithoutSp = 10;
 
+// Every row the planner can make.
+const char* const kStrategies[] = {"single", "ddp", "zero1", "zero2", "fsdp", "tp", "tp-sp", "cp",
+                                   "gpipe", "1f1b", "hybrid", "hybrid-tp"};
+
 // What every row shares: the profile, the batch, the rates.
 struct Context {
   const ModelProfile& p;
@@ -39,11 +44,6 @@ struct Context {
     return static_cast<int>(std::max<int64_t>(1, (parameter_bytes() + o.ddp_bucket_bytes - 1) / o.ddp_bucket_bytes));
   }
 };
-
-// A ring all-reduce of `bytes` over n ranks on `link`.
-double ring_all_reduce(int n, double bytes, const Link& link) {
-  return n <= 1 ? 0 : 2.0 * (n - 1) * (link.latency_s + bytes / (n * link.bandwidth_bytes_per_s));
-}
 
 MemoryParts state_parts(const Context& c, const std::string& accounting, int ranks) {
   const ModelShape shape{.numel = c.p.parameters,
@@ -108,7 +108,7 @@ double tensor_parallel_activations(const Context& c, double n, int t, bool seque
 // backward: Megatron's f and g), over t ranks at n samples.
 double tensor_parallel_comm(const Context& c, double n, int t, const Link& link) {
   const double bytes = n * c.p.tokens_per_sample * c.p.embed_dim * 4 * c.activation_scale;
-  return 4.0 * c.p.attention_layers * ring_all_reduce(t, bytes, link);
+  return 4.0 * c.p.attention_layers * ring_all_reduce_seconds(t, bytes, link);
 }
 
 MemoryParts tensor_parallel_state(const Context& c, int t) {
@@ -131,7 +131,7 @@ StrategyPlan tensor_parallel(const Context& c, const std::string& strategy, int 
   r.time.compute_s = (c.forward_s(c.batch) + c.backward_s(c.batch)) / n;
   r.time.comm_s = tensor_parallel_comm(c, static_cast<double>(c.batch) / d, t, c.o.cluster.link_for(t));
   if (d > 1) {  // the replicas' all-reduce of their shard of the gradients, behind backward but its last bucket
-    const double all_reduce = ring_all_reduce(d, static_cast<double>(r.memory.gradients), c.o.cluster.link_for(n));
+    const double all_reduce = ring_all_reduce_seconds(d, static_cast<double>(r.memory.gradients), c.o.cluster.link_for(n));
     r.time.comm_s += std::max(all_reduce / c.buckets(), all_reduce - c.backward_s(c.batch) / n);
   }
   r.note = "tensor-parallel collectives counted as exposed";
@@ -151,7 +151,7 @@ StrategyPlan context_parallel(const Context& c, int n) {
   const Link& link = c.o.cluster.link_for(n);
   const double kv = 2.0 * c.batch * c.p.tokens_per_sample / n * c.p.embed_dim * 4 * c.activation_scale;
   const double hops = 3.0 * (n - 1) * c.p.attention_layers * link.seconds(kv);
-  const double gradients = ring_all_reduce(n, static_cast<double>(c.parameter_bytes()), link);
+  const double gradients = ring_all_reduce_seconds(n, static_cast<double>(c.parameter_bytes()), link);
   r.time.comm_s = hops + std::max(gradients / c.buckets(), gradients - c.backward_s(c.batch) / n);
   r.note = "key/value passes counted as exposed";
   return r;
@@ -253,6 +253,9 @@ PlanReport plan(const ModelProfile& profile, const PlanOptions& options) {
   const int64_t batch = options.global_batch;
   LOOM_CHECK(batch >= 1, "planner: the global batch must be at least 1, got ", batch);
   LOOM_CHECK(batch % n == 0, "planner: a global batch of ", batch, " does not split over ", n, " ranks");
+  for (const std::string& s : options.strategies)
+    LOOM_CHECK(std::find(std::begin(kStrategies), std::end(kStrategies), s) != std::end(kStrategies),
+               "planner: unknown strategy '", s, "'");
   const double peak = cluster.device.peak_flops(options.precision);
   double efficiency = options.compute_efficiency;
   if (efficiency <= 0) {
@@ -307,10 +310,6 @@ PlanReport plan(const ModelProfile& profile, const PlanOptions& options) {
       previous = b;
     }
   }
-  for (const std::string& s : options.strategies)
-    LOOM_CHECK(s == "single" || s == "ddp" || s == "zero1" || s == "zero2" || s == "fsdp" || s == "tp" ||
-                   s == "tp-sp" || s == "cp" || s == "gpipe" || s == "1f1b" || s == "hybrid" || s == "hybrid-tp",
-               "planner: unknown strategy '", s, "'");
   const double usable = kUsableShare * static_cast<double>(cluster.device.memory_bytes);
   for (StrategyPlan& r : rows) {
     r.fits = static_cast<double>(r.memory.total()) <= usable;

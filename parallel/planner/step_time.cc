@@ -10,6 +10,11 @@ namespace loom::parallel {
 double Profile::forward_s() const { return std::accumulate(stage_forward_s.begin(), stage_forward_s.end(), 0.0); }
 double Profile::backward_s() const { return std::accumulate(stage_backward_s.begin(), stage_backward_s.end(), 0.0); }
 
+double ring_all_reduce_seconds(double ranks, double bytes, const Link& link, double messages) {
+  const double n = ranks;
+  return n <= 1 ? 0 : 2 * (n - 1) * (messages * link.latency_s + bytes / (n * link.bandwidth_bytes_per_s));
+}
+
 double project_step_seconds(const std::string& strategy, const Profile& p, const ProjectionSettings& s) {
   const std::string suffix = "_ckpt";
   if (strategy.size() > suffix.size() && strategy.compare(strategy.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -24,11 +29,7 @@ double project_step_seconds(const std::string& strategy, const Profile& p, const
   if (strategy == "dp")
     return fb / n + p.optimizer_s + 2 * (n - 1) * link.seconds(p.parameter_bytes) +
            2 * (n - 1) / n * (p.input_bytes + p.output_bytes) / link.bandwidth_bytes_per_s;
-  // A ring all-reduce of the parameters' bytes in k messages; reduce-scatter
-  // plus all-gather move the same.
-  auto ring = [&](double n, double bytes, double k) {
-    return n == 1 ? 0 : 2 * (n - 1) * (k * link.latency_s + bytes / (n * link.bandwidth_bytes_per_s));
-  };
+  auto ring = [&](double n, double bytes, double k) { return ring_all_reduce_seconds(n, bytes, link, k); };
   if (is_ddp(strategy)) {
     const double k = std::max(1, s.ddp_buckets);
     const double bytes = strategy == "ddp" ? p.parameter_bytes : p.parameter_bytes / 2;  // 16-bit buckets

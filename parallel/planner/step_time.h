@@ -102,4 +102,9 @@ inline int chunks_of(const std::string& strategy) {
 // and "cp-tp", which it does not model.
 double project_step_seconds(const std::string& strategy, const Profile& profile, const ProjectionSettings& s);
 
+// A ring all-reduce of `bytes` over `ranks` on `link`, sent in `messages`
+// pieces: 2(N-1)(k alpha + bytes/(N bw)); 0 on one rank. A reduce-scatter
+// and an all-gather together move the same.
+double ring_all_reduce_seconds(double ranks, double bytes, const Link& link, double messages = 1);
+
 }  // namespace loom::parallel
