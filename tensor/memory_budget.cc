@@ -179,10 +179,22 @@ int64_t StepMemory::at(int64_t n) const {
   return bytes >= static_cast<double>(kNoLimit) ? kNoLimit : static_cast<int64_t>(std::max(0.0, bytes));
 }
 
-StepMemory measure_step_memory(Device device, int64_t batch, const std::function<void(int64_t)>& step) {
+MeasuringBatches measuring_batches(int64_t batch) {
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   const int64_t large = std::max<int64_t>(1, std::min(batch, std::max<int64_t>(32, 4 * threads)));
-  const int64_t small = std::max<int64_t>(1, large / 2);
+  return {std::max<int64_t>(1, large / 2), large};
+}
+
+StepMemory fit_step_memory(const MeasuringBatches& at, const std::function<double(int64_t)>& peak_at) {
+  const double at_small = peak_at(at.small), at_large = at.large == at.small ? at_small : peak_at(at.large);
+  StepMemory m;
+  m.per_sample =
+      at.large == at.small ? 0 : std::max(0.0, (at_large - at_small) / static_cast<double>(at.large - at.small));
+  m.fixed = std::max(0.0, at_large - m.per_sample * static_cast<double>(at.large));
+  return m;
+}
+
+StepMemory measure_step_memory(Device device, int64_t batch, const std::function<void(int64_t)>& step) {
   // The larger of the step's peak allocation and what it took from the system: the caching
   // allocator keeps a freed block for its size class only, so a step whose tensors come in many
   // sizes holds more than its peak (a third more for the Fashion-MNIST CNN).
@@ -196,11 +208,7 @@ StepMemory measure_step_memory(Device device, int64_t batch, const std::function
     return static_cast<double>(std::max(after.peak_allocated_bytes - before.allocated_bytes,
                                         after.reserved_bytes - before.reserved_bytes));
   };
-  const double at_small = peak_of(small), at_large = large == small ? at_small : peak_of(large);
-  StepMemory m;
-  m.per_sample = large == small ? 0 : std::max(0.0, (at_large - at_small) / static_cast<double>(large - small));
-  m.fixed = std::max(0.0, at_large - m.per_sample * static_cast<double>(large));
-  return m;
+  return fit_step_memory(measuring_batches(batch), peak_of);
 }
 
 }  // namespace loom

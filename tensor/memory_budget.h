@@ -81,10 +81,21 @@ struct StepMemory {
   int64_t at(int64_t n) const;
 };
 
-// Runs step(n) at two batch sizes up to `batch` (at most a few per core, so
-// that each thread of a CPU kernel has its share at both and its scratch
-// buffers do not read as per-sample memory) and fits the line through their
-// peaks. `step` must leave nothing allocated (gradients set back, and so on).
+// The two batch sizes a step's memory is measured at: up to `batch`, at
+// most a few per core (so that each thread of a CPU kernel has its share at
+// both and its scratch buffers do not read as per-sample memory), and half.
+struct MeasuringBatches {
+  int64_t small = 1, large = 1;
+};
+MeasuringBatches measuring_batches(int64_t batch);
+
+// The line through a step's peaks at the two batch sizes; peak_at(n) gives
+// the bytes at n samples.
+StepMemory fit_step_memory(const MeasuringBatches& at, const std::function<double(int64_t n)>& peak_at);
+
+// Runs step(n) at measuring_batches(batch) and fits the line through the
+// larger of its peak allocation and what it took from the system. `step`
+// must leave nothing allocated (gradients set back, and so on).
 StepMemory measure_step_memory(Device device, int64_t batch, const std::function<void(int64_t n)>& step);
 
 }  // namespace loom

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <thread>
 
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
@@ -123,9 +122,8 @@ ModelProfile profile_model(const nn::Module& model, const SampleBatch& sample, c
     opt->step();
   };
   const int64_t batch = sample.input.size(0);
-  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t large = std::max<int64_t>(1, std::min(batch, std::max<int64_t>(32, 4 * threads)));
-  const int64_t small = std::max<int64_t>(1, large / 2);
+  const MeasuringBatches at = measuring_batches(batch);
+  const int64_t large = at.large;
   step(large);  // gradients and optimizer state exist from here on
   synchronize(device);
   p.state_bytes = memory_stats(device).allocated_bytes - outside;
@@ -137,9 +135,9 @@ ModelProfile profile_model(const nn::Module& model, const SampleBatch& sample, c
     synchronize(device);
     return static_cast<double>(memory_stats(device).peak_allocated_bytes - before);
   };
-  const double at_small = peak_above_state(small), at_large = large == small ? at_small : peak_above_state(large);
-  p.step_bytes.per_sample = large == small ? 0 : std::max(0.0, (at_large - at_small) / static_cast<double>(large - small));
-  p.step_bytes.fixed = std::max(0.0, at_large - p.step_bytes.per_sample * static_cast<double>(large));
+  // Only the allocated peak: compare_parallel measures that (the pre-flight
+  // check also counts what the caching allocator took from the system).
+  p.step_bytes = fit_step_memory(at, peak_above_state);
 
   FlopCounter flops;
   const Stopwatch watch;
