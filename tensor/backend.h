@@ -253,6 +253,17 @@ class Backend {
                                    const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                    const Tensor& dweight, const Tensor& dbias) = 0;
 
+  // ---- work whose rows never meet (an LSTM's batch rows through the recurrence) ----
+  // Runs fn(begin, end) over blocks that cover [0, rows) once each. Blocks may
+  // run at the same time, so fn must touch only its own rows' data; a block
+  // of r rows costs about r x work_per_row operations. The CPU gives each
+  // thread a block when a block is worth a thread: a loop of small products
+  // then runs on one thread a block, with no barrier between its steps. The
+  // default runs fn(0, rows): a GPU's kernels are parallel already.
+  virtual void for_row_blocks(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) {
+    if (rows > 0) fn(0, rows);
+  }
+
   // ---- LSTM cell: the pointwise part of one step, PyTorch's gate order i, f, g, o ----
   // input_gates and hidden_gates (B, 4H) are the step's two pre-activation
   // products; c_prev, h and c are (B, H). Writes

@@ -14,10 +14,26 @@ namespace loom::nn::functional {
 namespace {
 
 // out = a @ b for 2-D operands, through the backend's batched product (a
-// batch of one). It bypasses mm, so it counts its FLOPs as mm's itself.
+// batch of one). It bypasses mm, so the caller counts its FLOPs as mm's.
 void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
   backend.matmul(a.unsqueeze(0), b.unsqueeze(0), Tensor(), out.unsqueeze(0));
-  count_flops("mm", flops::mm(a.size(0), a.size(1), b.size(1)));
+}
+
+// The recurrence's products for `steps` steps of a (batch, hidden) state,
+// counted once for the whole batch: the row blocks that run them may be on
+// other threads, where a FlopCounter's scope does not reach.
+void count_recurrence_flops(int64_t steps, int64_t batch, int64_t hidden) {
+  count_flops("mm", steps * flops::mm(batch, hidden, 4 * hidden));
+}
+
+// A (T, B, N) tensor as (T B, N), so that a step's block of batch rows is
+// one narrow: one view to make per operand and step, not two.
+Tensor steps_as_rows(const Tensor& x) { return x.view({x.size(0) * x.size(1), x.size(2)}); }
+
+// Batch rows [begin, end) of step t of a (T B, N) tensor (t = 0 and a
+// (B, N) tensor: rows of that tensor).
+Tensor step_rows(const Tensor& x, int64_t batch, int64_t t, int64_t begin, int64_t end) {
+  return x.narrow(0, t * batch + begin, end - begin);
 }
 
 // The saved forward, and the backward through time.
@@ -57,27 +73,43 @@ struct LstmLayerTape {
   }
 
   // {d gates, d h0, d c0}: the recurrence run backwards, two kernels a step.
+  // Batch rows never meet here either: each block of rows runs every step.
   TensorList through_time(const TensorList& grads) const {
-    const Tensor &weight_hh = saved_weight_hh.get(), &h0 = saved_h0.get(), &c0 = saved_c0.get();
-    const Tensor& hs = hidden.get();
-    const int64_t steps = hs.size(0);
+    // Detached: the blocks take views on other threads, where grad mode is on.
+    const Tensor weight_hh = saved_weight_hh.get().detach(), h0 = saved_h0.get().detach();
+    const Tensor c0 = saved_c0.get().detach(), hs = hidden.get().detach();
+    const int64_t steps = hs.size(0), batch = h0.size(0), hidden_size = h0.size(1);
     const TensorOptions options = hs.options();
     Backend& backend = backend_for(hs.device());
-    auto given_or_zeros = [&](const Tensor& d) { return d.defined() ? contiguous_copy(d) : zeros(h0.shape(), options); };
+    auto given_or_zeros = [&](const Tensor& d) {
+      return d.defined() ? contiguous_copy(d.detach()) : zeros(h0.shape(), options);
+    };
     Tensor dh = given_or_zeros(grads[1]), dc = given_or_zeros(grads[2]);
     Tensor dc_prev = empty(h0.shape(), options), dh_total = empty(h0.shape(), options);
-    const Tensor d_output = grads[0].defined() ? (grads[0].is_contiguous() ? grads[0] : contiguous_copy(grads[0])) : Tensor();
+    const Tensor d_output = grads[0].defined() ? grads[0].detach().contiguous() : Tensor();
     Tensor dgates = empty(activations.shape(), options);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      // What reaches h_t: the output's gradient and the next step's, through weight_hh.
-      if (d_output.defined()) backend.binary(BinaryOp::Add, d_output.select(0, t), dh, dh_total, 1.0);
-      const Tensor& dh_t = d_output.defined() ? dh_total : dh;
-      const Tensor c_before = t > 0 ? cells.select(0, t - 1) : c0;
-      backend.lstm_cell_backward(dh_t, dc, activations.select(0, t), c_before, cells.select(0, t), dgates.select(0, t),
-                                 dc_prev);
-      std::swap(dc, dc_prev);
-      matmul_into(backend, dgates.select(0, t), weight_hh, dh);  // d h_{t-1}
-    }
+    const Tensor dgates_flat = steps_as_rows(dgates), cells_flat = steps_as_rows(cells);
+    const Tensor activations_flat = steps_as_rows(activations);
+    const Tensor d_output_flat = d_output.defined() ? steps_as_rows(d_output) : Tensor();
+    backend.for_row_blocks(batch, steps * 4 * hidden_size * hidden_size, [&](int64_t b0, int64_t b1) {
+      auto rows = [&](const Tensor& x, int64_t t) { return step_rows(x, batch, t, b0, b1); };
+      const Tensor dh_b = rows(dh, 0), dh_total_b = rows(dh_total, 0);
+      Tensor dc_b = rows(dc, 0), dc_prev_b = rows(dc_prev, 0);
+      for (int64_t t = steps - 1; t >= 0; --t) {
+        // What reaches h_t: the output's gradient and the next step's, through weight_hh.
+        if (d_output.defined()) backend.binary(BinaryOp::Add, rows(d_output_flat, t), dh_b, dh_total_b, 1.0);
+        const Tensor& dh_t = d_output.defined() ? dh_total_b : dh_b;
+        const Tensor c_before = t > 0 ? rows(cells_flat, t - 1) : rows(c0, 0);
+        const Tensor dgates_t = rows(dgates_flat, t);
+        backend.lstm_cell_backward(dh_t, dc_b, rows(activations_flat, t), c_before, rows(cells_flat, t), dgates_t,
+                                   dc_prev_b);
+        std::swap(dc_b, dc_prev_b);
+        matmul_into(backend, dgates_t, weight_hh, dh_b);  // d h_{t-1}
+      }
+    });
+    count_recurrence_flops(steps, batch, hidden_size);
+    // Every block swapped its two cell gradients once a step.
+    if (steps % 2 == 1) std::swap(dc, dc_prev);
     return {dgates, dh, dc};
   }
 
@@ -114,12 +146,23 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   Tensor hs = empty({steps, batch, hidden}, options), cells = empty({steps, batch, hidden}, options);
   Tensor activations = empty(gates.shape(), options), hidden_gates = empty({batch, 4 * hidden}, options);
   Backend& backend = backend_for(gates.device());
-  const Tensor w_t = w.t();
-  for (int64_t t = 0; t < steps; ++t) {
-    matmul_into(backend, t > 0 ? hs.select(0, t - 1) : h_first, w_t, hidden_gates);
-    backend.lstm_cell(gates.select(0, t), hidden_gates, t > 0 ? cells.select(0, t - 1) : c_first, hs.select(0, t),
-                      cells.select(0, t), activations.select(0, t));
-  }
+  // Batch rows never meet in the recurrence: each block of rows runs every
+  // step alone. Detached: the blocks take views on other threads, where grad
+  // mode is on.
+  const Tensor gates_data = gates.detach(), w_t = w.detach().t();
+  const Tensor h_data = h_first.detach(), c_data = c_first.detach();
+  const Tensor gates_flat = steps_as_rows(gates_data), hs_flat = steps_as_rows(hs);
+  const Tensor cells_flat = steps_as_rows(cells), activations_flat = steps_as_rows(activations);
+  backend.for_row_blocks(batch, steps * 4 * hidden * hidden, [&](int64_t b0, int64_t b1) {
+    auto rows = [&](const Tensor& x, int64_t t) { return step_rows(x, batch, t, b0, b1); };
+    const Tensor hidden_gates_b = rows(hidden_gates, 0);
+    for (int64_t t = 0; t < steps; ++t) {
+      matmul_into(backend, t > 0 ? rows(hs_flat, t - 1) : rows(h_data, 0), w_t, hidden_gates_b);
+      backend.lstm_cell(rows(gates_flat, t), hidden_gates_b, t > 0 ? rows(cells_flat, t - 1) : rows(c_data, 0),
+                        rows(hs_flat, t), rows(cells_flat, t), rows(activations_flat, t));
+    }
+  });
+  count_recurrence_flops(steps, batch, hidden);
   // The last state as tensors of their own (an autograd output cannot be a view of another).
   LstmLayerOutput result{hs, contiguous_copy(hs.select(0, steps - 1)), contiguous_copy(cells.select(0, steps - 1))};
   if (autograd::needs_grad({gates, w, h_first, c_first})) {

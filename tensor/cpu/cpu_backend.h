@@ -63,6 +63,7 @@ class CpuBackend final : public Backend {
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                           const Tensor& logsumexp, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
                           const Tensor& dv) override;
+  void for_row_blocks(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) override;
   void lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev, const Tensor& h,
                  const Tensor& c, const Tensor& activations) override;
   void lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Tensor& activations, const Tensor& c_prev,

@@ -2,12 +2,18 @@
 // (functional::lstm_layer) against the same steps composed from loom's
 // elementwise ops and products, and against finite differences.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
+#include <mutex>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "nn/nn.h"
+#include "tensor/backend.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -217,6 +223,61 @@ TEST(LstmLayer, Float32AndMixedDtypesGiveTheComposedValues) {
   EXPECT_LT(max_rel_error(fused.c, composed.c), 1e-5);
   auto mixed = nn::functional::lstm_layer(in.gates, in.weight_hh, in.h0.to(kFloat64), in.c0);
   EXPECT_EQ(mixed.output.dtype(), kFloat64);
+}
+
+// The CPU runs the recurrence in blocks of batch rows, one block a thread,
+// when a row's steps are worth a thread (tensor/cpu/row_blocks.cc).
+std::vector<std::pair<int64_t, int64_t>> cpu_row_blocks(int threads, int64_t rows, int64_t work_per_row) {
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  std::mutex mutex;
+  std::thread([&] {
+    omp_set_num_threads(threads);
+    backend_for(Device::cpu()).for_row_blocks(rows, work_per_row, [&](int64_t begin, int64_t end) {
+      std::lock_guard<std::mutex> lock(mutex);
+      blocks.emplace_back(begin, end);
+    });
+  }).join();
+  std::sort(blocks.begin(), blocks.end());
+  return blocks;
+}
+
+TEST(LstmLayer, CpuSplitsTheBatchIntoOneBlockAThreadWhenWorthIt) {
+  using Blocks = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(cpu_row_blocks(2, 9, 1 << 20), (Blocks{{0, 4}, {4, 9}}));
+  EXPECT_EQ(cpu_row_blocks(4, 9, 1 << 19), (Blocks{{0, 2}, {2, 4}, {4, 6}, {6, 9}}));  // two rows a block at least
+  EXPECT_EQ(cpu_row_blocks(2, 9, 1000), (Blocks{{0, 9}}));  // too little work for a second thread
+  EXPECT_EQ(cpu_row_blocks(1, 9, 1 << 20), (Blocks{{0, 9}}));
+  EXPECT_EQ(cpu_row_blocks(2, 0, 1 << 20), Blocks{});
+}
+
+// Three threads over 7 rows of 64 steps (each row a block's worth): the
+// blocks' values and gradients are the composed steps' over the whole batch,
+// as are the one-thread run's.
+TEST(LstmLayer, BatchRowsInBlocksOnThreadsGiveTheComposedSteps) {
+  const LayerInputs base = random_layer_inputs(64, 7, 64, kFloat64, 19);
+  ASSERT_EQ(cpu_row_blocks(3, 7, 64 * 4 * 64 * 64).size(), 3u);
+  Generator gen(20);
+  const Tensor w_out = randn({64, 7, 64}, {.dtype = kFloat64}, &gen), w_c = randn({7, 64}, {.dtype = kFloat64}, &gen);
+  const LayerInputs composed_in = leaves_like(base);
+  auto composed = composed_layer(composed_in);
+  autograd::backward({(composed.output * w_out).sum() + (composed.c * w_c).sum()});
+  for (int threads : {3, 1}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    const LayerInputs fused_in = leaves_like(base);
+    std::thread([&] {
+      omp_set_num_threads(threads);
+      auto fused = nn::functional::lstm_layer(fused_in.gates, fused_in.weight_hh, fused_in.h0, fused_in.c0);
+      EXPECT_LT(max_rel_error(fused.output, composed.output), 1e-13);
+      EXPECT_LT(max_rel_error(fused.h, composed.h), 1e-13);
+      EXPECT_LT(max_rel_error(fused.c, composed.c), 1e-13);
+      autograd::backward({(fused.output * w_out).sum() + (fused.c * w_c).sum()});
+    }).join();
+    const char* names[] = {"gates", "weight_hh", "h0", "c0"};
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE(names[i]);
+      EXPECT_LT(max_rel_error(fused_in.list()[i].grad(), composed_in.list()[i].grad()), 1e-12);
+    }
+  }
 }
 
 TEST(LstmLayer, BadArgumentsAreNamed) {
