@@ -88,6 +88,9 @@ EOF
 # the order flipped every round, so that both see the same minutes of a
 # shared machine; then bench/torch_rounds.py's summary: each side's median
 # and spread, the ratio of the medians, and the GEMM rate of that call.
+# LOOM_BASE_BIN, a folder with an earlier build's train_bench, adds it to
+# every round (an A/B of a change in the same call): the summary then gives
+# its median and the speed-up of this build over it.
 rounds=${LOOM_ROUNDS:-5}
 models=${LOOM_MODELS:-cnn gpt gpt_large lstm}
 common=(--device "$device" --steps "$steps" --threads "$threads" "${flags[@]}")
@@ -96,13 +99,18 @@ trap 'rm -f "$lines"' EXIT
 for model in $models; do
   for round in $(seq "$rounds"); do
     run_loom() { loom=$("$bin/train_bench" --model "$model" "${common[@]}"); echo "$loom" | tee -a "$lines"; }
-    [ $((round % 2)) = 1 ] && run_loom
+    run_base() {
+      [ -n "${LOOM_BASE_BIN:-}" ] || return 0
+      "$LOOM_BASE_BIN/train_bench" --model "$model" "${common[@]}" |
+        sed 's/"framework": "loom"/"framework": "loom_base"/' | tee -a "$lines"
+    }
+    [ $((round % 2)) = 1 ] && run_loom && run_base
     torches=()
     for python in "${pythons[@]}"; do
       torches+=("$("$python" bench/torch_reference.py --model "$model" "${common[@]}")")
       echo "${torches[-1]}" | tee -a "$lines"
     done
-    [ $((round % 2)) = 0 ] && run_loom
+    [ $((round % 2)) = 0 ] && run_base && run_loom
     for torch in "${torches[@]}"; do ratio "$loom" "$torch"; done
   done
 done

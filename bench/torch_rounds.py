@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarises compare_torch.sh's rounds: per model and reference, each side's
 median ms a step and its spread, the ratio of the medians, and the machine's
-GEMM rate measured by loom's lines in the same call.
+GEMM rate measured by loom's lines in the same call; with an earlier build's
+rounds (framework "loom_base", compare_torch.sh's LOOM_BASE_BIN), its median
+and this build's speed-up over it.
 
 Reads the JSON lines (loom's train_bench and torch_reference.py, in any
 order) on stdin; prints one JSON object a model and reference. A ratio above
@@ -15,7 +17,7 @@ import sys
 
 
 def main():
-    loom, torch, gemm = {}, {}, {}
+    loom, base, torch, gemm = {}, {}, {}, {}
     for line in sys.stdin:
         line = line.strip()
         if not line.startswith("{"):
@@ -28,6 +30,8 @@ def main():
             loom.setdefault(key, []).append(row["ms_per_step"])
             if "gemm_gflops" in row:
                 gemm.setdefault(key, []).append(row["gemm_gflops"])
+        elif row.get("framework") == "loom_base":
+            base.setdefault(key, []).append(row["ms_per_step"])
         elif row.get("framework") == "torch":
             ref = f"torch {row['torch_version']} ({row.get('gpu') or row.get('blas')})"
             torch.setdefault((key, ref), []).append(row["ms_per_step"])
@@ -40,6 +44,10 @@ def main():
                "loom_ms_median": round(lm, 3), "loom_spread": round((max(loom_ms) - min(loom_ms)) / lm, 3),
                "torch_ms_median": round(tm, 3), "torch_spread": round((max(torch_ms) - min(torch_ms)) / tm, 3),
                "ratio_of_medians": round(tm / lm, 3)}
+        if key in base:
+            bm = statistics.median(base[key])
+            out.update({"base_ms_median": round(bm, 3), "base_spread": round((max(base[key]) - min(base[key])) / bm, 3),
+                        "speedup_over_base": round(bm / lm, 3)})
         if key in gemm:
             out["gemm_gflops_median"] = round(statistics.median(gemm[key]), 1)
         print(json.dumps(out))
