@@ -260,7 +260,7 @@ class Backend {
   // thread a block when a block is worth a thread: a loop of small products
   // then runs on one thread a block, with no barrier between its steps. The
   // default runs fn(0, rows): a GPU's kernels are parallel already.
-  virtual void for_row_blocks(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) {
+  virtual void for_row_blocks(int64_t rows, int64_t /*work_per_row*/, const std::function<void(int64_t, int64_t)>& fn) {
     if (rows > 0) fn(0, rows);
   }
 
