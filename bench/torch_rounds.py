@@ -18,6 +18,10 @@ import statistics
 import sys
 
 
+def spread(ms, median):
+    return round((max(ms) - min(ms)) / median, 3)
+
+
 def main():
     loom, base, torch, gemm = {}, {}, {}, {}
     for line in sys.stdin:
@@ -43,12 +47,12 @@ def main():
         loom_ms = loom[key]
         lm, tm = statistics.median(loom_ms), statistics.median(torch_ms)
         out = {"model": key[0], "precision": key[1], "threads": key[2], "reference": ref, "rounds": len(loom_ms),
-               "loom_ms_median": round(lm, 3), "loom_spread": round((max(loom_ms) - min(loom_ms)) / lm, 3),
-               "torch_ms_median": round(tm, 3), "torch_spread": round((max(torch_ms) - min(torch_ms)) / tm, 3),
+               "loom_ms_median": round(lm, 3), "loom_spread": spread(loom_ms, lm),
+               "torch_ms_median": round(tm, 3), "torch_spread": spread(torch_ms, tm),
                "ratio_of_medians": round(tm / lm, 3), "ratio_of_best": round(min(torch_ms) / min(loom_ms), 3)}
         if key in base:
             bm = statistics.median(base[key])
-            out.update({"base_ms_median": round(bm, 3), "base_spread": round((max(base[key]) - min(base[key])) / bm, 3),
+            out.update({"base_ms_median": round(bm, 3), "base_spread": spread(base[key], bm),
                         "speedup_over_base": round(bm / lm, 3), "speedup_over_base_best": round(min(base[key]) / min(loom_ms), 3)})
         if key in gemm:
             out["gemm_gflops_median"] = round(statistics.median(gemm[key]), 1)
