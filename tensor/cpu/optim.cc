@@ -76,18 +76,17 @@ void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, co
       // might alias, and it branched on `decoupled` inside). Each statement
       // is a pass over a block small enough to stay in L1.
       parallel_for(params[t].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+        alignas(64) T penalised[kAdamBlock];  // Adam's gradient with its L2 term, made once a block
         for (int64_t b = begin; b < end; b += kAdamBlock) {
           const int64_t n = std::min(kAdamBlock, end - b);
           ArrayMap<T> W(w + b, n), M(m + b, n), V(v + b, n);
-          const ConstArrayMap<T> G(g + b, n);
-          if (decoupled) {
+          if (decoupled)
             W *= T(1) - lr * wd;  // AdamW: decay the weight itself
-            M = b1 * M + (T(1) - b1) * G;
-            V = b2 * V + (T(1) - b2) * G * G;
-          } else {  // Adam: L2 penalty in the gradient
-            M = b1 * M + (T(1) - b1) * (G + wd * W);
-            V = b2 * V + (T(1) - b2) * (G + wd * W) * (G + wd * W);
-          }
+          else
+            ArrayMap<T>(penalised, n) = ConstArrayMap<T>(g + b, n) + wd * W;  // Adam: L2 penalty in the gradient
+          const ConstArrayMap<T> G(decoupled ? g + b : penalised, n);
+          M = b1 * M + (T(1) - b1) * G;
+          V = b2 * V + (T(1) - b2) * G * G;
           W -= step_size * M / (V.sqrt() * inv_sqrt_bias2 + eps);
         }
       });
