@@ -118,6 +118,54 @@ void BM_adamw_eigen(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 28);
 }
 
+// Layer norm's forward and backward over (rows, cols) float32 rows, with a
+// weight and a bias: the backend's kernels against the same arithmetic as
+// Eigen row-wise expressions (xhat kept between the passes, the weight and
+// bias gradients summed a row at a time).
+void BM_layer_norm_loom(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  Tensor x = randn({rows, cols}), dy = randn({rows, cols}), w = randn({cols}), b = randn({cols});
+  Tensor y = empty({rows, cols}), mean = empty({rows}), rstd = empty({rows});
+  Tensor dx = empty({rows, cols}), dw = empty({cols}), db = empty({cols});
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    cpu.layer_norm(x, w, b, 1e-5, y, mean, rstd);
+    cpu.layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+    benchmark::DoNotOptimize(dx.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * 4 * 5);  // x, y; dy, x, dx
+}
+
+void BM_layer_norm_eigen(benchmark::State& state) {
+  using RowArray = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t rows = state.range(0), cols = state.range(1);
+  RowArray x = RowArray::Random(rows, cols), dy = RowArray::Random(rows, cols), y(rows, cols), xhat(rows, cols),
+           g(rows, cols), dx(rows, cols);
+  Eigen::Array<float, 1, Eigen::Dynamic> w = Eigen::Array<float, 1, Eigen::Dynamic>::Random(cols), b = w, dw(cols),
+                                         db(cols);
+  Eigen::ArrayXf mean(rows), rstd(rows);
+  for (auto _ : state) {
+    mean = x.rowwise().mean();
+    xhat = x.colwise() - mean;
+    rstd = (xhat.square().rowwise().mean() + 1e-5f).rsqrt();
+    xhat.colwise() *= rstd;
+    y = (xhat.rowwise() * w).rowwise() + b;
+    // Column sums a row at a time: Eigen's colwise() sum of a row-major array strides.
+    dw.setZero();
+    db.setZero();
+    for (int64_t r = 0; r < rows; ++r) {
+      dw += dy.row(r) * xhat.row(r);
+      db += dy.row(r);
+    }
+    g = dy.rowwise() * w;
+    const Eigen::ArrayXf g_mean = g.rowwise().mean(), gx_mean = (g * xhat).rowwise().mean();
+    dx = ((g.colwise() - g_mean) - xhat.colwise() * gx_mean).colwise() * rstd;
+    benchmark::DoNotOptimize(dx.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * 4 * 5);
+}
+
 BENCHMARK(BM_matmul_loom)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_eigen)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_add_loom)->Arg(1 << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -126,6 +174,9 @@ BENCHMARK(BM_tanh_loom)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTim
 BENCHMARK(BM_tanh_eigen)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_adamw_loom)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_adamw_eigen)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The CPU gpt's rows (batch 8 x 64 tokens of width 128) and gpt_large's (16 x 128 of 256).
+BENCHMARK(BM_layer_norm_loom)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_layer_norm_eigen)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 
