@@ -10,6 +10,8 @@
 #include <Eigen/Core>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "tensor/backend.h"
 #include "tensor/cpu/gemm_avx512.h"
@@ -166,8 +168,51 @@ void BM_layer_norm_eigen(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * rows * cols * 4 * 5);
 }
 
+// An LSTM's recurrence products: 64 steps of h (rows x 128) @ W^T, W of
+// (512, 128), and of the backward's dgates (rows x 512) @ W. loom prepares
+// the product once (packing W on CPUs without AVX-512); Eigen's product,
+// as loom's matmul calls it, packs both operands at every step.
+constexpr int64_t kSteps = 64, kHidden = 128;
+
+void BM_recurrence_loom(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const bool backward = state.range(1) != 0;
+  const int64_t k = backward ? 4 * kHidden : kHidden, n = backward ? kHidden : 4 * kHidden;
+  Tensor w = randn({4 * kHidden, kHidden}), a = randn({kSteps, rows, k}), c = empty({rows, n});
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    const std::unique_ptr<Backend::PreparedProduct> by_w = cpu.prepare_product(backward ? w : w.t());
+    for (int64_t t = 0; t < kSteps; ++t) by_w->run(a.select(0, t), c);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  set_flops(state, 2.0 * kSteps * rows * k * n);
+}
+
+void BM_recurrence_eigen(benchmark::State& state) {
+  using ColMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  const int64_t rows = state.range(0);
+  const bool backward = state.range(1) != 0;
+  const int64_t k = backward ? 4 * kHidden : kHidden, n = backward ? kHidden : 4 * kHidden;
+  RowMatrix w = RowMatrix::Random(4 * kHidden, kHidden), c(rows, n);
+  std::vector<RowMatrix> a(kSteps, RowMatrix::Random(rows, k));
+  const Eigen::Map<const ColMatrix> w_t(w.data(), kHidden, 4 * kHidden);  // W^T, read in place
+  for (auto _ : state) {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      if (backward)
+        c.noalias() = a[t] * w;
+      else
+        c.noalias() = a[t] * w_t;
+    }
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * kSteps * rows * k * n);
+}
+
 BENCHMARK(BM_matmul_loom)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_eigen)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+// {rows: the batch on one thread, or a half on each of two; 0 forward, 1 backward}
+BENCHMARK(BM_recurrence_loom)->ArgsProduct({{64, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_recurrence_eigen)->ArgsProduct({{64, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_add_loom)->Arg(1 << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_add_eigen)->Arg(1 << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_tanh_loom)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();

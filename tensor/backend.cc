@@ -61,6 +61,47 @@ void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf, c
   }
 }
 
+namespace {
+
+// A matrix as a batch of one, for matmul (a view; no autograd).
+Tensor batch_of_one(const Tensor& m) {
+  return as_strided(m, {1, m.size(0), m.size(1)}, {0, m.stride(0), m.stride(1)}, m.storage_offset());
+}
+
+// The default prepared product: matmul, as a batch of one, at every run.
+class MatmulEachRun : public Backend::PreparedProduct {
+ public:
+  MatmulEachRun(Backend& backend, const Tensor& b) : backend_(backend), b_(b) {}
+  void run(const Tensor& a, const Tensor& out) const override {
+    check_prepared_product_run(a, b_, out);
+    backend_.matmul(batch_of_one(a), batch_of_one(b_), Tensor(), batch_of_one(out));
+  }
+
+ private:
+  Backend& backend_;
+  Tensor b_;
+};
+
+}  // namespace
+
+void check_prepared_product_run(const Tensor& a, const Tensor& b, const Tensor& out) {
+  LOOM_CHECK(a.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) && out.size(0) == a.size(0) &&
+                 out.size(1) == b.size(1),
+             "PreparedProduct::run: expected a (M, ", b.size(0), ") and out (M, ", b.size(1), ") for a ",
+             b.shape(), " right operand, got ", a.shape(), " and ", out.shape());
+  LOOM_CHECK(a.dtype() == b.dtype() && out.dtype() == b.dtype(), "PreparedProduct::run: a is ", a.dtype(),
+             " and out ", out.dtype(), "; the right operand is ", b.dtype());
+  LOOM_CHECK(a.device() == b.device() && out.device() == b.device(), "PreparedProduct::run: a is on ", a.device(),
+             " and out on ", out.device(), "; the right operand is on ", b.device());
+  LOOM_CHECK(out.is_contiguous(), "PreparedProduct::run: out must be contiguous");
+}
+
+std::unique_ptr<Backend::PreparedProduct> Backend::prepare_product(const Tensor& b) {
+  LOOM_CHECK(b.defined() && b.dim() == 2, "prepare_product: the right operand must be a matrix, got ",
+             b.defined() ? b.shape() : Shape{});
+  return std::make_unique<MatmulEachRun>(*this, b);
+}
+
 std::shared_ptr<Backend::QueueObject> Backend::capture_graph(int, const std::function<void()>&) {
   LOOM_FAIL("DeviceGraph: graphs need a CUDA device; the CPU runs each op when it is called, so there is no "
             "launch to save");

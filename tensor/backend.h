@@ -203,6 +203,22 @@ class Backend {
   // views, stride-0 batch dims).
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) = 0;
 
+  // Products by one right operand, many times (an RNN's recurrent weight,
+  // once a step), prepared once:
+  //   std::unique_ptr<PreparedProduct> by_w = backend.prepare_product(w);  // w (K, N)
+  //   by_w->run(h, out);                                                  // out = h @ w
+  // run takes a (M, K), with any strides, and writes out (M, N), contiguous,
+  // both of w's dtype and device. It may be called from several threads at
+  // once, into disjoint outputs. The default runs matmul; the CPU packs a
+  // float32 w into its micro-kernel's panels once, so w's values are the
+  // ones it had when prepared (change w, prepare again).
+  class PreparedProduct {
+   public:
+    virtual ~PreparedProduct() = default;
+    virtual void run(const Tensor& a, const Tensor& out) const = 0;
+  };
+  virtual std::unique_ptr<PreparedProduct> prepare_product(const Tensor& b);
+
   // ---- indexing (indices int64, checked against the sizes by the kernel) ----
   // out = a.index_select(dim, index); contiguous a and out.
   virtual void index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) = 0;
@@ -340,6 +356,8 @@ class Backend {
 // unscale_and_check_finite's and update_grad_scale's argument checks, shared by the backends.
 void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf, const Tensor& device_scale);
 void check_update_scale_arguments(const Tensor& scale, const Tensor& good_steps, const Tensor& found_inf);
+// PreparedProduct::run's argument checks against its right operand b.
+void check_prepared_product_run(const Tensor& a, const Tensor& b, const Tensor& out);
 
 // Output size of a convolution or pooling window along one dim.
 int64_t window_output_size(int64_t input, int kernel, int stride, int pad, int dilation);

@@ -5,6 +5,8 @@
 // kernels per step writing straight into the output; the backward runs
 // through time in a loop of two kernels per step, and weight_hh's gradient
 // is a single product over all steps (as cuDNN and PyTorch's fused RNNs do).
+#include <memory>
+
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "nn/functional/operands.h"
@@ -13,15 +15,10 @@
 namespace loom::nn::functional {
 namespace {
 
-// out = a @ b for 2-D operands, through the backend's batched product (a
-// batch of one). It bypasses mm, so the caller counts its FLOPs as mm's.
-void matmul_into(Backend& backend, const Tensor& a, const Tensor& b, const Tensor& out) {
-  backend.matmul(a.unsqueeze(0), b.unsqueeze(0), Tensor(), out.unsqueeze(0));
-}
-
 // The recurrence's products for `steps` steps of a (batch, hidden) state,
-// counted once for the whole batch: the row blocks that run them may be on
-// other threads, where a FlopCounter's scope does not reach.
+// counted once for the whole batch: they bypass mm (each is a prepared
+// product by the recurrent weight), and the row blocks that run them may be
+// on other threads, where a FlopCounter's scope does not reach.
 void count_recurrence_flops(int64_t steps, int64_t batch, int64_t hidden) {
   count_flops("mm", steps * flops::mm(batch, hidden, 4 * hidden));
 }
@@ -88,6 +85,8 @@ struct LstmLayerTape {
     Tensor dc_prev = empty(h0.shape(), options), dh_total = empty(h0.shape(), options);
     const Tensor d_output = grads[0].defined() ? grads[0].detach().contiguous() : Tensor();
     Tensor dgates = empty(activations.shape(), options);
+    // Every step multiplies by weight_hh: prepared (on the CPU, packed) once.
+    const std::unique_ptr<Backend::PreparedProduct> by_weight = backend.prepare_product(weight_hh);
     const Tensor dgates_flat = steps_as_rows(dgates), cells_flat = steps_as_rows(cells);
     const Tensor activations_flat = steps_as_rows(activations);
     const Tensor d_output_flat = d_output.defined() ? steps_as_rows(d_output) : Tensor();
@@ -104,7 +103,7 @@ struct LstmLayerTape {
         backend.lstm_cell_backward(dh_t, dc_b, rows(activations_flat, t), c_before, rows(cells_flat, t), dgates_t,
                                    dc_prev_b);
         std::swap(dc_b, dc_prev_b);
-        matmul_into(backend, dgates_t, weight_hh, dh_b);  // d h_{t-1}
+        by_weight->run(dgates_t, dh_b);  // d h_{t-1}
       }
     });
     count_recurrence_flops(steps, batch, hidden_size);
@@ -149,7 +148,9 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
   // Batch rows never meet in the recurrence: each block of rows runs every
   // step alone. Detached: the blocks take views on other threads, where grad
   // mode is on.
-  const Tensor gates_data = gates.detach(), w_t = w.detach().t();
+  const Tensor gates_data = gates.detach();
+  // Every step multiplies by weight_hh^T: prepared (on the CPU, packed) once.
+  const std::unique_ptr<Backend::PreparedProduct> by_weight_t = backend.prepare_product(w.detach().t());
   const Tensor h_data = h_first.detach(), c_data = c_first.detach();
   const Tensor gates_flat = steps_as_rows(gates_data), hs_flat = steps_as_rows(hs);
   const Tensor cells_flat = steps_as_rows(cells), activations_flat = steps_as_rows(activations);
@@ -157,7 +158,7 @@ LstmLayerOutput lstm_layer(const Tensor& input_gates, const Tensor& weight_hh, c
     auto rows = [&](const Tensor& x, int64_t t) { return step_rows(x, batch, t, b0, b1); };
     const Tensor hidden_gates_b = rows(hidden_gates, 0);
     for (int64_t t = 0; t < steps; ++t) {
-      matmul_into(backend, t > 0 ? rows(hs_flat, t - 1) : rows(h_data, 0), w_t, hidden_gates_b);
+      by_weight_t->run(t > 0 ? rows(hs_flat, t - 1) : rows(h_data, 0), hidden_gates_b);
       backend.lstm_cell(rows(gates_flat, t), hidden_gates_b, t > 0 ? rows(cells_flat, t - 1) : rows(c_data, 0),
                         rows(hs_flat, t), rows(cells_flat, t), rows(activations_flat, t));
     }

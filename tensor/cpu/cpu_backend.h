@@ -32,6 +32,7 @@ class CpuBackend final : public Backend {
                         const Tensor& dx) override;
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) override;
+  std::unique_ptr<PreparedProduct> prepare_product(const Tensor& b) override;
 
   void index_select(const Tensor& a, int dim, const Tensor& index, const Tensor& out) override;
   void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;

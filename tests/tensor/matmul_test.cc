@@ -1,8 +1,12 @@
 // Matrix products against a triple loop in double.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <thread>
+
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
+#include "tensor/backend.h"
 #include "tensor/cpu/gemm_avx512.h"
 #include "tests/tensor/rounding_probe.h"
 #include "tests/test_util.h"
@@ -232,6 +236,91 @@ TEST(Addmm, SixteenBitResultsRoundOnce) {
     expect_values(addmm(p.bias, p.a, p.b), std::vector<double>(16, p.rounded_once), 0.0);
     expect_values(mm(p.a, p.b) + p.bias, std::vector<double>(16, p.rounded_twice), 0.0);  // the composite
   }
+}
+
+// ---- prepared products (Backend::prepare_product): a right operand used many times ----
+
+// The CPU's packed micro-kernel against the triple loop: row tiles of 6
+// with every rest (1 to 5 rows), panels of 16 with a narrower last one,
+// K = 1, b row-major and transposed, a with a row pitch and with no unit
+// stride. The row after out's must stay untouched.
+TEST(PreparedProduct, PackedRunsMatchTheTripleLoop) {
+  cpu::set_avx512_gemm(false);  // the packed kernel is for CPUs without AVX-512
+  Backend& cpu = backend_for(Device::cpu());
+  Generator gen(21);
+  const int64_t shapes[][3] = {{1, 1, 1}, {5, 37, 3}, {7, 1, 16}, {32, 128, 512}, {64, 512, 128},
+                               {67, 128, 20}, {9, 13, 40}, {10, 8, 17}};
+  for (const auto& [m, k, n] : shapes) {
+    SCOPED_TRACE(::testing::Message() << m << " x " << k << " by " << k << " x " << n);
+    const Tensor b = randn({k, n}, {}, &gen), bt = randn({n, k}, {}, &gen).t();
+    const Tensor pitched = randn({m, k + 3}, {}, &gen).narrow(1, 1, k);
+    const Tensor stepped = randn({m, 2 * k}, {}, &gen).slice(1, 0, 2 * k, 2);
+    for (const Tensor& w : {b, bt}) {
+      const std::unique_ptr<Backend::PreparedProduct> by_w = cpu.prepare_product(w);
+      for (const Tensor& a : {pitched, stepped}) {
+        Tensor buffer = full({m + 1, n}, 7.0);
+        by_w->run(a, buffer.narrow(0, 0, m));
+        expect_values(buffer.narrow(0, 0, m), naive_mm(a, w), 2e-6 * k);
+        expect_values(buffer.select(0, m), std::vector<double>(n, 7.0), 0);
+      }
+    }
+  }
+  cpu::set_avx512_gemm(true);
+}
+
+// The CPU packs a float32 operand once: its values are those it had when
+// prepared. The default (matmul at every run) reads the operand as it is.
+TEST(PreparedProduct, CpuFloat32IsPackedWhenPrepared) {
+  cpu::set_avx512_gemm(false);
+  Backend& cpu = backend_for(Device::cpu());
+  Generator gen(22);
+  Tensor a = randn({6, 8}, {}, &gen), w = randn({8, 5}, {}, &gen);
+  const std::vector<double> before = naive_mm(a, w);
+  const std::unique_ptr<Backend::PreparedProduct> packed = cpu.prepare_product(w);
+  const std::unique_ptr<Backend::PreparedProduct> each_run = cpu.Backend::prepare_product(w);
+  w.mul_(2.0);
+  Tensor out = empty({6, 5});
+  packed->run(a, out);
+  expect_values(out, before, 1e-5);
+  each_run->run(a, out);
+  expect_values(out, naive_mm(a, w), 1e-5);
+  cpu::set_avx512_gemm(true);
+}
+
+// Other dtypes take the default: float64 to double precision.
+TEST(PreparedProduct, Float64RunsTheMatmul) {
+  Generator gen(23);
+  const Tensor a = randn({9, 33}, {.dtype = kFloat64}, &gen), w = randn({33, 7}, {.dtype = kFloat64}, &gen);
+  Tensor out = empty({9, 7}, {.dtype = kFloat64});
+  backend_for(Device::cpu()).prepare_product(w.t().contiguous().t())->run(a, out);
+  expect_values(out, naive_mm(a, w), 1e-12);
+}
+
+// Blocks of rows on several threads at once, as an RNN's row blocks run.
+TEST(PreparedProduct, ThreadsRunIntoTheirOwnRows) {
+  cpu::set_avx512_gemm(false);
+  Generator gen(24);
+  const Tensor a = randn({64, 128}, {}, &gen), w = randn({512, 128}, {}, &gen).t();
+  const std::unique_ptr<Backend::PreparedProduct> by_w = backend_for(Device::cpu()).prepare_product(w);
+  Tensor out = empty({64, 512});
+  std::vector<std::thread> threads;
+  for (int64_t first = 0; first < 64; first += 16)
+    threads.emplace_back([&, first] { by_w->run(a.narrow(0, first, 16), out.narrow(0, first, 16)); });
+  for (std::thread& t : threads) t.join();
+  expect_values(out, naive_mm(a, w), 2e-6 * 128);
+  cpu::set_avx512_gemm(true);
+}
+
+TEST(PreparedProduct, ErrorsNameTheProblem) {
+  Backend& cpu = backend_for(Device::cpu());
+  EXPECT_THROW_MSG(cpu.prepare_product(zeros({4})), "prepare_product: the right operand must be a matrix, got [4]");
+  const std::unique_ptr<Backend::PreparedProduct> by_w = cpu.prepare_product(zeros({3, 5}));
+  EXPECT_THROW_MSG(by_w->run(zeros({2, 4}), empty({2, 5})),
+                   "PreparedProduct::run: expected a (M, 3) and out (M, 5) for a [3, 5] right operand, got [2, 4]");
+  EXPECT_THROW_MSG(by_w->run(zeros({2, 3}), empty({3, 5})), "got [2, 3] and [3, 5]");
+  EXPECT_THROW_MSG(by_w->run(zeros({2, 3}, {.dtype = kFloat64}), empty({2, 5})),
+                   "PreparedProduct::run: a is float64 and out float32; the right operand is float32");
+  EXPECT_THROW_MSG(by_w->run(zeros({2, 3}), empty({5, 2}).t()), "PreparedProduct::run: out must be contiguous");
 }
 
 }  // namespace
