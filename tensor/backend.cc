@@ -63,9 +63,10 @@ void check_unscale_arguments(const TensorList& grads, const Tensor& found_inf, c
 
 namespace {
 
-// A matrix as a batch of one, for matmul (a view; no autograd).
+// A matrix as a batch of one, for matmul: unsqueeze(0)'s view, without autograd.
 Tensor batch_of_one(const Tensor& m) {
-  return as_strided(m, {1, m.size(0), m.size(1)}, {0, m.stride(0), m.stride(1)}, m.storage_offset());
+  return as_strided(m, {1, m.size(0), m.size(1)}, {m.size(0) * m.stride(0), m.stride(0), m.stride(1)},
+                    m.storage_offset());
 }
 
 // The default prepared product: matmul, as a batch of one, at every run.
