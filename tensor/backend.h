@@ -211,7 +211,9 @@ class Backend {
   // both of w's dtype and device. It may be called from several threads at
   // once, into disjoint outputs. The default runs matmul; the CPU packs a
   // float32 w into its micro-kernel's panels once, so w's values are the
-  // ones it had when prepared (change w, prepare again).
+  // ones it had when prepared (change w, prepare again), and runs each
+  // product on the calling thread (split the rows across threads with
+  // for_row_blocks, as the LSTM layer does).
   class PreparedProduct {
    public:
     virtual ~PreparedProduct() = default;
