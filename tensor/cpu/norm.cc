@@ -4,7 +4,8 @@
 // backward needs two row sums per row, and the weight and bias gradients
 // are column sums accumulated per thread.
 //
-// The sums run in the tensor's own type, eight or sixteen lanes at a time.
+// The sums run in the tensor's own type, eight or sixteen lanes at a time,
+// in an order that does not depend on the row's address (fixed_order_sum).
 // They were scalar loops in double; a row holds at most a few thousand
 // values, the mean is corrected by a second sum (below), and the variance
 // is a sum of squares around the mean (never a difference of large terms),
@@ -23,6 +24,17 @@ namespace {
 
 // Rows of `cols` values per thread chunk: about kParallelGrain values a chunk.
 int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)); }
+
+// The sum of a row in the same order wherever the row lies. Eigen's sum()
+// of a plain map first steps to an aligned address, so the same values at
+// another address (a view's offset, a buffer from malloc) would be added in
+// another order and round differently: a DDP rank's row would not match
+// one device's bit for bit. An expression has no address, and its vector
+// lanes start at the first element; x + 0 is x.
+template <typename Derived>
+typename Derived::Scalar fixed_order_sum(const Eigen::ArrayBase<Derived>& row) {
+  return (row + typename Derived::Scalar(0)).sum();
+}
 
 }  // namespace
 
@@ -48,7 +60,7 @@ void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& 
         // A first mean, then the sums of the distances from it and of their
         // squares: the first corrects the mean (a float sum of large values
         // rounds), and takes its square out of the variance.
-        const T first_mean = xr.sum() / T(cols);
+        const T first_mean = fixed_order_sum(xr) / T(cols);
         const T shift = (xr - first_mean).sum() / T(cols);
         const T mu = first_mean + shift;
         const T var = std::max(T(0), (xr - first_mean).square().sum() / T(cols) - shift * shift);
@@ -107,7 +119,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
           g = dyr * ConstArrayMap<T>(w, cols);
         else
           g = dyr;
-        const T g_mean = g.sum() / T(cols), gx_mean = (g * xhat).sum() / T(cols);
+        const T g_mean = fixed_order_sum(g) / T(cols), gx_mean = (g * xhat).sum() / T(cols);
         ArrayMap<T>(dx + r * cols, cols) = rstd[r] * (g - g_mean - xhat * gx_mean);
       }
     });

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "nn/nn.h"
+#include "tensor/backend.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -274,6 +275,37 @@ TEST(LayerNorm, Float32RowsOffCentreMatchFloat64) {
     // uncorrected after its float sum misses y's and dweight's bound.
     const double tolerance[] = {1e-4, 1e-5, 3e-4, 1e-5};
     expect_values(single[k], values(reference[k]), tolerance[k]);
+  }
+}
+
+// The same rows at another address give the same bits: a row's sum must not
+// start its vector lanes wherever memory happens to be aligned (DDP's ranks
+// match one device bit for bit only then). Offsets 0-7 floats cover every
+// position within a 32-byte vector; a width of 37 leaves a tail.
+TEST(LayerNorm, RowsGiveTheSameBitsAtAnyAddress) {
+  Backend& cpu = backend_for(Device::cpu());
+  Generator gen(41);
+  const int64_t rows = 5, cols = 37;
+  const Tensor x0 = randn({rows, cols}, {}, &gen) + 3, dy0 = randn({rows, cols}, {}, &gen);
+  const Tensor w = randn({cols}, {}, &gen), b = randn({cols}, {}, &gen);
+  std::vector<std::vector<double>> first;
+  for (int64_t offset = 0; offset < 8; ++offset) {
+    SCOPED_TRACE(::testing::Message() << "offset " << offset << " floats");
+    Tensor x_buffer = zeros({rows * cols + 8}), dy_buffer = zeros({rows * cols + 8});
+    const Tensor x = x_buffer.narrow(0, offset, rows * cols).view({rows, cols});
+    const Tensor dy = dy_buffer.narrow(0, 7 - offset, rows * cols).view({rows, cols});
+    x.copy_(x0);
+    dy.copy_(dy0);
+    Tensor y = empty({rows, cols}), mean = empty({rows}), rstd = empty({rows});
+    Tensor dx = empty({rows, cols}), dw = empty({cols}), db = empty({cols});
+    cpu.layer_norm(x, w, b, 1e-5, y, mean, rstd);
+    cpu.layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+    const std::vector<std::vector<double>> got = {values(y), values(mean), values(rstd),
+                                                  values(dx), values(dw), values(db)};
+    if (offset == 0)
+      first = got;
+    else
+      EXPECT_EQ(got, first);
   }
 }
 
