@@ -21,6 +21,7 @@
 #include <Eigen/Core>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
@@ -117,7 +118,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
         auto row = s.row(r).head(seen);
         const T max = row.maxCoeff();
         row = (row.array() - max).exp();
-        const T sum = row.sum();
+        const T sum = fixed_order_sum(row.array());
         row /= sum;
         s.row(r).tail(keys - seen).setZero();
         lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));

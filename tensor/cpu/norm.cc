@@ -25,17 +25,6 @@ namespace {
 // Rows of `cols` values per thread chunk: about kParallelGrain values a chunk.
 int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)); }
 
-// The sum of a row in the same order wherever the row lies. Eigen's sum()
-// of a plain map first steps to an aligned address, so the same values at
-// another address (a view's offset, a buffer from malloc) would be added in
-// another order and round differently: a DDP rank's row would not match
-// one device's bit for bit. An expression has no address, and its vector
-// lanes start at the first element; x + 0 is x.
-template <typename Derived>
-typename Derived::Scalar fixed_order_sum(const Eigen::ArrayBase<Derived>& row) {
-  return (row + typename Derived::Scalar(0)).sum();
-}
-
 }  // namespace
 
 void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,

@@ -182,7 +182,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& a, const Tensor& out) {
           return sum_rows<T, Acc>(a.data_ptr<T>(), matrix->first, matrix->second, out.data_ptr<T>());
         return reduce_kernel<T, Acc>(
             a, out, Acc(0), [](Acc x, Acc y) { return x + y; },
-            [](const auto& row) { return row.template cast<Acc>().sum(); });
+            [](const auto& row) { return fixed_order_sum(row.template cast<Acc>()); });
       case ReduceOp::Max:
         return reduce_kernel<T, T>(
             a, out, max_identity<T>(), [](T x, T y) { return nan_max(x, y); },
@@ -256,7 +256,7 @@ void CpuBackend::softmax(const Tensor& a, int dim, const SoftmaxParams& p, const
           auto res = ArrayMap<T>(y + base, seen);
           T max = in.maxCoeff() * scale;
           res = (in * scale - max).exp();
-          T sum = res.sum();
+          T sum = fixed_order_sum(res);
           if (log)
             res = in * scale - (max + std::log(sum));
           else
