@@ -12,12 +12,12 @@
 // so float lanes keep the scalar double loops' accuracy (layers_test's
 // off-centre rows) and the loops vectorise.
 #include <cmath>
-#include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/creation.h"
 
 namespace loom::cpu {
 namespace {
@@ -91,18 +91,24 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     T* dx = dx_t.defined() ? dx_t.data_ptr<T>() : nullptr;
     T* dw = dw_t.defined() ? dw_t.data_ptr<T>() : nullptr;
     T* db = db_t.defined() ? db_t.data_ptr<T>() : nullptr;
-    // Per-chunk column sums for dweight and dbias, added in chunk order (deterministic).
+    // One buffer from the caching allocator (no system allocation once
+    // warm) holds, per thread chunk, a row's xhat and g (both passes read
+    // them) and the chunk's column sums for dweight and dbias, which are
+    // added in chunk order afterwards (deterministic).
     const int64_t grain = rows_grain(cols), chunks = parallel_chunks(rows, grain);
-    std::vector<T> dw_parts(dw ? chunks * cols : 0, T(0)), db_parts(db ? chunks * cols : 0, T(0));
-    // A row's xhat and g, made once per row in a chunk's scratch: both passes read them.
-    std::vector<T> scratch(2 * chunks * cols);
+    const int64_t part_rows = (dw ? chunks : 0) + (db ? chunks : 0);
+    const Tensor buffer = empty({(2 * chunks + part_rows) * cols}, {.dtype = x_t.dtype()});
+    T* scratch = buffer.data_ptr<T>();
+    T* dw_parts = scratch + 2 * chunks * cols;
+    T* db_parts = dw_parts + (dw ? chunks * cols : 0);
+    ArrayMap<T>(dw_parts, part_rows * cols).setZero();
     parallel_for_chunks(rows, grain, [&](int64_t chunk, int64_t r0, int64_t r1) {
-      ArrayMap<T> xhat(scratch.data() + 2 * chunk * cols, cols), g(scratch.data() + (2 * chunk + 1) * cols, cols);
+      ArrayMap<T> xhat(scratch + 2 * chunk * cols, cols), g(scratch + (2 * chunk + 1) * cols, cols);
       for (int64_t r = r0; r < r1; ++r) {
         const ConstArrayMap<T> xr(x + r * cols, cols), dyr(dy + r * cols, cols);
         xhat = (xr - mean[r]) * rstd[r];
-        if (dw) ArrayMap<T>(dw_parts.data() + chunk * cols, cols) += dyr * xhat;
-        if (db) ArrayMap<T>(db_parts.data() + chunk * cols, cols) += dyr;
+        if (dw) ArrayMap<T>(dw_parts + chunk * cols, cols) += dyr * xhat;
+        if (db) ArrayMap<T>(db_parts + chunk * cols, cols) += dyr;
         if (!dx) continue;
         if (w)
           g = dyr * ConstArrayMap<T>(w, cols);
@@ -112,10 +118,10 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
         ArrayMap<T>(dx + r * cols, cols) = rstd[r] * (g - g_mean - xhat * gx_mean);
       }
     });
-    auto add_parts = [&](T* total, const std::vector<T>& parts) {
+    auto add_parts = [&](T* total, const T* parts) {
       ArrayMap<T> sum(total, cols);
       sum.setZero();
-      for (int64_t k = 0; k < chunks; ++k) sum += ConstArrayMap<T>(parts.data() + k * cols, cols);
+      for (int64_t k = 0; k < chunks; ++k) sum += ConstArrayMap<T>(parts + k * cols, cols);
     };
     if (dw) add_parts(dw, dw_parts);
     if (db) add_parts(db, db_parts);
