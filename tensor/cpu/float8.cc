@@ -43,7 +43,7 @@ void CpuBackend::float8_cast(const Tensor& x, const Tensor& amax, Float8Format f
   dispatch_storage(x.dtype(), "float8_cast", [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(x.raw_data());  // data_ptr has no 16-bit instances
-    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / cols), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
         for (int64_t c = 0; c < cols; ++c) {
           // float(x) * scale in float32, as torchao and the CUDA kernel compute it.
@@ -69,7 +69,7 @@ void CpuBackend::float8_matmul(const Tensor& a, Float8Format a_format, const Ten
     using T = decltype(tag);
     T* y = static_cast<T*>(out.raw_data());
     const T* add = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
-    parallel_for(m, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t begin, int64_t end) {
+    parallel_for(m, items_per_grain(n), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         for (int64_t j = 0; j < n; ++j) {
           float value = scale * product[i * n + j];

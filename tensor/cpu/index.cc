@@ -48,7 +48,7 @@ void CpuBackend::index_select(const Tensor& a, int dim, const Tensor& index, con
   const char* src = static_cast<const char*>(a.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
   const int64_t* idx = index.data_ptr<int64_t>();
-  parallel_for(outer * count, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
+  parallel_for(outer * count, items_per_grain(inner),
                [&](int64_t begin, int64_t end) {
                  for (int64_t r = begin; r < end; ++r) {
                    int64_t o = r / count, i = r % count;

@@ -8,12 +8,6 @@
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
-namespace {
-
-// Rows per chunk for rows of `width` elements.
-int64_t row_grain(int64_t width) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(width, 1)); }
-
-}  // namespace
 
 void CpuBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev,
                            const Tensor& h, const Tensor& c, const Tensor& activations) {
@@ -29,7 +23,7 @@ void CpuBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates
     T* ho = h.data_ptr<T>();
     T* co = c.data_ptr<T>();
     T* act = activations.data_ptr<T>();
-    parallel_for(batch, row_grain(4 * n), [&](int64_t b0, int64_t b1) {
+    parallel_for(batch, items_per_grain(4 * n), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         ArrayMap<T> a(act + b * 4 * n, 4 * n);
         a = ConstArrayMap<T>(xg + b * 4 * n, 4 * n) + ConstArrayMap<T>(hg + b * 4 * n, 4 * n);
@@ -64,7 +58,7 @@ void CpuBackend::lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Te
     const T* co = c.data_ptr<T>();
     T* dg_p = dgates.data_ptr<T>();
     T* dcp_p = dc_prev.data_ptr<T>();
-    parallel_for(batch, row_grain(4 * n), [&](int64_t b0, int64_t b1) {
+    parallel_for(batch, items_per_grain(4 * n), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         ConstArrayMap<T> a(act + b * 4 * n, 4 * n), dh_row(dh_p + b * n, n);
         const auto i = a.head(n), f = a.segment(n, n), g = a.segment(2 * n, n), o = a.tail(n);

@@ -34,7 +34,7 @@ MatrixLayout choose_layout(int64_t rows, int64_t cols, int64_t row_stride, int64
 // Every row of the (m x n) row-major c becomes `bias`.
 template <typename T>
 void fill_rows(T* c, const T* bias, int64_t m, int64_t n) {
-  parallel_for(m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
+  parallel_for(m, items_per_grain(n), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) std::memcpy(c + i * n, bias, sizeof(T) * n);
   });
 }

@@ -20,12 +20,6 @@
 #include "tensor/creation.h"
 
 namespace loom::cpu {
-namespace {
-
-// Rows of `cols` values per thread chunk: about kParallelGrain values a chunk.
-int64_t rows_grain(int64_t cols) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)); }
-
-}  // namespace
 
 void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,
                             const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
@@ -43,7 +37,7 @@ void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& 
     T* y = y_t.data_ptr<T>();
     T* mean = mean_t.data_ptr<T>();
     T* rstd = rstd_t.data_ptr<T>();
-    parallel_for(rows, rows_grain(cols), [&](int64_t r0, int64_t r1) {
+    parallel_for(rows, items_per_grain(cols), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const ConstArrayMap<T> xr(x + r * cols, cols);
         // A first mean, then the sums of the distances from it and of their
@@ -95,7 +89,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     // warm) holds, per thread chunk, a row's xhat and g (both passes read
     // them) and the chunk's column sums for dweight and dbias, which are
     // added in chunk order afterwards (deterministic).
-    const int64_t grain = rows_grain(cols), chunks = parallel_chunks(rows, grain);
+    const int64_t grain = items_per_grain(cols), chunks = parallel_chunks(rows, grain);
     const int64_t part_rows = (dw ? chunks : 0) + (db ? chunks : 0);
     const Tensor buffer = empty({(2 * chunks + part_rows) * cols}, {.dtype = x_t.dtype()});
     T* scratch = buffer.data_ptr<T>();

@@ -14,6 +14,12 @@ namespace loom::cpu {
 
 inline constexpr int64_t kParallelGrain = 32768;
 
+// The grain, in items, for items of `item_size` elements each (rows of a
+// matrix, say): about kParallelGrain elements a chunk, and at least one item.
+inline int64_t items_per_grain(int64_t item_size) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(item_size, 1));
+}
+
 // How many chunks parallel_for splits [0, n) into: at most one per thread,
 // each of at least `grain` elements.
 inline int64_t parallel_chunks(int64_t n, int64_t grain) {

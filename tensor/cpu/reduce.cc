@@ -104,7 +104,7 @@ void reduce_kernel(const Tensor& a, const Tensor& out, Acc init, Combine combine
   T* out_data = out.data_ptr<T>();
   const int64_t outputs = numel(plan.kept_shape);
   const int64_t per_output = std::max<int64_t>(numel(plan.reduced_shape), 1);
-  parallel_for(outputs, std::max<int64_t>(1, kParallelGrain / per_output), [&](int64_t begin, int64_t end) {
+  parallel_for(outputs, items_per_grain(per_output), [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       int64_t a_offset = 0, out_offset = 0, rest = o;
       for (int d = plan.kept_shape.size() - 1; d >= 0; --d) {
@@ -140,7 +140,7 @@ std::optional<std::pair<int64_t, int64_t>> leading_dims_sum(const Tensor& a, con
 template <typename T, typename Acc>
 void sum_rows(const T* a, int64_t rows, int64_t columns, T* out) {
   constexpr int64_t kTile = 256;
-  parallel_for(columns, std::max<int64_t>(kTile, kParallelGrain / std::max<int64_t>(rows, 1)),
+  parallel_for(columns, std::max<int64_t>(kTile, items_per_grain(rows)),
                [&](int64_t begin, int64_t end) {
                  Acc acc[kTile];
                  for (int64_t first = begin; first < end; first += kTile) {
@@ -204,7 +204,7 @@ void CpuBackend::arg_reduce(ArgReduceOp op, const Tensor& a, int dim, const Tens
     int64_t* out_data = out.data_ptr<int64_t>();
     const Shape& shape = out.shape();
     const int64_t size = a.size(dim), stride = a.stride(dim);
-    parallel_for(out.numel(), std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(size, 1)),
+    parallel_for(out.numel(), items_per_grain(size),
                  [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
         int64_t a_offset = 0, out_offset = 0, rest = o;
@@ -247,7 +247,7 @@ void CpuBackend::softmax(const Tensor& a, int dim, const SoftmaxParams& p, const
     RowLayout l = row_layout(a, dim);
     const T* x = a.data_ptr<T>();
     T* y = out.data_ptr<T>();
-    parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / l.size), [&](int64_t begin, int64_t end) {
+    parallel_for(l.outer * l.inner, items_per_grain(l.size), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
         if (l.inner == 1) {  // a contiguous row: vectorised
@@ -293,7 +293,7 @@ void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim
     const T* y = y_t.data_ptr<T>();
     const T* dy = dy_t.data_ptr<T>();
     T* dx = dx_t.data_ptr<T>();
-    parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / l.size), [&](int64_t begin, int64_t end) {
+    parallel_for(l.outer * l.inner, items_per_grain(l.size), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
         const int64_t seen = p.causal ? r % l.size + 1 : l.size;  // causal rows are contiguous (inner 1)
