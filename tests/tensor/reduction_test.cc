@@ -1,5 +1,6 @@
 // Reductions against references computed with plain loops in double.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -88,16 +89,27 @@ TEST(Reductions, FloatSumOfManyElementsIsAccurate) {
 }
 
 // Sums over leading dims (a Linear's bias gradient) take a path of their own
-// on the CPU, a row at a time in tiles of columns split over threads.
+// on the CPU, a row at a time in tiles of columns split over threads: 700
+// columns fit one tile, 2500 take three (tiles of 1024), split over threads
+// in slices. Each column is summed in row order, so the bits do not depend
+// on the thread count.
 TEST(Reductions, LeadingDimsSumOfAWideMatrix) {
   Generator gen(8);
-  for (DType dtype : {kFloat32, kFloat64}) {
-    Tensor x = randn({3, 111, 700}, {.dtype = dtype}, &gen);
-    std::vector<double> v = values(x), expected(700, 0.0);
-    for (int64_t r = 0; r < 333; ++r)
-      for (int64_t c = 0; c < 700; ++c) expected[c] += v[r * 700 + c];
-    expect_values(sum(x, {0, 1}), expected, dtype == kFloat32 ? 1e-5 : 1e-12);
-  }
+  const int saved_threads = omp_get_max_threads();
+  for (DType dtype : {kFloat32, kFloat64})
+    for (int64_t width : {700, 2500}) {
+      Tensor x = randn({3, 111, width}, {.dtype = dtype}, &gen);
+      std::vector<double> v = values(x), expected(width, 0.0);
+      for (int64_t r = 0; r < 333; ++r)
+        for (int64_t c = 0; c < width; ++c) expected[c] += v[r * width + c];
+      omp_set_num_threads(1);
+      const std::vector<double> one_thread = values(sum(x, {0, 1}));
+      omp_set_num_threads(3);
+      const std::vector<double> three_threads = values(sum(x, {0, 1}));
+      omp_set_num_threads(saved_threads);
+      expect_values(sum(x, {0, 1}), expected, dtype == kFloat32 ? 1e-5 : 1e-12);
+      EXPECT_EQ(one_thread, three_threads) << "width " << width;
+    }
 }
 
 TEST(Reductions, ArgmaxArgmin) {
