@@ -42,6 +42,7 @@
 #include "tensor/file_io.h"
 #include "tensor/float8.h"
 #include "tensor/flop_counter.h"
+#include "tensor/fnv1a.h"
 #include "tensor/generator.h"
 #include "tensor/memory_budget.h"
 #include "tensor/ops.h"

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "tensor/error.h"
+#include "tensor/fnv1a.h"
 
 namespace loom {
 namespace {
@@ -36,12 +37,6 @@ std::string host_name() {
   return name;
 }
 
-// FNV-1a: a short, stable stand-in for a name too long to repeat.
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 // A temporary's name ends in "<pid>-<16 hex digits>": at most 10 + 1 + 16 characters.
 constexpr size_t kUniqueTail = 27;
@@ -58,7 +53,7 @@ std::string temporary_prefix(const std::string& path) {
   const std::string base = base_of(path);
   if (base.size() + tail.size() + kUniqueTail <= NAME_MAX) return base + tail;
   char hash[18];
-  std::snprintf(hash, sizeof(hash), "~%016llx", static_cast<unsigned long long>(fnv1a(base)));
+  std::snprintf(hash, sizeof(hash), "~%016llx", static_cast<unsigned long long>(fnv1a(base.data(), base.size())));
   const size_t keep = NAME_MAX - tail.size() - kUniqueTail - (sizeof(hash) - 1);
   return base.substr(0, keep) + hash + tail;
 }

@@ -5,6 +5,7 @@
 #include "parallel/comm/agreement.h"
 #include "parallel/comm/flight_recorder.h"
 #include "parallel/comm/for_device.h"
+#include "tensor/fnv1a.h"
 
 namespace loom::examples {
 
@@ -23,13 +24,6 @@ Rank join_job(std::shared_ptr<parallel::ProcessGroup> world, const Flags& flags,
 
 namespace {
 
-// FNV-1a over bytes, continued from `hash`.
-uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 1469598103934665603u) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211u;
-  return hash;
-}
-
 std::string hex(uint64_t value) {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
@@ -41,7 +35,7 @@ std::string hex(uint64_t value) {
 void check_ranks_read_the_same_text(parallel::ProcessGroup& world, const data::CharCorpus& corpus,
                                     const std::string& source_flag) {
   const std::string& chars = corpus.vocab.chars();
-  uint64_t text = 1469598103934665603u;
+  uint64_t text = kFnv1aStart;
   for (const Tensor& part : {corpus.train, corpus.validation}) {
     const Tensor tokens = part.to(Device::cpu()).contiguous();
     text = fnv1a(tokens.data_ptr<int64_t>(), tokens.nbytes(), text);

@@ -44,11 +44,10 @@ LOOM_MODULE(ResidualMlp);
 
 // FNV-1a over every parameter's bytes: equal only if the weights are bit for bit.
 uint64_t fingerprint(const nn::Module& model) {
-  uint64_t hash = 1469598103934665603u;
+  uint64_t hash = loom::kFnv1aStart;
   for (auto& [name, p] : model.named_parameters()) {
     Tensor host = p.to(loom::Device::cpu()).contiguous();
-    auto* bytes = reinterpret_cast<const unsigned char*>(host.data_ptr<float>());
-    for (size_t i = 0; i < host.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211u;
+    hash = loom::fnv1a(host.data_ptr<float>(), host.nbytes(), hash);
   }
   return hash;
 }

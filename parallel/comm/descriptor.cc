@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tensor/error.h"
+#include "tensor/fnv1a.h"
 
 namespace loom::parallel {
 
@@ -48,12 +49,7 @@ Descriptor make_descriptor(const Op& op) {
 }
 
 int64_t hash_sizes(const std::vector<int64_t>& sizes) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes' bytes
-  for (int64_t size : sizes)
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (static_cast<uint64_t>(size) >> (8 * byte)) & 0xff;
-      h *= 1099511628211ull;
-    }
+  const uint64_t h = fnv1a(sizes.data(), sizes.size() * sizeof(int64_t));
   return h == 0 ? 1 : static_cast<int64_t>(h);
 }
 
