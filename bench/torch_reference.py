@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -185,6 +186,9 @@ def main():
                         help="torch.compile the model's forward in this mode (its warm-up steps compile)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="CUDA: capture the whole step (forward, backward, capturable fused AdamW) once and replay it")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the timed steps, profile as many more with torch.profiler (CPU ops) and print "
+                             "each op's self time a step to stderr, one JSON line per op, the longest first")
     args = parser.parse_args()
     if args.cuda_graph and (args.compile != "none" or args.precision == "fp16" or not args.device.startswith("cuda")):
         raise SystemExit("torch_reference: --cuda-graph needs a CUDA device, no --compile and no fp16 GradScaler")
@@ -268,6 +272,26 @@ def main():
                       "ms_per_step": round(1000 * seconds / args.steps, 3),
                       "samples_per_s": round(samples * args.steps / seconds, 1),
                       "tokens_per_s": round(tokens * args.steps / seconds, 1), "loss": round(loss.item(), 4)}))
+    if args.profile:
+        print_profile(step, args.steps, sync)
+
+
+def print_profile(step, steps, sync):
+    """Each op's self CPU time a step under torch.profiler, the longest first:
+    what to set beside loom's perf profile, kernel by kernel."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    for e in events:
+        if e.self_cpu_time_total / total < 0.002:
+            break
+        print(json.dumps({"op": e.key, "self_ms_per_step": round(e.self_cpu_time_total / 1000 / steps, 3),
+                          "share": round(e.self_cpu_time_total / total, 4), "calls_per_step": e.count // steps}),
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
