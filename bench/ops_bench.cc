@@ -199,6 +199,23 @@ void BM_column_sums_eigen(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * rows * cols * 4);
 }
 
+// 2x2 max pooling with stride 2 over float32 planes, with the indices a
+// training step keeps: the cnn's two poolings (batch 256: 32 planes of 28 x 28,
+// 64 of 14 x 14). No Eigen counterpart; compare builds (the vectorised row
+// kernel is tensor/cpu/max_pool_2x2.h).
+void BM_max_pool_2x2_loom(benchmark::State& state) {
+  const int64_t planes = state.range(0), side = state.range(1);
+  Tensor x = randn({planes, 1, side, side}), y = empty({planes, 1, side / 2, side / 2});
+  Tensor idx = empty({planes, 1, side / 2, side / 2}, {.dtype = kInt64});
+  const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    cpu.max_pool2d(x, p, y, idx);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * planes * side * side * 4);
+}
+
 // An LSTM's recurrence products: 64 steps of h (rows x 128) @ W^T, W of
 // (512, 128), and of the backward's dgates (rows x 512) @ W. loom prepares
 // the product once (packing W on CPUs without AVX-512); Eigen's product,
@@ -253,6 +270,7 @@ BENCHMARK(BM_adamw_eigen)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisec
 // The CPU gpt's rows (batch 8 x 64 tokens of width 128) and gpt_large's (16 x 128 of 256).
 BENCHMARK(BM_layer_norm_loom)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_eigen)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_max_pool_2x2_loom)->Args({256 * 32, 28})->Args({256 * 64, 14})->Unit(benchmark::kMillisecond)->UseRealTime();
 // An LSTM layer's gate gradients, and gpt_large's MLP bias gradient (2048 x 1024).
 BENCHMARK(BM_column_sums_loom)->Args({4096, 512})->Args({2048, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_column_sums_eigen)->Args({4096, 512})->Args({2048, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
