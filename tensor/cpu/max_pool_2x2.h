@@ -39,12 +39,12 @@ inline int64_t max_pool_row_2x2(const float* top, const float* bottom, int64_t w
   const __m256i lane_offsets = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
   // 8 outputs from 16 floats of each input row; `at` is the top row's first
   // element's index in the plane.
-  auto group = [&](const float* t, const float* b, int64_t at, float* o, int64_t* i) {
-    __m256 a, bb, c, d;
-    split(t, a, bb);
-    split(b, c, d);
-    const __m256 right_top = replaces8(bb, a), right_bottom = replaces8(d, c);
-    const __m256 upper = _mm256_blendv_ps(a, bb, right_top), lower = _mm256_blendv_ps(c, d, right_bottom);
+  auto group = [&](const float* top_row, const float* bottom_row, int64_t at, float* o, int64_t* i) {
+    __m256 a, b, c, d;
+    split(top_row, a, b);
+    split(bottom_row, c, d);
+    const __m256 right_top = replaces8(b, a), right_bottom = replaces8(d, c);
+    const __m256 upper = _mm256_blendv_ps(a, b, right_top), lower = _mm256_blendv_ps(c, d, right_bottom);
     const __m256 take_lower = replaces8(lower, upper);
     _mm256_storeu_ps(o, _mm256_blendv_ps(upper, lower, take_lower));
     // Offsets within the window (0, 1, w, w + 1) in 32 bits, then widened.
@@ -63,13 +63,13 @@ inline int64_t max_pool_row_2x2(const float* top, const float* bottom, int64_t w
   if (const int64_t n = wo - ow; n > 0) {
     // The last n < 8 outputs: their 2n inputs copied in (the other lanes
     // are zeros, computed and dropped), then n results copied out.
-    alignas(32) float t[16] = {}, b[16] = {}, o[8];
-    alignas(32) int64_t i[8];
-    std::copy(top + 2 * ow, top + 2 * ow + 2 * n, t);
-    std::copy(bottom + 2 * ow, bottom + 2 * ow + 2 * n, b);
-    group(t, b, first_at + 2 * ow, o, i);
-    std::copy(o, o + n, out + ow);
-    std::copy(i, i + n, idx + ow);
+    alignas(32) float top_tail[16] = {}, bottom_tail[16] = {}, out_tail[8];
+    alignas(32) int64_t idx_tail[8];
+    std::copy(top + 2 * ow, top + 2 * ow + 2 * n, top_tail);
+    std::copy(bottom + 2 * ow, bottom + 2 * ow + 2 * n, bottom_tail);
+    group(top_tail, bottom_tail, first_at + 2 * ow, out_tail, idx_tail);
+    std::copy(out_tail, out_tail + n, out + ow);
+    std::copy(idx_tail, idx_tail + n, idx + ow);
     ow = wo;
   }
 #endif
