@@ -38,22 +38,30 @@ grep -q '^RESULT {"example": "ddp_fashion_mnist".*"ranks": 2}' "$out" || { echo 
 python3 "$same_state" mpirun.st "ddp_fashion_mnist.$job.safetensors" mpirun.csv "ddp_fashion_mnist.$job.csv" \
   || { echo "FAIL: the batch job trained differently from mpirun"; exit 1; }
 
-# 2. SIGTERM mid-epoch 2, then a requeue. An example that handles the signal
+# 2. SIGTERM mid-training, then a requeue. An example that handles the signal
 # checkpoints the step and exits 75, and the script requeues the job itself;
 # one that does not is killed, and the job is requeued by hand: it goes on
-# from epoch 1's checkpoint. Either way it ends where the straight run does.
-# Long enough that the signal lands inside epoch 2's steps on an idle machine too (a step is ~10 ms).
-two=(--epochs 2 --max-steps-per-epoch 200 --batch-size 64 --width 4 --workers 1 --log-every 1)
+# from its last epoch's checkpoint. Either way it ends where the straight run
+# does. The signal is sent once epoch 1's metrics row is in the job's CSV
+# file (the rank writes it itself; Slurm forwards the job's printed lines
+# through srun, which on a loaded machine fell 400 steps behind), and must
+# land before the last step (a stop after it completes the run; in CI on
+# 2026-11-29 it arrived 150 steps of 5 ms after the printed step 2xx of
+# epoch 2, and the job completed). Epoch 2's 400 steps of a width-16 net
+# (~15 ms each here) leave the signal 6 s.
+two=(--epochs 2 --max-steps-per-epoch 400 --batch-size 64 --width 16 --workers 1 --log-every 1)
 mpirun -np 2 --oversubscribe --bind-to none "$ddp" "${two[@]}" --checkpoint straight.st --metrics straight.csv \
   > straight.log 2>&1 || { cat straight.log; exit 1; }
 job=$(sbatch --parsable "$sbatch_script" "${two[@]}")
-out=ddp_fashion_mnist.$job.out
-for _ in $(seq 1800); do grep -q '^step 2[1-4][0-9]/400 ' "$out" 2> /dev/null && break; sleep 0.1; done
-grep -q '^step 2[1-4][0-9]/400 ' "$out" || { echo "FAIL: the job did not reach epoch 2"; cat "$out"; exit 1; }
+out=ddp_fashion_mnist.$job.out metrics=ddp_fashion_mnist.$job.csv
+epoch_1_done() { grep -qs '^1,' "$metrics"; }
+for _ in $(seq 1800); do epoch_1_done && break; sleep 0.1; done
+epoch_1_done || { echo "FAIL: the job did not finish epoch 1"; cat "$out"; exit 1; }
 scancel --signal=TERM "$job" || { echo "FAIL: scancel"; cat "$out"; exit 1; }
 # Back in the queue (the script requeued it) or failed (killed).
 slurm_wait_state "$job" "PENDING|FAILED|COMPLETED" 120 || { cat "$out"; exit 1; }
 [ "$(slurm_job_state "$job")" != COMPLETED ] || { echo "FAIL: the job trained on after SIGTERM"; cat "$out"; exit 1; }
+taken_after=$(grep -c '^step ' "$out")   # the last step run before it stopped
 how="stopped by SIGTERM with a checkpoint, requeued by the script"
 if [ "$(slurm_job_state "$job")" = FAILED ]; then
   how="killed by SIGTERM, requeued by scontrol"
@@ -69,4 +77,5 @@ grep -q "^job $job, run 2: 2 tasks on .* --resume$" "$out" && grep -q "^resumed 
   result straight.log; exit 1; }
 python3 "$same_state" straight.st "ddp_fashion_mnist.$job.safetensors" straight.csv "ddp_fashion_mnist.$job.csv" \
   || { echo "FAIL: the requeued job ended elsewhere than the straight run ($how)"; cat "$out"; exit 1; }
-echo "PASS ($(sinfo -V): the job matched mpirun; $how, it resumed exactly)"
+echo "PASS ($(sinfo -V): the job matched mpirun; SIGTERM sent after epoch 1, taken after step $taken_after;" \
+  "$how, it resumed exactly)"
