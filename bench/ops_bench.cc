@@ -216,6 +216,31 @@ void BM_max_pool_2x2_loom(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * planes * side * side * 4);
 }
 
+// Convolutions at batch 256 (3x3, padding 1, bias, the ReLU fused): layers
+// 1 and 2 are the cnn's (1 -> 32 channels on 28 x 28, 32 -> 64 on 14 x 14),
+// layer 0 an RGB image net's first (3 -> 32 channels on 32 x 32, CIFAR's
+// size). Pass 0 is the forward, 1 the weight and bias gradients, 2 the
+// input gradient (a first layer's is never needed). No Eigen counterpart;
+// compare builds. FLOP/s counts the product's multiply-adds twice.
+void BM_conv_loom(benchmark::State& state) {
+  const int64_t layer = state.range(0), pass = state.range(1);
+  const int64_t batch = 256, in = layer == 0 ? 3 : layer == 1 ? 1 : 32, out = layer == 2 ? 64 : 32;
+  const int64_t side = layer == 0 ? 32 : layer == 1 ? 28 : 14;
+  Tensor x = randn({batch, in, side, side}), w = randn({out, in, 3, 3}), bias = randn({out});
+  Tensor y = empty({batch, out, side, side}), dy = randn({batch, out, side, side});
+  Tensor dx = empty({batch, in, side, side}), dw = empty({out, in, 3, 3}), dbias = empty({out});
+  const Conv2dParams p{.pad_h = 1, .pad_w = 1, .relu = true};
+  Backend& cpu = backend_for(Device::cpu());
+  cpu.conv2d(x, w, bias, p, y);  // the ReLU output the backward passes mask dy with
+  for (auto _ : state) {
+    if (pass == 0) cpu.conv2d(x, w, bias, p, y);
+    if (pass == 1) cpu.conv2d_backward_weight(dy, y, x, p, dw, dbias);
+    if (pass == 2) cpu.conv2d_backward_input(dy, y, w, p, dx);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  set_flops(state, 2.0 * batch * out * side * side * in * 9);
+}
+
 // An LSTM's recurrence products: 64 steps of h (rows x 128) @ W^T, W of
 // (512, 128), and of the backward's dgates (rows x 512) @ W. loom prepares
 // the product once (packing W on CPUs without AVX-512); Eigen's product,
@@ -270,6 +295,8 @@ BENCHMARK(BM_adamw_eigen)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisec
 // The CPU gpt's rows (batch 8 x 64 tokens of width 128) and gpt_large's (16 x 128 of 256).
 BENCHMARK(BM_layer_norm_loom)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_eigen)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_conv_loom)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})->Args({2, 0})->Args({2, 1})->Args({2, 2})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_max_pool_2x2_loom)->Args({256 * 32, 28})->Args({256 * 64, 14})->Unit(benchmark::kMillisecond)->UseRealTime();
 // An LSTM layer's gate gradients, and gpt_large's MLP bias gradient (2048 x 1024).
 BENCHMARK(BM_column_sums_loom)->Args({4096, 512})->Args({2048, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
