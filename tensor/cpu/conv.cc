@@ -16,14 +16,21 @@
 // A fused ReLU (Conv2dParams::relu) rides on the same passes: applied in the
 // output copy, and its mask applied to dy while dy is gathered, so the
 // activation is never read or written on its own.
+//
+// A shallow float32 layer (a receptive field of at most kShallowConvDepth
+// numbers: an image net's first layer) skips the GEMM in the forward pass
+// and the weight gradient: tensor/cpu/shallow_conv.h multiplies its few
+// rows of columns directly.
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/shallow_conv.h"
 #include "tensor/creation.h"
 
 namespace loom::cpu {
@@ -45,6 +52,12 @@ struct ConvShape {
   int64_t pixels() const { return ho * wo; }
   int64_t plane() const { return h * w; }
 };
+
+// Whether conv2d and conv2d_backward_weight run shallow_conv.h's kernels.
+template <typename T>
+bool is_shallow(const ConvShape& s) {
+  return std::is_same_v<T, float> && s.k() <= kShallowConvDepth;
+}
 
 ConvShape conv_shape(const Tensor& x, const Tensor& w, const Tensor& out, const Conv2dParams& p) {
   return {x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3),
@@ -200,7 +213,10 @@ const T* gather_dy_block(const T* dy, const T* relu_out, const ConvShape& s, int
       }
       const T* y_row = y + o * s.pixels();
 #pragma omp simd
-      for (int64_t q = 0; q < s.pixels(); ++q) dst[q] = y_row[q] <= T(0) ? T(0) : src_row[q];
+      for (int64_t q = 0; q < s.pixels(); ++q) {
+        const T g = src_row[q];  // read whatever y says: a conditional read compiles to a slow masked load
+        dst[q] = y_row[q] <= T(0) ? T(0) : g;
+      }
     }
   }
   return block;
@@ -231,13 +247,24 @@ void CpuBackend::conv2d(const Tensor& x_t, const Tensor& w_t, const Tensor& bias
     const int64_t block = block_samples(s, sizeof(T));
     parallel_for(s.n, 1, [&](int64_t begin, int64_t end) {
       PaddedColumns<T> columns(s, block, x_t.dtype());
-      Tensor product_t = block > 1 ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
+      const bool shallow = is_shallow<T>(s);
+      Tensor product_t =
+          block > 1 && !shallow ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
       for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
         const int64_t width = count * s.pixels();
         T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
           const T* w_g = w + g * s.og * s.k();  // (O_g, K)
+          if constexpr (std::is_same_v<T, float>) {
+            if (shallow) {
+              for (int64_t b = 0; b < count; ++b)
+                shallow_conv_forward(w_g, col + b * s.pixels(), width, s.k(), s.og, s.pixels(),
+                                     bias ? bias + g * s.og : nullptr, p.relu,
+                                     group_plane(out, first + b, g, s.groups, s.og, s.pixels()));
+              continue;
+            }
+          }
           if (s.pixels() >= kWideImage) {
             // Wide images: a product per sample straight into its output plane,
             // from its columns within the block's; the bias added in cache.
@@ -324,10 +351,13 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& relu_o
     const int64_t chunks = parallel_chunks(s.n, 1);
     Tensor partials_t = zeros({chunks, partial_size}, {.dtype = dw_t.dtype()});
     T* partials = partials_t.data_ptr<T>();
+    const bool shallow = is_shallow<T>(s);
     parallel_for_chunks(s.n, 1, [&](int64_t chunk, int64_t begin, int64_t end) {
       PaddedColumns<T> columns(s, block, x_t.dtype());
-      Tensor dy_block_t =
-          gathers_dy(block, relu_out_t) ? empty({s.og, block * s.pixels()}, {.dtype = x_t.dtype()}) : Tensor();
+      // The gathered dy of a block for the GEMM, or one masked row of it for the shallow kernel.
+      Tensor dy_block_t = shallow || gathers_dy(block, relu_out_t)
+                              ? empty({shallow ? s.pixels() : s.og * block * s.pixels()}, {.dtype = x_t.dtype()})
+                              : Tensor();
       T* dy_block = dy_block_t.defined() ? dy_block_t.data_ptr<T>() : nullptr;
       T* partial = partials + chunk * partial_size;
       for_each_block(begin, end, block, [&](int64_t first, int64_t count) {
@@ -335,6 +365,17 @@ void CpuBackend::conv2d_backward_weight(const Tensor& dy_t, const Tensor& relu_o
         T* col = columns.for_block(count);
         for (int64_t g = 0; g < s.groups; ++g) {
           im2col_block(x, s, p, first, count, g, col);
+          if constexpr (std::is_same_v<T, float>) {
+            if (shallow) {
+              for (int64_t b = 0; b < count; ++b)
+                shallow_conv_weight_grad(
+                    group_plane(dy, first + b, g, s.groups, s.og, s.pixels()),
+                    relu_out ? group_plane(relu_out, first + b, g, s.groups, s.og, s.pixels()) : nullptr,
+                    col + b * s.pixels(), width, s.k(), s.og, s.pixels(), partial + g * s.og * s.k(),
+                    dbias_t.defined() ? partial + dw_t.numel() + g * s.og : nullptr, dy_block);
+              continue;
+            }
+          }
           ConstMatrixMap<T> dy_g(gather_dy_block(dy, relu_out, s, first, count, g, dy_block), s.og, width);
           // dw_g (O_g, K) += dy_g (O_g, B P) @ col^T (B P, K)
           gemm<T>({dy_g.data(), width, true}, {col, width, /*row_major=*/false}, partial + g * s.og * s.k(), s.k(),

@@ -25,12 +25,14 @@ struct Case {
 
 // The CPU kernel's paths: images of 512+ output pixels multiplied a sample at
 // a time, blocks of several samples, a block of one sample without a bias
-// (its product is written in place), strides and groups.
+// (its product is written in place), a shallow layer's own kernels, strides
+// and groups.
 std::vector<Case> cases() {
   return {
       {"wide image", {3, 2, 24, 24}, {5, 2, 3, 3}, {.pad_h = 1, .pad_w = 1}, true},
       {"blocks of samples", {7, 3, 9, 9}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1}, true},
       {"one sample, no bias", {1, 3, 6, 6}, {4, 3, 3, 3}, {}, false},
+      {"one channel (shallow_conv.h)", {5, 1, 13, 11}, {5, 1, 3, 3}, {.pad_h = 1, .pad_w = 1}, true},
       {"stride and groups", {4, 4, 10, 10}, {6, 2, 3, 3}, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 2}, true},
   };
 }

@@ -6,6 +6,7 @@
 
 #include "nn/nn.h"
 #include "tensor/backend.h"
+#include "tensor/cpu/shallow_conv.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -105,6 +106,83 @@ TEST(Conv2d, BlocksOfSamplesEqualOneSampleAtATime) {
     }
     expect_values(w.grad(), values(dw), 1e-10);
     expect_values(b.grad(), values(db), 1e-10);
+  }
+}
+
+// Shallow float32 layers (a receptive field of at most kShallowConvDepth
+// numbers, as an image net's first layer) skip the GEMM
+// (tensor/cpu/shallow_conv.h). Cases: a wide image in blocks of 3 with a
+// short last block, rows that end in every tail (13 x 11, stride 2),
+// depthwise groups with 3 channels a group (not a multiple of 4), dilation
+// without a bias, and 2 channels (the deepest such field, 18).
+struct ShallowCase {
+  Shape x, w;
+  Conv2dParams p;
+  bool bias;
+};
+
+std::vector<ShallowCase> shallow_cases() {
+  return {
+      {{5, 1, 28, 28}, {8, 1, 3, 3}, {.pad_h = 1, .pad_w = 1, .relu = true}, true},
+      {{3, 1, 13, 11}, {4, 1, 3, 3}, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, true},
+      {{2, 2, 9, 10}, {6, 1, 3, 3}, {.pad_h = 1, .pad_w = 1, .groups = 2, .relu = true}, true},
+      {{2, 1, 12, 12}, {5, 1, 2, 2}, {.dilation_h = 2, .dilation_w = 2}, false},
+      {{4, 2, 17, 15}, {4, 2, 3, 3}, {.pad_h = 1, .pad_w = 1, .relu = true}, true},
+  };
+}
+
+// Each output is its bias plus the receptive field's products one fused
+// multiply-add at a time (padding adds w * 0): the order the kernel
+// documents, so vector lanes and row tails give these bits exactly.
+TEST(Conv2d, ShallowFloat32OutputsAreFusedMultiplyAddsInOrder) {
+  Generator gen(6);
+  for (const ShallowCase& c : shallow_cases()) {
+    ASSERT_LE(c.w[1] * c.w[2] * c.w[3], cpu::kShallowConvDepth);
+    Tensor x = randn(c.x, {}, &gen), w = randn(c.w, {}, &gen), b = c.bias ? randn({c.w[0]}, {}, &gen) : Tensor();
+    Tensor y = c.p.relu ? F::conv2d_relu(x, w, b, c.p) : F::conv2d(x, w, b, c.p);
+    const std::vector<double> xv = values(x), wv = values(w), bv = c.bias ? values(b) : std::vector<double>();
+    const int64_t n = c.x[0], ch = c.x[1], h = c.x[2], wd = c.x[3], o = c.w[0], cg = c.w[1], kh = c.w[2],
+                  kw = c.w[3], og = o / c.p.groups, ho = y.size(2), wo = y.size(3);
+    std::vector<double> expected;
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t oc = 0; oc < o; ++oc)
+        for (int64_t i = 0; i < ho; ++i)
+          for (int64_t j = 0; j < wo; ++j) {
+            float acc = c.bias ? static_cast<float>(bv[oc]) : 0.f;
+            for (int64_t ic = 0; ic < cg; ++ic)
+              for (int64_t a = 0; a < kh; ++a)
+                for (int64_t e = 0; e < kw; ++e) {
+                  const int64_t yy = i * c.p.stride_h - c.p.pad_h + a * c.p.dilation_h;
+                  const int64_t zz = j * c.p.stride_w - c.p.pad_w + e * c.p.dilation_w;
+                  const bool inside = yy >= 0 && yy < h && zz >= 0 && zz < wd;
+                  const float xe = inside ? static_cast<float>(xv[((in * ch + oc / og * cg + ic) * h + yy) * wd + zz]) : 0.f;
+                  acc = std::fma(static_cast<float>(wv[((oc * cg + ic) * kh + a) * kw + e]), xe, acc);
+                }
+            expected.push_back(c.p.relu && !(acc > 0.f) ? 0.0 : acc);
+          }
+    EXPECT_EQ(values(y), expected) << c.x << " * " << c.w;
+  }
+}
+
+// Their gradients against the same layer in float64, which runs the GEMM
+// (the ReLU's mask too: with these seeds no output lies so near 0 that
+// float32 and float64 disagree on its sign).
+TEST(Conv2d, ShallowFloat32GradientsMatchFloat64) {
+  Generator gen(7);
+  for (const ShallowCase& c : shallow_cases()) {
+    Tensor x = randn(c.x, {.dtype = kFloat64}, &gen), w = randn(c.w, {.dtype = kFloat64}, &gen);
+    Tensor b = c.bias ? randn({c.w[0]}, {.dtype = kFloat64}, &gen) : Tensor();
+    auto gradients = [&](DType dtype) {
+      Tensor xd = x.to(dtype).requires_grad_(true), wd = w.to(dtype).requires_grad_(true);
+      Tensor bd = c.bias ? b.to(dtype).requires_grad_(true) : Tensor();
+      Tensor y = c.p.relu ? F::conv2d_relu(xd, wd, bd, c.p) : F::conv2d(xd, wd, bd, c.p);
+      const Tensor probe = sin(arange(0, static_cast<double>(y.numel()), 1, {.dtype = dtype})).reshape(y.shape().vec());
+      (y * probe).sum().backward();
+      return std::vector<Tensor>{xd.grad(), wd.grad(), c.bias ? bd.grad() : Tensor()};
+    };
+    const std::vector<Tensor> got = gradients(kFloat32), want = gradients(kFloat64);
+    for (int i = 0; i < 3; ++i)
+      if (want[i].defined()) expect_values(got[i], values(want[i]), 2e-5);
   }
 }
 
