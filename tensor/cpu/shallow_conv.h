@@ -30,7 +30,10 @@ namespace loom::cpu {
 
 // The deepest receptive field (C_in / groups x kH x kW) that takes these
 // kernels; deeper ones are products worth a GEMM. ops_bench's conv entries
-// measure both sides of it.
+// measure both sides: at 9 (the cnn's first layer) these kernels ran the
+// forward 1.7x and the weight gradient 1.15x as fast as the GEMM; at 27
+// (RGB through 3x3) the GEMM was as fast forward and 15% faster for the
+// weight gradient.
 inline constexpr int64_t kShallowConvDepth = 18;
 
 namespace shallow_detail {
