@@ -9,6 +9,10 @@
 
 #include <Eigen/Core>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -49,6 +53,30 @@ void BM_matmul_eigen(benchmark::State& state) {
   }
   set_flops(state, 2.0 * n * n * n);
   state.SetLabel(avx512 ? "avx512" : "avx2");
+}
+
+// The core's float32 peak: 12 independent chains of 8-wide fused
+// multiply-adds, enough to keep both FMA pipes of a Zen or Intel core busy.
+// What no product can beat on this machine, to measure GEMMs against (a
+// 1024^3 GEMM's rate, which train_bench calls its peak, sits below it).
+void BM_fma_peak(benchmark::State& state) {
+#ifdef __AVX2__
+  constexpr int kChains = 12;
+  constexpr int64_t kRounds = 1 << 20;
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(1.0f + 1e-7f * static_cast<float>(i));
+  const __m256 scale = _mm256_set1_ps(0.999999f), shift = _mm256_set1_ps(1e-7f);
+  for (auto _ : state) {
+    for (int64_t r = 0; r < kRounds; ++r) {
+#pragma GCC unroll 12
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], scale, shift);
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  set_flops(state, 2.0 * 8 * kChains * kRounds);
+#else
+  state.SkipWithError("built without AVX2");
+#endif
 }
 
 // c = a + b over n floats: 12 bytes moved per element.
@@ -281,6 +309,7 @@ void BM_recurrence_eigen(benchmark::State& state) {
   set_flops(state, 2.0 * kSteps * rows * k * n);
 }
 
+BENCHMARK(BM_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_loom)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_eigen)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 // {rows: the batch on one thread, or a half on each of two; 0 forward, 1 backward}
