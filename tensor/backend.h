@@ -116,7 +116,7 @@ struct AdamParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool decoupled_weight_decay = false;  // AdamW
   int64_t step = 1;
-  DeviceStepScalars device;
+  DeviceStepScalars device{};  // {}: designated initializers may leave it out without -Wextra warnings
 };
 
 // One SGD step; momentum buffers are (re)started from the gradient when
@@ -126,7 +126,7 @@ struct SgdParams {
   double lr = 1e-2, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool first_step = true;
-  DeviceStepScalars device;
+  DeviceStepScalars device{};  // {}: designated initializers may leave it out without -Wextra warnings
 };
 
 class Backend {

@@ -87,7 +87,7 @@ struct PlanReport {
   ModelProfile profile;
   PlanOptions options;
   double efficiency = 0;            // the one used
-  std::vector<StrategyPlan> rows;   // fitting rows first, fastest first
+  std::vector<StrategyPlan> rows{}; // fitting rows first, fastest first
   const StrategyPlan* best() const; // the fastest that fits; nullptr when none does
   const StrategyPlan* find(const std::string& strategy) const;
   std::string table() const;        // the rows as text, the best named
