@@ -2,15 +2,13 @@
 // CPU) against the composite one (matmul, attention_softmax, matmul) and
 // against finite differences.
 #include <gtest/gtest.h>
-#include <omp.h>
-
-#include <thread>
 
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "nn/nn.h"
 #include "tensor/autocast.h"
+#include "tests/omp_threads.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -86,13 +84,12 @@ TEST(FusedAttention, ResultsDoNotDependOnTheHeapLayout) {
   const Tensor dout = randn(shape, {}, &gen);
   auto values_after = [&](size_t junk_bytes) {
     std::vector<float> values;
-    std::thread([&] {
-      omp_set_num_threads(1);
+    testing::on_omp_threads(1, [&] {
       std::vector<char> junk(junk_bytes);  // moves this thread's later allocations
       const Result r = run(AttentionKernel::kFused, q, k, v, /*causal=*/true, dout);
       for (const Tensor& t : {r.out, r.dq, r.dk, r.dv})
         for (float x : t.contiguous().to_vector<float>()) values.push_back(x);
-    }).join();
+    });
     return values;
   };
   const std::vector<float> first = values_after(8);

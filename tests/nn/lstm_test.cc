@@ -2,11 +2,9 @@
 // (functional::lstm_layer) against the same steps composed from loom's
 // elementwise ops and products, and against finite differences.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <mutex>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "autograd/gradcheck.h"
 #include "nn/nn.h"
 #include "tensor/backend.h"
+#include "tests/omp_threads.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -230,13 +229,12 @@ TEST(LstmLayer, Float32AndMixedDtypesGiveTheComposedValues) {
 std::vector<std::pair<int64_t, int64_t>> cpu_row_blocks(int threads, int64_t rows, int64_t work_per_row) {
   std::vector<std::pair<int64_t, int64_t>> blocks;
   std::mutex mutex;
-  std::thread([&] {
-    omp_set_num_threads(threads);
+  testing::on_omp_threads(threads, [&] {
     backend_for(Device::cpu()).for_row_blocks(rows, work_per_row, [&](int64_t begin, int64_t end) {
       std::lock_guard<std::mutex> lock(mutex);
       blocks.emplace_back(begin, end);
     });
-  }).join();
+  });
   std::sort(blocks.begin(), blocks.end());
   return blocks;
 }
@@ -264,14 +262,13 @@ TEST(LstmLayer, BatchRowsInBlocksOnThreadsGiveTheComposedSteps) {
   for (int threads : {3, 1}) {
     SCOPED_TRACE(::testing::Message() << threads << " threads");
     const LayerInputs fused_in = leaves_like(base);
-    std::thread([&] {
-      omp_set_num_threads(threads);
+    testing::on_omp_threads(threads, [&] {
       auto fused = nn::functional::lstm_layer(fused_in.gates, fused_in.weight_hh, fused_in.h0, fused_in.c0);
       EXPECT_LT(max_rel_error(fused.output, composed.output), 1e-13);
       EXPECT_LT(max_rel_error(fused.h, composed.h), 1e-13);
       EXPECT_LT(max_rel_error(fused.c, composed.c), 1e-13);
       autograd::backward({(fused.output * w_out).sum() + (fused.c * w_c).sum()});
-    }).join();
+    });
     const char* names[] = {"gates", "weight_hh", "h0", "c0"};
     for (int i = 0; i < 4; ++i) {
       SCOPED_TRACE(names[i]);

@@ -1,12 +1,12 @@
 // Random tensors: reproducible from a seed, independent of thread count, and
 // distributed as they should be (deterministic draws, so no flakiness).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "tests/omp_threads.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -28,13 +28,9 @@ TEST(Random, SameSeedSameNumbers) {
 }
 
 TEST(Random, DoesNotDependOnThreadCount) {
-  const int saved = omp_get_max_threads();
   Generator g1(9), g2(9);
-  omp_set_num_threads(1);
-  std::vector<double> one = values(randn({100000}, {}, &g1));
-  omp_set_num_threads(2);
-  std::vector<double> two = values(randn({100000}, {}, &g2));
-  omp_set_num_threads(saved);
+  const std::vector<double> one = testing::on_omp_threads(1, [&] { return values(randn({100000}, {}, &g1)); });
+  const std::vector<double> two = testing::on_omp_threads(2, [&] { return values(randn({100000}, {}, &g2)); });
   EXPECT_EQ(one, two);
 }
 

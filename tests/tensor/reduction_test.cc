@@ -1,10 +1,10 @@
 // Reductions against references computed with plain loops in double.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <functional>
 
+#include "tests/omp_threads.h"
 #include "tests/test_util.h"
 
 namespace loom {
@@ -95,18 +95,14 @@ TEST(Reductions, FloatSumOfManyElementsIsAccurate) {
 // on the thread count.
 TEST(Reductions, LeadingDimsSumOfAWideMatrix) {
   Generator gen(8);
-  const int saved_threads = omp_get_max_threads();
   for (DType dtype : {kFloat32, kFloat64})
     for (int64_t width : {700, 2500}) {
       Tensor x = randn({3, 111, width}, {.dtype = dtype}, &gen);
       std::vector<double> v = values(x), expected(width, 0.0);
       for (int64_t r = 0; r < 333; ++r)
         for (int64_t c = 0; c < width; ++c) expected[c] += v[r * width + c];
-      omp_set_num_threads(1);
-      const std::vector<double> one_thread = values(sum(x, {0, 1}));
-      omp_set_num_threads(3);
-      const std::vector<double> three_threads = values(sum(x, {0, 1}));
-      omp_set_num_threads(saved_threads);
+      const std::vector<double> one_thread = testing::on_omp_threads(1, [&] { return values(sum(x, {0, 1})); });
+      const std::vector<double> three_threads = testing::on_omp_threads(3, [&] { return values(sum(x, {0, 1})); });
       expect_values(sum(x, {0, 1}), expected, dtype == kFloat32 ? 1e-5 : 1e-12);
       EXPECT_EQ(one_thread, three_threads) << "width " << width;
     }
