@@ -143,7 +143,9 @@ TEST(Planner, TheBestIsTheFastestThatFitsAndHalfPrecisionHalvesActivations) {
   ASSERT_NE(p.best(), nullptr);
   EXPECT_TRUE(p.best()->fits);
   for (const StrategyPlan& r : p.rows) {
-    if (r.fits && r.ranks == 4) EXPECT_LE(p.best()->time.total(), r.time.total()) << r.strategy;
+    if (r.fits && r.ranks == 4) {
+      EXPECT_LE(p.best()->time.total(), r.time.total()) << r.strategy;
+    }
   }
   EXPECT_FALSE(p.find("ddp")->fits);
   EXPECT_NE(p.table().find("best: " + p.best()->strategy), std::string::npos);
