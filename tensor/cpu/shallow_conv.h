@@ -10,13 +10,14 @@
 // output once, bias and ReLU included, and the weight gradient reads dy
 // once, masking it with the ReLU on the way.
 //
-// Summation orders, the same in vector and scalar code so that a pixel's
-// value does not depend on where it falls in a row:
+// Summation orders:
 // - forward: out = bias + w_0 col_0 + w_1 col_1 + ..., one fused
-//   multiply-add after another;
-// - weight gradient: over a row of pixels, lanes q mod 16 each summed in
-//   order with fused multiply-adds, the 16 lanes added in order, then the
-//   pixels past the last full group of 16 in order.
+//   multiply-add after another, in vector lanes and row tails alike, so a
+//   pixel's value does not depend on where it falls in a row;
+// - weight and bias gradients, over one sample's row of pixels: with AVX2,
+//   lanes q mod 16 each summed in order, the 16 lanes added in order, then
+//   the pixels past the last full group of 16 in order (without AVX2, all
+//   pixels in order). Rows are added to the gradient sample after sample.
 #pragma once
 
 #ifdef __AVX2__
