@@ -30,6 +30,7 @@
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/relu.h"
 #include "tensor/cpu/shallow_conv.h"
 #include "tensor/creation.h"
 
@@ -184,10 +185,7 @@ template <typename T>
 void write_output_row(T* dst, const T* src, T bias, int64_t n, bool relu) {
   if (relu) {
 #pragma omp simd
-    for (int64_t q = 0; q < n; ++q) {
-      const T v = src[q] + bias;
-      dst[q] = (v > T(0) || v != v) ? v : T(0);  // relu's rule: NaN stays
-    }
+    for (int64_t q = 0; q < n; ++q) dst[q] = relu_value(src[q] + bias);
   } else {
 #pragma omp simd
     for (int64_t q = 0; q < n; ++q) dst[q] = src[q] + bias;
@@ -211,12 +209,7 @@ const T* gather_dy_block(const T* dy, const T* relu_out, const ConvShape& s, int
         std::copy(src_row, src_row + s.pixels(), dst);
         continue;
       }
-      const T* y_row = y + o * s.pixels();
-#pragma omp simd
-      for (int64_t q = 0; q < s.pixels(); ++q) {
-        const T g = src_row[q];  // read whatever y says: a conditional read compiles to a slow masked load
-        dst[q] = y_row[q] <= T(0) ? T(0) : g;
-      }
+      relu_gradient_row(src_row, y + o * s.pixels(), s.pixels(), dst);
     }
   }
   return block;

@@ -14,6 +14,7 @@
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/relu.h"
 #include "tensor/element_cast.h"
 
 namespace loom::cpu {
@@ -91,7 +92,7 @@ void unary_numeric(UnaryOp op, const Tensor& a, const Tensor& out, T alpha, T be
       return run([=](T x) { return x < alpha ? alpha : (x > beta ? beta : x); },
                  [=](const auto& x) { return x.max(alpha).min(beta); });
     case UnaryOp::Relu:  // NaN stays NaN, as in PyTorch and on the GPU
-      return run([](T x) { return (x > T(0) || x != x) ? x : T(0); },
+      return run([](T x) { return relu_value(x); },
                  [](const auto& x) { return (x != x).select(x, x.max(T(0))); });
     default:
       LOOM_INTERNAL_ASSERT(false, "unary op ", static_cast<int>(op), " is not numeric");
@@ -201,7 +202,7 @@ void binary_floating(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor
     case BinaryOp::Lerp:
       return run([=](T x, T y) { return x + alpha * (y - x); }, [=](const auto& x, const auto& y) { return x + alpha * (y - x); });
     case BinaryOp::ReluBackward:  // a = dy, b = y; 0 where y <= 0 even if dy is NaN (PyTorch's rule)
-      return run([](T dy, T y) { return y <= T(0) ? T(0) : dy; },
+      return run([](T dy, T y) { return relu_gradient(dy, y); },
                  [](const auto& dy, const auto& y) { return (y <= T(0)).select(T(0), dy); });
     case BinaryOp::TanhBackward:  // dy (1 - y^2)
       return run([](T dy, T y) { return dy * (T(1) - y * y); },

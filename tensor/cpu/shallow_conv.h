@@ -27,6 +27,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/cpu/relu.h"
+
 namespace loom::cpu {
 
 // The deepest receptive field (C_in / groups x kH x kW) that takes these
@@ -39,8 +41,6 @@ inline constexpr int64_t kShallowConvDepth = 18;
 
 namespace shallow_detail {
 
-inline float relu(float v) { return (v > 0.f || v != v) ? v : 0.f; }  // NaN stays, as in relu()
-
 // Outputs [q, pixels) of `Channels` channels, one pixel at a time.
 template <int Channels>
 void forward_tail(const float* w, const float* col, int64_t ld, int64_t depth, int64_t q, int64_t pixels,
@@ -49,7 +49,7 @@ void forward_tail(const float* w, const float* col, int64_t ld, int64_t depth, i
     for (int c = 0; c < Channels; ++c) {
       float a = bias ? bias[c] : 0.f;
       for (int64_t k = 0; k < depth; ++k) a = std::fma(w[c * depth + k], col[k * ld + q], a);
-      out[c * pixels + q] = relu_after ? relu(a) : a;
+      out[c * pixels + q] = relu_after ? relu_value(a) : a;
     }
 }
 
@@ -161,12 +161,7 @@ inline void shallow_conv_weight_grad(const float* dy, const float* relu_out, con
   for (int64_t o = 0; o < og; ++o) {
     const float* d = dy + o * pixels;
     if (relu_out) {
-      const float* y = relu_out + o * pixels;
-#pragma omp simd
-      for (int64_t q = 0; q < pixels; ++q) {
-        const float g = d[q];  // read whatever y says: a conditional read compiles to a slow masked load
-        row[q] = y[q] <= 0.f ? 0.f : g;
-      }
+      relu_gradient_row(d, relu_out + o * pixels, pixels, row);
       d = row;
     }
     float* dw_o = dw + o * depth;
