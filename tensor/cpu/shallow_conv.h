@@ -88,6 +88,18 @@ void forward_channels(const float* w, const float* col, int64_t ld, int64_t dept
   forward_tail<Channels>(w, col, ld, depth, q, pixels, bias, relu_after, out);
 }
 
+#ifdef __AVX2__
+// The 16 lanes of (low, high), added from lane 0 up.
+inline float lanes_in_order(__m256 low, __m256 high) {
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, low);
+  _mm256_store_ps(lanes + 8, high);
+  float total = 0.f;
+  for (float lane : lanes) total += lane;
+  return total;
+}
+#endif
+
 // sums[g] += sum over q of d[q] col[g ld + q] for g < Rows, in the order the
 // file's comment gives.
 template <int Rows>
@@ -106,12 +118,7 @@ void dot_rows(const float* d, const float* col, int64_t ld, int64_t pixels, floa
       acc[g][1] = _mm256_fmadd_ps(d1, _mm256_loadu_ps(col + g * ld + q + 8), acc[g][1]);
     }
   }
-  for (int g = 0; g < Rows; ++g) {
-    alignas(32) float lanes[16];
-    _mm256_store_ps(lanes, acc[g][0]);
-    _mm256_store_ps(lanes + 8, acc[g][1]);
-    for (float lane : lanes) total[g] += lane;
-  }
+  for (int g = 0; g < Rows; ++g) total[g] = lanes_in_order(acc[g][0], acc[g][1]);
 #endif
   for (; q < pixels; ++q)
     for (int g = 0; g < Rows; ++g) total[g] = std::fma(d[q], col[g * ld + q], total[g]);
@@ -128,10 +135,7 @@ inline float sum_row(const float* d, int64_t pixels) {
     acc0 = _mm256_add_ps(acc0, _mm256_loadu_ps(d + q));
     acc1 = _mm256_add_ps(acc1, _mm256_loadu_ps(d + q + 8));
   }
-  alignas(32) float lanes[16];
-  _mm256_store_ps(lanes, acc0);
-  _mm256_store_ps(lanes + 8, acc1);
-  for (float lane : lanes) total += lane;
+  total = lanes_in_order(acc0, acc1);
 #endif
   for (; q < pixels; ++q) total += d[q];
   return total;
