@@ -16,9 +16,13 @@ using testing::expect_values;
 using testing::values;
 namespace F = nn::functional;
 
-// Direct convolution from the definition, in double.
-std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
-                                 int64_t ho, int64_t wo) {
+// Direct convolution from the definition: each output starts from its bias
+// (or 0) in type Acc and takes its receptive field's terms in order
+// (channel, kernel row, kernel column) through add(acc, x, w); padding adds
+// nothing.
+template <typename Acc, typename Add>
+std::vector<double> conv2d_by_definition(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
+                                         int64_t ho, int64_t wo, Add add) {
   std::vector<double> xv = values(x), wv = values(w), bv = b.defined() ? values(b) : std::vector<double>();
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
   const int64_t o = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3), og = o / p.groups;
@@ -27,7 +31,7 @@ std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor&
     for (int64_t oc = 0; oc < o; ++oc)
       for (int64_t i = 0; i < ho; ++i)
         for (int64_t j = 0; j < wo; ++j) {
-          double acc = bv.empty() ? 0.0 : bv[oc];
+          Acc acc = bv.empty() ? Acc(0) : static_cast<Acc>(bv[oc]);
           const int64_t g = oc / og;
           for (int64_t ic = 0; ic < cg; ++ic)
             for (int64_t a = 0; a < kh; ++a)
@@ -35,11 +39,18 @@ std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor&
                 int64_t y = i * p.stride_h - p.pad_h + a * p.dilation_h;
                 int64_t z = j * p.stride_w - p.pad_w + bb * p.dilation_w;
                 if (y < 0 || y >= h || z < 0 || z >= wd) continue;
-                acc += xv[((in * c + g * cg + ic) * h + y) * wd + z] * wv[((oc * cg + ic) * kh + a) * kw + bb];
+                acc = add(acc, static_cast<Acc>(xv[((in * c + g * cg + ic) * h + y) * wd + z]),
+                          static_cast<Acc>(wv[((oc * cg + ic) * kh + a) * kw + bb]));
               }
           out[((in * o + oc) * ho + i) * wo + j] = acc;
         }
   return out;
+}
+
+// In double.
+std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
+                                 int64_t ho, int64_t wo) {
+  return conv2d_by_definition<double>(x, w, b, p, ho, wo, [](double acc, double xe, double we) { return acc + xe * we; });
 }
 
 TEST(Conv2d, OneChannelByHand) {
@@ -132,34 +143,19 @@ std::vector<ShallowCase> shallow_cases() {
 }
 
 // Each output is its bias plus the receptive field's products one fused
-// multiply-add at a time (padding adds w * 0): the order the kernel
-// documents, so vector lanes and row tails give these bits exactly.
+// multiply-add at a time, in float32: the order the kernel documents, so
+// vector lanes and row tails give these bits exactly. (The kernel also adds
+// w * 0 for padding, which leaves a sum as it is.)
 TEST(Conv2d, ShallowFloat32OutputsAreFusedMultiplyAddsInOrder) {
   Generator gen(6);
   for (const ShallowCase& c : shallow_cases()) {
     ASSERT_LE(c.w[1] * c.w[2] * c.w[3], cpu::kShallowConvDepth);
     Tensor x = randn(c.x, {}, &gen), w = randn(c.w, {}, &gen), b = c.bias ? randn({c.w[0]}, {}, &gen) : Tensor();
     Tensor y = c.p.relu ? F::conv2d_relu(x, w, b, c.p) : F::conv2d(x, w, b, c.p);
-    const std::vector<double> xv = values(x), wv = values(w), bv = c.bias ? values(b) : std::vector<double>();
-    const int64_t n = c.x[0], ch = c.x[1], h = c.x[2], wd = c.x[3], o = c.w[0], cg = c.w[1], kh = c.w[2],
-                  kw = c.w[3], og = o / c.p.groups, ho = y.size(2), wo = y.size(3);
-    std::vector<double> expected;
-    for (int64_t in = 0; in < n; ++in)
-      for (int64_t oc = 0; oc < o; ++oc)
-        for (int64_t i = 0; i < ho; ++i)
-          for (int64_t j = 0; j < wo; ++j) {
-            float acc = c.bias ? static_cast<float>(bv[oc]) : 0.f;
-            for (int64_t ic = 0; ic < cg; ++ic)
-              for (int64_t a = 0; a < kh; ++a)
-                for (int64_t e = 0; e < kw; ++e) {
-                  const int64_t yy = i * c.p.stride_h - c.p.pad_h + a * c.p.dilation_h;
-                  const int64_t zz = j * c.p.stride_w - c.p.pad_w + e * c.p.dilation_w;
-                  const bool inside = yy >= 0 && yy < h && zz >= 0 && zz < wd;
-                  const float xe = inside ? static_cast<float>(xv[((in * ch + oc / og * cg + ic) * h + yy) * wd + zz]) : 0.f;
-                  acc = std::fma(static_cast<float>(wv[((oc * cg + ic) * kh + a) * kw + e]), xe, acc);
-                }
-            expected.push_back(c.p.relu && !(acc > 0.f) ? 0.0 : acc);
-          }
+    std::vector<double> expected = conv2d_by_definition<float>(
+        x, w, b, c.p, y.size(2), y.size(3), [](float acc, float xe, float we) { return std::fma(we, xe, acc); });
+    if (c.p.relu)
+      for (double& e : expected) e = e > 0 ? e : 0.0;
     EXPECT_EQ(values(y), expected) << c.x << " * " << c.w;
   }
 }
