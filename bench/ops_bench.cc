@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tensor/backend.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/gemm_avx512.h"
 #include "tensor/ops.h"
 
@@ -53,6 +54,46 @@ void BM_matmul_eigen(benchmark::State& state) {
   }
   set_flops(state, 2.0 * n * n * n);
   state.SetLabel(avx512 ? "avx512" : "avx2");
+}
+
+// A Linear layer's products, (m x k) by (k x n): layout 0 the forward
+// x W^T (the weight (n, k) read transposed), 1 the input gradient dy W, 2
+// the weight gradient dy^T x (the left operand read down its columns).
+// loom through mm (its packed kernel or Eigen's GEMM, whichever matmul
+// picks); Eigen's GEMM on the same memory, as loom's gemm.h calls it.
+struct LinearOperands {
+  Tensor left_storage, right_storage;  // contiguous
+  bool left_row_major, right_row_major;
+  int64_t m, k, n;
+
+  Tensor left() const { return left_row_major ? left_storage : left_storage.t(); }
+  Tensor right() const { return right_row_major ? right_storage : right_storage.t(); }
+};
+
+LinearOperands linear_operands(const benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2), layout = state.range(3);
+  if (layout == 0) return {randn({m, k}), randn({n, k}), true, false, m, k, n};
+  if (layout == 1) return {randn({m, k}), randn({k, n}), true, true, m, k, n};
+  return {randn({k, m}), randn({k, n}), false, true, m, k, n};
+}
+
+void BM_linear_loom(benchmark::State& state) {
+  const LinearOperands o = linear_operands(state);
+  const Tensor a = o.left(), b = o.right();
+  for (auto _ : state) benchmark::DoNotOptimize(mm(a, b).raw_data());
+  set_flops(state, 2.0 * o.m * o.k * o.n);
+}
+
+void BM_linear_eigen(benchmark::State& state) {
+  const LinearOperands o = linear_operands(state);
+  RowMatrix c(o.m, o.n);
+  const cpu::GemmOperand<float> a{o.left_storage.data_ptr<float>(), o.left_storage.size(1), o.left_row_major};
+  const cpu::GemmOperand<float> b{o.right_storage.data_ptr<float>(), o.right_storage.size(1), o.right_row_major};
+  for (auto _ : state) {
+    cpu::gemm<float>(a, b, c.data(), o.n, o.m, o.n, o.k);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * o.m * o.k * o.n);
 }
 
 // The core's float32 peak: 12 independent chains of 8-wide fused
@@ -312,6 +353,13 @@ void BM_recurrence_eigen(benchmark::State& state) {
 BENCHMARK(BM_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_loom)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_eigen)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The gpt's (512 tokens, width 128) and gpt_large's (2048, 256) Linear shapes.
+#define LINEAR_SHAPES                                                                                             \
+  ArgsProduct({{512}, {128}, {128, 384, 512}, {0, 1, 2}})->Args({512, 512, 128, 0})->Args({512, 512, 128, 1})        \
+      ->Args({512, 512, 128, 2})->Args({2048, 256, 768, 0})->Args({2048, 1024, 256, 0})->Args({2048, 256, 1024, 1}) \
+      ->Args({2048, 768, 256, 1})->Args({2048, 256, 1024, 2})->Unit(benchmark::kMicrosecond)->UseRealTime()
+BENCHMARK(BM_linear_loom)->LINEAR_SHAPES;
+BENCHMARK(BM_linear_eigen)->LINEAR_SHAPES;
 // {rows: the batch on one thread, or a half on each of two; 0 forward, 1 backward}
 BENCHMARK(BM_recurrence_loom)->ArgsProduct({{64, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_recurrence_eigen)->ArgsProduct({{64, 32}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();

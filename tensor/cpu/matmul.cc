@@ -1,5 +1,7 @@
 // CPU batched matmul on Eigen's GEMM (tensor/cpu/gemm.h: its AVX-512 build
-// where the processor has AVX-512; multithreaded through OpenMP).
+// where the processor has AVX-512; multithreaded through OpenMP), or, for
+// float32 shapes where it measured faster, on loom's packed AVX2 kernel
+// (runs_packed below).
 //
 // Operands are mapped in place whenever one of their two strides is 1, so a
 // transposed view (x.t()) costs no copy: it is read as a column-major matrix.
@@ -8,10 +10,12 @@
 // of a separate pass over the output afterwards.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/packed_gemm.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
@@ -29,6 +33,39 @@ MatrixLayout choose_layout(int64_t rows, int64_t cols, int64_t row_stride, int64
   if (cols == 1 || col_stride == 1) return {true, rows == 1 ? cols : row_stride, true};
   if (rows == 1 || row_stride == 1) return {false, col_stride, true};
   return {true, 0, false};
+}
+
+// float32 products go to the packed AVX2 kernel (tensor/cpu/packed_gemm.h)
+// instead of Eigen's GEMM where it measured faster (docs/benchmarks.md): a
+// row-major left operand, read in place where Eigen packs it, and a right
+// operand of at least one 16-column panel and at most 1 MB, packed once
+// into panels that stay near the core. On the transformers' Linear layers,
+// the forward (x W^T) and the input gradient (dy W): 86-97% of the core's
+// FMA peak against Eigen's 75-87%. The weight gradient (dy^T x) reads its
+// left operand down columns, where the kernel lost, and stays on Eigen, as
+// do processors with AVX-512, whose Eigen build beats it there.
+constexpr int64_t kPackedMinRows = 16;
+constexpr int64_t kPackedMinColumns = 16;
+constexpr int64_t kPackedMaxRightOperand = int64_t{1} << 18;  // elements
+
+bool runs_packed(const MatrixLayout& la, int64_t m, int64_t n, int64_t k) {
+  return la.row_major && m >= kPackedMinRows && n >= kPackedMinColumns && k > 0 && k * n <= kPackedMaxRightOperand &&
+         !avx512_gemm_enabled();
+}
+
+// c (m x n) = a B (+ bias in every row): B packed once, row tiles on threads.
+// Each element is the same chain of fused multiply-adds whichever thread
+// runs its row, so the bits do not depend on the thread count.
+void packed_product(const float* a, int64_t lda, const MatrixLayout& lb, const float* b, const float* bias,
+                    float* c, int64_t m, int64_t n, int64_t k) {
+  const PackedMatrix packed(b, lb.leading, lb.row_major, k, n);
+  constexpr int64_t kTile = 6;  // the kernel's row tile
+  const int64_t tiles = (m + kTile - 1) / kTile;
+  const int64_t tiles_per_grain = std::max<int64_t>(1, (int64_t{1} << 18) / (kTile * n * k));
+  parallel_for(tiles, tiles_per_grain, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kTile, rows = std::min(m, end * kTile) - first;
+    packed.multiply(a + first * lda, lda, rows, c + first * n, n, bias);
+  });
 }
 
 // Every row of the (m x n) row-major c becomes `bias`.
@@ -60,6 +97,11 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bi
     T* pc = out.data_ptr<T>();
     const T* pbias = bias.defined() ? bias.data_ptr<T>() : nullptr;
     auto one = [&](int64_t i) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (runs_packed(la, m, n, k))
+          return packed_product(pa + i * a.stride(0), la.leading, lb, pb + i * b.stride(0), pbias, pc + i * m * n, m,
+                                n, k);
+      }
       if (pbias != nullptr) fill_rows(pc + i * m * n, pbias, m, n);
       gemm<T>({pa + i * a.stride(0), la.leading, la.row_major}, {pb + i * b.stride(0), lb.leading, lb.row_major},
               pc + i * m * n, n, m, n, k, T(1), /*accumulate=*/pbias != nullptr);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "tensor/creation.h"
 
@@ -23,12 +24,19 @@ constexpr int64_t kPanelWidth = 16;
 // Every loop over the rows is unrolled: GCC keeps the accumulators in
 // registers only when it can name each one (a loop left rolled put them on
 // the stack, at half Eigen's speed).
+// Each row of c starts from `start` (the panel's 16 columns of a bias row),
+// or from zero where it is null.
 template <int Rows>
-void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, float* c, int64_t ldc,
-                  int64_t width) {
+void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, const float* start, float* c,
+                  int64_t ldc, int64_t width) {
+  const __m256 start_left = start ? _mm256_loadu_ps(start) : _mm256_setzero_ps();
+  const __m256 start_right = start ? _mm256_loadu_ps(start + 8) : _mm256_setzero_ps();
   __m256 left[Rows], right[Rows];
 #pragma GCC unroll 8
-  for (int i = 0; i < Rows; ++i) left[i] = right[i] = _mm256_setzero_ps();
+  for (int i = 0; i < Rows; ++i) {
+    left[i] = start_left;
+    right[i] = start_right;
+  }
   for (int64_t p = 0; p < k; ++p) {
     const __m256 b_left = _mm256_loadu_ps(panel + p * kPanelWidth);
     const __m256 b_right = _mm256_loadu_ps(panel + p * kPanelWidth + 8);
@@ -58,22 +66,70 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, fl
   }
 }
 
-// Rows [0, Rows) of c against every panel.
+// Rows [0, Rows) of c against every panel. `bias` holds the n starting
+// values padded to whole panels (or is null).
 template <int Rows>
-void row_tile(const PackedMatrix& b, const float* panels, const float* a, int64_t lda, float* c, int64_t ldc) {
+void row_tile(const PackedMatrix& b, const float* panels, const float* bias, const float* a, int64_t lda, float* c,
+              int64_t ldc) {
   for (int64_t j = 0; j < b.cols(); j += kPanelWidth)
-    micro_kernel<Rows>(b.rows(), a, lda, panels + j * b.rows(), c + j, ldc, std::min(kPanelWidth, b.cols() - j));
+    micro_kernel<Rows>(b.rows(), a, lda, panels + j * b.rows(), bias ? bias + j : nullptr, c + j, ldc,
+                       std::min(kPanelWidth, b.cols() - j));
 }
 
-void short_row_tile(int rows, const PackedMatrix& b, const float* panels, const float* a, int64_t lda, float* c,
-                    int64_t ldc) {
+void short_row_tile(int rows, const PackedMatrix& b, const float* panels, const float* bias, const float* a,
+                    int64_t lda, float* c, int64_t ldc) {
   switch (rows) {
-    case 5: return row_tile<5>(b, panels, a, lda, c, ldc);
-    case 4: return row_tile<4>(b, panels, a, lda, c, ldc);
-    case 3: return row_tile<3>(b, panels, a, lda, c, ldc);
-    case 2: return row_tile<2>(b, panels, a, lda, c, ldc);
-    case 1: return row_tile<1>(b, panels, a, lda, c, ldc);
+    case 5: return row_tile<5>(b, panels, bias, a, lda, c, ldc);
+    case 4: return row_tile<4>(b, panels, bias, a, lda, c, ldc);
+    case 3: return row_tile<3>(b, panels, bias, a, lda, c, ldc);
+    case 2: return row_tile<2>(b, panels, bias, a, lda, c, ldc);
+    case 1: return row_tile<1>(b, panels, bias, a, lda, c, ldc);
   }
+}
+
+// Columns [j0, j0 + 16) of B's k rows, B row-major: a row's 16 values are
+// contiguous.
+void pack_full_panel_row_major(const float* b, int64_t ld, int64_t k, int64_t j0, float* out) {
+  for (int64_t i = 0; i < k; ++i, out += kPanelWidth) {
+    _mm256_storeu_ps(out, _mm256_loadu_ps(b + i * ld + j0));
+    _mm256_storeu_ps(out + 8, _mm256_loadu_ps(b + i * ld + j0 + 8));
+  }
+}
+
+// r[0..8) (8 rows of 8) becomes its transpose.
+void transpose_8x8(__m256 r[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+
+// The same panel with B column-major (a transposed view of a row-major
+// matrix: column j's k values are contiguous): 8 x 8 blocks transposed in
+// registers, the rows past the last multiple of 8 one value at a time.
+void pack_full_panel_column_major(const float* b, int64_t ld, int64_t k, int64_t j0, float* out) {
+  int64_t i0 = 0;
+  for (; i0 + 8 <= k; i0 += 8) {
+    for (int half = 0; half < 2; ++half) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(b + (j0 + 8 * half + j) * ld + i0);
+      transpose_8x8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (i0 + i) * kPanelWidth + 8 * half, r[i]);
+    }
+  }
+  for (; i0 < k; ++i0)
+    for (int64_t j = 0; j < kPanelWidth; ++j) out[i0 * kPanelWidth + j] = b[(j0 + j) * ld + i0];
 }
 
 }  // namespace
@@ -83,7 +139,15 @@ PackedMatrix::PackedMatrix(const float* b, int64_t ld, bool row_major, int64_t k
   float* out = panels_.data_ptr<float>();
   for (int64_t j0 = 0; j0 < n; j0 += kPanelWidth) {
     const int64_t width = std::min(kPanelWidth, n - j0);
-    for (int64_t i = 0; i < k; ++i, out += kPanelWidth) {
+    if (width == kPanelWidth) {
+      if (row_major)
+        pack_full_panel_row_major(b, ld, k, j0, out);
+      else
+        pack_full_panel_column_major(b, ld, k, j0, out);
+      out += k * kPanelWidth;
+      continue;
+    }
+    for (int64_t i = 0; i < k; ++i, out += kPanelWidth) {  // the last, narrower panel
       if (row_major) {
         std::memcpy(out, b + i * ld + j0, sizeof(float) * width);
       } else {
@@ -94,8 +158,21 @@ PackedMatrix::PackedMatrix(const float* b, int64_t ld, bool row_major, int64_t k
   }
 }
 
-void PackedMatrix::multiply(const float* a, int64_t lda, int64_t m, float* c, int64_t ldc) const {
+void PackedMatrix::multiply(const float* a, int64_t lda, int64_t m, float* c, int64_t ldc, const float* bias) const {
   const float* panels = panels_.data_ptr<float>();
+  // The bias padded to whole panels, so the last one reads 16 values too.
+  constexpr int64_t kMaxStackBias = 1024;
+  float bias_on_stack[kMaxStackBias];
+  std::vector<float> bias_on_heap;
+  const int64_t padded = (n_ + kPanelWidth - 1) / kPanelWidth * kPanelWidth;
+  float* padded_bias = nullptr;
+  if (bias != nullptr) {
+    if (padded > kMaxStackBias) bias_on_heap.resize(padded);
+    padded_bias = padded > kMaxStackBias ? bias_on_heap.data() : bias_on_stack;
+    std::memcpy(padded_bias, bias, sizeof(float) * n_);
+    std::fill(padded_bias + n_, padded_bias + padded, 0.0f);
+    bias = padded_bias;
+  }
   // Tiles of 6 rows. A rest of 1-3 rows joins the last full tile and the two
   // split evenly (32 rows: 6, 6, 6, 6, 4, 4, not 6, 6, 6, 6, 6, 2): a thin
   // tile leaves FMA units idle.
@@ -107,10 +184,10 @@ void PackedMatrix::multiply(const float* a, int64_t lda, int64_t m, float* c, in
     second_short = kTileRows + rest - first_short;
   }
   for (int64_t t = 0; t < full; ++t, a += kTileRows * lda, c += kTileRows * ldc)
-    row_tile<kTileRows>(*this, panels, a, lda, c, ldc);
-  if (first_short > 0) short_row_tile(first_short, *this, panels, a, lda, c, ldc);
+    row_tile<kTileRows>(*this, panels, bias, a, lda, c, ldc);
+  if (first_short > 0) short_row_tile(first_short, *this, panels, bias, a, lda, c, ldc);
   if (second_short > 0)
-    short_row_tile(second_short, *this, panels, a + first_short * lda, lda, c + first_short * ldc, ldc);
+    short_row_tile(second_short, *this, panels, bias, a + first_short * lda, lda, c + first_short * ldc, ldc);
 }
 
 }  // namespace loom::cpu

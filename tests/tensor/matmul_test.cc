@@ -1,6 +1,7 @@
 // Matrix products against a triple loop in double.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <thread>
 
@@ -8,6 +9,7 @@
 #include "autograd/gradcheck.h"
 #include "tensor/backend.h"
 #include "tensor/cpu/gemm_avx512.h"
+#include "tests/omp_threads.h"
 #include "tests/tensor/rounding_probe.h"
 #include "tests/test_util.h"
 
@@ -236,6 +238,71 @@ TEST(Addmm, SixteenBitResultsRoundOnce) {
     expect_values(addmm(p.bias, p.a, p.b), std::vector<double>(16, p.rounded_once), 0.0);
     expect_values(mm(p.a, p.b) + p.bias, std::vector<double>(16, p.rounded_twice), 0.0);  // the composite
   }
+}
+
+// ---- float32 products on the packed kernel (tensor/cpu/matmul.cc, runs_packed) ----
+
+// Each output of the packed kernel is one float32 chain of fused
+// multiply-adds, from the bias (or zero) through p = 0 .. k - 1.
+std::vector<float> fma_chains(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const std::vector<double> x = values(a.contiguous()), y = values(b.contiguous());
+  const std::vector<double> start = bias.defined() ? values(bias) : std::vector<double>(b.size(1), 0.0);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<float> out(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = static_cast<float>(start[j]);
+      for (int64_t p = 0; p < k; ++p)
+        acc = std::fma(static_cast<float>(x[i * k + p]), static_cast<float>(y[p * n + j]), acc);
+      out[i * n + j] = acc;
+    }
+  return out;
+}
+
+// Shapes the packed kernel takes, bit for bit against the chains: row tiles
+// of 6 with every rest, a last panel narrower than 16, k not a multiple of
+// 8 (the transposed packing's tail), b row-major and transposed (a Linear's
+// weight), with and without a bias, at 1 and 2 threads. Then the row past
+// the output stays untouched.
+TEST(Matmul, PackedFloat32ProductsAreFusedMultiplyAddChains) {
+  cpu::set_avx512_gemm(false);  // the packed kernel runs where AVX-512 does not
+  Generator gen(31);
+  const int64_t shapes[][3] = {{16, 1, 16}, {17, 13, 40}, {64, 128, 384}, {23, 37, 65}, {100, 512, 128}};
+  for (const auto& [m, k, n] : shapes) {
+    SCOPED_TRACE(::testing::Message() << m << " x " << k << " by " << k << " x " << n);
+    const Tensor a = randn({m, k}, {}, &gen), pitched = randn({m, k + 5}, {}, &gen).narrow(1, 2, k);
+    const Tensor b = randn({k, n}, {}, &gen), weight = randn({n, k}, {}, &gen);
+    const Tensor bias = randn({n}, {}, &gen);
+    for (const Tensor& x : {a, pitched})
+      for (const Tensor& y : {b, weight.t()})
+        for (const Tensor& row : {Tensor(), bias}) {
+          const std::vector<float> expected = fma_chains(x, y, row);
+          for (int threads : {1, 2}) {
+            const Tensor out = testing::on_omp_threads(threads, [&] { return row.defined() ? addmm(row, x, y) : mm(x, y); });
+            const float* got = out.data_ptr<float>();
+            int64_t differing = 0;
+            for (int64_t i = 0; i < m * n; ++i) differing += got[i] != expected[i];
+            EXPECT_EQ(differing, 0) << threads << " threads, bias " << row.defined();
+          }
+        }
+  }
+  cpu::set_avx512_gemm(true);
+}
+
+// The routing's edges: too few rows, too narrow, or a left operand read
+// down its columns go to Eigen's GEMM; all agree with the triple loop.
+TEST(Matmul, ProductsBesideThePackedKernelAgreeWithTheTripleLoop) {
+  cpu::set_avx512_gemm(false);
+  Generator gen(32);
+  const Tensor a = randn({15, 64}, {}, &gen), tall = randn({64, 64}, {}, &gen);
+  const Tensor narrow = randn({64, 15}, {}, &gen), wide = randn({64, 64}, {}, &gen);
+  const Tensor columns = randn({64, 64}, {}, &gen).t();
+  expect_values(mm(a, wide), naive_mm(a, wide), 1e-4);
+  expect_values(mm(tall, narrow), naive_mm(tall, narrow), 1e-4);
+  expect_values(mm(columns, wide), naive_mm(columns, wide), 1e-4);
+  const Tensor big = randn({1025, 256}, {}, &gen), rows = randn({32, 1025}, {}, &gen);  // 1 MB and more
+  expect_values(mm(rows, big), naive_mm(rows, big), 1e-3);
+  cpu::set_avx512_gemm(true);
 }
 
 // ---- prepared products (Backend::prepare_product): a right operand used many times ----
