@@ -353,11 +353,18 @@ void BM_recurrence_eigen(benchmark::State& state) {
 BENCHMARK(BM_fma_peak)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_loom)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_matmul_eigen)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
-// The gpt's (512 tokens, width 128) and gpt_large's (2048, 256) Linear shapes.
-#define LINEAR_SHAPES                                                                                             \
-  ArgsProduct({{512}, {128}, {128, 384, 512}, {0, 1, 2}})->Args({512, 512, 128, 0})->Args({512, 512, 128, 1})        \
-      ->Args({512, 512, 128, 2})->Args({2048, 256, 768, 0})->Args({2048, 1024, 256, 0})->Args({2048, 256, 1024, 1}) \
-      ->Args({2048, 768, 256, 1})->Args({2048, 256, 1024, 2})->Unit(benchmark::kMicrosecond)->UseRealTime()
+// The Linear layers' products (m, k, n, layout) of the gpt (512 tokens,
+// width 128, vocabulary 65), of gpt_large (2048 tokens, width 256) and the
+// lstm's input projection (4096 rows, 64 inputs, 512 gates).
+#define LINEAR_SHAPES                                                                                               \
+  Args({512, 128, 384, 0})->Args({512, 128, 128, 0})->Args({512, 128, 512, 0})->Args({512, 512, 128, 0})           \
+      ->Args({512, 128, 65, 0})->Args({512, 384, 128, 1})->Args({512, 128, 128, 1})->Args({512, 512, 128, 1})      \
+      ->Args({512, 128, 512, 1})->Args({512, 65, 128, 1})->Args({384, 512, 128, 2})->Args({128, 512, 128, 2})      \
+      ->Args({512, 512, 128, 2})->Args({128, 512, 512, 2})->Args({65, 512, 128, 2})->Args({2048, 256, 768, 0})     \
+      ->Args({2048, 1024, 256, 0})->Args({2048, 768, 256, 1})->Args({2048, 256, 1024, 1})                           \
+      ->Args({768, 2048, 256, 2})->Args({4096, 64, 512, 0})->Args({4096, 512, 64, 1})->Args({512, 4096, 64, 2})     \
+      ->Unit(benchmark::kMicrosecond)                                                                               \
+      ->UseRealTime()
 BENCHMARK(BM_linear_loom)->LINEAR_SHAPES;
 BENCHMARK(BM_linear_eigen)->LINEAR_SHAPES;
 // {rows: the batch on one thread, or a half on each of two; 0 forward, 1 backward}

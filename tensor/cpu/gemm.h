@@ -12,18 +12,9 @@
 #include <type_traits>
 
 #include "tensor/cpu/gemm_avx512.h"
+#include "tensor/cpu/gemm_operand.h"
 
 namespace loom::cpu {
-
-// A matrix operand in memory: row-major (element (i, j) at data[i ld + j])
-// or column-major (at data[j ld + i]); a transposed view of a row-major
-// matrix is column-major with the same leading dimension.
-template <typename T>
-struct GemmOperand {
-  const T* data;
-  int64_t ld;
-  bool row_major;
-};
 
 namespace detail {
 

@@ -37,34 +37,35 @@ MatrixLayout choose_layout(int64_t rows, int64_t cols, int64_t row_stride, int64
 
 // float32 products go to the packed AVX2 kernel (tensor/cpu/packed_gemm.h)
 // instead of Eigen's GEMM where it measured faster (docs/benchmarks.md): a
-// row-major left operand, read in place where Eigen packs it, and a right
-// operand of at least one 16-column panel and at most 1 MB, packed once
-// into panels that stay near the core. On the transformers' Linear layers,
-// the forward (x W^T) and the input gradient (dy W): 86-97% of the core's
-// FMA peak against Eigen's 75-87%. The weight gradient (dy^T x) reads its
-// left operand down columns, where the kernel lost, and stays on Eigen, as
-// do processors with AVX-512, whose Eigen build beats it there.
+// right operand of at least one 16-column panel and at most 1 MB, packed
+// once into panels that stay near the core, and a left operand read in
+// place (row-major) or 6 rows at a time (column-major), where Eigen packs
+// all of it. On the transformers' Linear layers (the forward x W^T, the
+// input gradient dy W, the weight gradient dy^T x): 86-97% of the core's
+// FMA peak against Eigen's 75-87%. Processors with AVX-512 keep Eigen's
+// AVX-512 build, which beats it there.
 constexpr int64_t kPackedMinRows = 16;
 constexpr int64_t kPackedMinColumns = 16;
 constexpr int64_t kPackedMaxRightOperand = int64_t{1} << 18;  // elements
 
-bool runs_packed(const MatrixLayout& la, int64_t m, int64_t n, int64_t k) {
-  return la.row_major && m >= kPackedMinRows && n >= kPackedMinColumns && k > 0 && k * n <= kPackedMaxRightOperand &&
+bool runs_packed(int64_t m, int64_t n, int64_t k) {
+  return m >= kPackedMinRows && n >= kPackedMinColumns && k > 0 && k * n <= kPackedMaxRightOperand &&
          !avx512_gemm_enabled();
 }
 
 // c (m x n) = a B (+ bias in every row): B packed once, row tiles on threads.
 // Each element is the same chain of fused multiply-adds whichever thread
 // runs its row, so the bits do not depend on the thread count.
-void packed_product(const float* a, int64_t lda, const MatrixLayout& lb, const float* b, const float* bias,
-                    float* c, int64_t m, int64_t n, int64_t k) {
-  const PackedMatrix packed(b, lb.leading, lb.row_major, k, n);
+void packed_product(const GemmOperand<float>& a, const GemmOperand<float>& b, const float* bias, float* c, int64_t m,
+                    int64_t n, int64_t k) {
+  const PackedMatrix packed(b, k, n);
   constexpr int64_t kTile = 6;  // the kernel's row tile
   const int64_t tiles = (m + kTile - 1) / kTile;
   const int64_t tiles_per_grain = std::max<int64_t>(1, (int64_t{1} << 18) / (kTile * n * k));
+  const int64_t row_step = a.row_major ? a.ld : 1;
   parallel_for(tiles, tiles_per_grain, [&](int64_t begin, int64_t end) {
     const int64_t first = begin * kTile, rows = std::min(m, end * kTile) - first;
-    packed.multiply(a + first * lda, lda, rows, c + first * n, n, bias);
+    packed.multiply({a.data + first * row_step, a.ld, a.row_major}, rows, c + first * n, n, bias);
   });
 }
 
@@ -97,14 +98,13 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bi
     T* pc = out.data_ptr<T>();
     const T* pbias = bias.defined() ? bias.data_ptr<T>() : nullptr;
     auto one = [&](int64_t i) {
+      const GemmOperand<T> left{pa + i * a.stride(0), la.leading, la.row_major};
+      const GemmOperand<T> right{pb + i * b.stride(0), lb.leading, lb.row_major};
       if constexpr (std::is_same_v<T, float>) {
-        if (runs_packed(la, m, n, k))
-          return packed_product(pa + i * a.stride(0), la.leading, lb, pb + i * b.stride(0), pbias, pc + i * m * n, m,
-                                n, k);
+        if (runs_packed(m, n, k)) return packed_product(left, right, pbias, pc + i * m * n, m, n, k);
       }
       if (pbias != nullptr) fill_rows(pc + i * m * n, pbias, m, n);
-      gemm<T>({pa + i * a.stride(0), la.leading, la.row_major}, {pb + i * b.stride(0), lb.leading, lb.row_major},
-              pc + i * m * n, n, m, n, k, T(1), /*accumulate=*/pbias != nullptr);
+      gemm<T>(left, right, pc + i * m * n, n, m, n, k, T(1), /*accumulate=*/pbias != nullptr);
     };
     // Small matrices: one per thread. Large ones: Eigen threads each product.
     if (batch > 1 && m * n * k < (int64_t{1} << 18)) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
 namespace loom::cpu {
@@ -25,8 +26,9 @@ constexpr int64_t kPanelWidth = 16;
 // registers only when it can name each one (a loop left rolled put them on
 // the stack, at half Eigen's speed).
 // Each row of c starts from `start` (the panel's 16 columns of a bias row),
-// or from zero where it is null.
-template <int Rows>
+// or from zero where it is null. A's element (i, p) is at a[i lda + p], or,
+// in a packed column tile (below), at a[p kTileRows + i].
+template <int Rows, bool PackedColumns>
 void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, const float* start, float* c,
                   int64_t ldc, int64_t width) {
   const __m256 start_left = start ? _mm256_loadu_ps(start) : _mm256_setzero_ps();
@@ -42,7 +44,7 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, co
     const __m256 b_right = _mm256_loadu_ps(panel + p * kPanelWidth + 8);
 #pragma GCC unroll 8
     for (int i = 0; i < Rows; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i * lda + p);
+      const __m256 ai = _mm256_broadcast_ss(PackedColumns ? a + p * kTileRows + i : a + i * lda + p);
       left[i] = _mm256_fmadd_ps(ai, b_left, left[i]);
       right[i] = _mm256_fmadd_ps(ai, b_right, right[i]);
     }
@@ -66,26 +68,30 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, co
   }
 }
 
-// Rows [0, Rows) of c against every panel. `bias` holds the n starting
-// values padded to whole panels (or is null).
-template <int Rows>
+// Rows [0, Rows) of c against every panel. A's rows are at a (row i at
+// a + i lda) or, PackedColumns, in a packed tile (multiply, below). `bias`
+// holds the n starting values padded to whole panels (or is null).
+template <int Rows, bool PackedColumns>
 void row_tile(const PackedMatrix& b, const float* panels, const float* bias, const float* a, int64_t lda, float* c,
               int64_t ldc) {
   for (int64_t j = 0; j < b.cols(); j += kPanelWidth)
-    micro_kernel<Rows>(b.rows(), a, lda, panels + j * b.rows(), bias ? bias + j : nullptr, c + j, ldc,
-                       std::min(kPanelWidth, b.cols() - j));
+    micro_kernel<Rows, PackedColumns>(b.rows(), a, lda, panels + j * b.rows(), bias ? bias + j : nullptr, c + j, ldc,
+                                      std::min(kPanelWidth, b.cols() - j));
 }
 
-void short_row_tile(int rows, const PackedMatrix& b, const float* panels, const float* bias, const float* a,
-                    int64_t lda, float* c, int64_t ldc) {
+template <bool PackedColumns>
+void any_row_tile(int rows, const PackedMatrix& b, const float* panels, const float* bias, const float* a,
+                  int64_t lda, float* c, int64_t ldc) {
   switch (rows) {
-    case 5: return row_tile<5>(b, panels, bias, a, lda, c, ldc);
-    case 4: return row_tile<4>(b, panels, bias, a, lda, c, ldc);
-    case 3: return row_tile<3>(b, panels, bias, a, lda, c, ldc);
-    case 2: return row_tile<2>(b, panels, bias, a, lda, c, ldc);
-    case 1: return row_tile<1>(b, panels, bias, a, lda, c, ldc);
+    case 6: return row_tile<6, PackedColumns>(b, panels, bias, a, lda, c, ldc);
+    case 5: return row_tile<5, PackedColumns>(b, panels, bias, a, lda, c, ldc);
+    case 4: return row_tile<4, PackedColumns>(b, panels, bias, a, lda, c, ldc);
+    case 3: return row_tile<3, PackedColumns>(b, panels, bias, a, lda, c, ldc);
+    case 2: return row_tile<2, PackedColumns>(b, panels, bias, a, lda, c, ldc);
+    case 1: return row_tile<1, PackedColumns>(b, panels, bias, a, lda, c, ldc);
   }
 }
+static_assert(kTileRows == 6, "any_row_tile names each tile height");
 
 // Columns [j0, j0 + 16) of B's k rows, B row-major: a row's 16 values are
 // contiguous.
@@ -132,36 +138,44 @@ void pack_full_panel_column_major(const float* b, int64_t ld, int64_t k, int64_t
     for (int64_t j = 0; j < kPanelWidth; ++j) out[i0 * kPanelWidth + j] = b[(j0 + j) * ld + i0];
 }
 
-}  // namespace
-
-PackedMatrix::PackedMatrix(const float* b, int64_t ld, bool row_major, int64_t k, int64_t n)
-    : k_(k), n_(n), panels_(empty({std::max<int64_t>(1, (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth * k)})) {
-  float* out = panels_.data_ptr<float>();
-  for (int64_t j0 = 0; j0 < n; j0 += kPanelWidth) {
-    const int64_t width = std::min(kPanelWidth, n - j0);
-    if (width == kPanelWidth) {
-      if (row_major)
-        pack_full_panel_row_major(b, ld, k, j0, out);
-      else
-        pack_full_panel_column_major(b, ld, k, j0, out);
-      out += k * kPanelWidth;
-      continue;
+// Panel `j0 / 16` of B: columns [j0, j0 + 16), zero past column n.
+void pack_panel(const GemmOperand<float>& b, int64_t k, int64_t n, int64_t j0, float* out) {
+  const int64_t width = std::min(kPanelWidth, n - j0);
+  if (width == kPanelWidth) {
+    if (b.row_major)
+      pack_full_panel_row_major(b.data, b.ld, k, j0, out);
+    else
+      pack_full_panel_column_major(b.data, b.ld, k, j0, out);
+    return;
+  }
+  for (int64_t i = 0; i < k; ++i, out += kPanelWidth) {  // the last, narrower panel
+    if (b.row_major) {
+      std::memcpy(out, b.data + i * b.ld + j0, sizeof(float) * width);
+    } else {
+      for (int64_t j = 0; j < width; ++j) out[j] = b.data[(j0 + j) * b.ld + i];
     }
-    for (int64_t i = 0; i < k; ++i, out += kPanelWidth) {  // the last, narrower panel
-      if (row_major) {
-        std::memcpy(out, b + i * ld + j0, sizeof(float) * width);
-      } else {
-        for (int64_t j = 0; j < width; ++j) out[j] = b[(j0 + j) * ld + i];
-      }
-      std::fill(out + width, out + kPanelWidth, 0.0f);
-    }
+    std::fill(out + width, out + kPanelWidth, 0.0f);
   }
 }
 
-void PackedMatrix::multiply(const float* a, int64_t lda, int64_t m, float* c, int64_t ldc, const float* bias) const {
+}  // namespace
+
+// Panels on threads: packing at each call (matmul.cc) would otherwise be
+// the one serial part of a threaded product.
+PackedMatrix::PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n)
+    : k_(k), n_(n), panels_(empty({std::max<int64_t>(1, (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth * k)})) {
+  float* panels = panels_.data_ptr<float>();
+  parallel_for((n + kPanelWidth - 1) / kPanelWidth, items_per_grain(k * kPanelWidth), [&](int64_t begin, int64_t end) {
+    for (int64_t panel = begin; panel < end; ++panel)
+      pack_panel(b, k, n, panel * kPanelWidth, panels + panel * k * kPanelWidth);
+  });
+}
+
+void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc, const float* bias) const {
   const float* panels = panels_.data_ptr<float>();
-  // The bias padded to whole panels, so the last one reads 16 values too.
-  constexpr int64_t kMaxStackBias = 1024;
+  // The bias padded to whole panels, so the last one reads 16 values too
+  // (on the stack up to 16 KB).
+  constexpr int64_t kMaxStackBias = 4096;
   float bias_on_stack[kMaxStackBias];
   std::vector<float> bias_on_heap;
   const int64_t padded = (n_ + kPanelWidth - 1) / kPanelWidth * kPanelWidth;
@@ -183,11 +197,38 @@ void PackedMatrix::multiply(const float* a, int64_t lda, int64_t m, float* c, in
     first_short = (kTileRows + rest + 1) / 2;
     second_short = kTileRows + rest - first_short;
   }
-  for (int64_t t = 0; t < full; ++t, a += kTileRows * lda, c += kTileRows * ldc)
-    row_tile<kTileRows>(*this, panels, bias, a, lda, c, ldc);
-  if (first_short > 0) short_row_tile(first_short, *this, panels, bias, a, lda, c, ldc);
-  if (second_short > 0)
-    short_row_tile(second_short, *this, panels, bias, a + first_short * lda, lda, c + first_short * ldc, ldc);
+  const int64_t tiles = full + (first_short > 0) + (second_short > 0);
+  auto height = [&](int64_t t) { return t < full ? kTileRows : t == full ? first_short : second_short; };
+  if (a.row_major) {
+    for (int64_t t = 0, row = 0; t < tiles; row += height(t), ++t)
+      any_row_tile<false>(height(t), *this, panels, bias, a.data + row * a.ld, a.ld, c + row * ldc, ldc);
+    return;
+  }
+  // A column-major A (a weight gradient's dy^T), read in place, would give
+  // each p of a tile a cache line of its own for 6 values. Groups of tiles
+  // are copied first, a p at a time (up to 48 contiguous values of column
+  // p), into a per-thread buffer where a tile's values of each p sit side
+  // by side: tile[p kTileRows + i] = A(i, p). The buffer only grows.
+  constexpr int64_t kGroupTiles = 8;
+  const int64_t tile_size = k_ * kTileRows;
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(kGroupTiles * tile_size)) buffer.resize(kGroupTiles * tile_size);
+  for (int64_t first = 0, row = 0; first < tiles; first += kGroupTiles) {
+    const int64_t last = std::min(tiles, first + kGroupTiles);
+    for (int64_t p = 0; p < k_; ++p) {
+      const float* column = a.data + p * a.ld + row;
+      for (int64_t t = first; t < last; column += height(t), ++t) {
+        float* to = buffer.data() + (t - first) * tile_size + p * kTileRows;
+        if (height(t) == kTileRows)
+          std::memcpy(to, column, sizeof(float) * kTileRows);
+        else
+          std::memcpy(to, column, sizeof(float) * height(t));
+      }
+    }
+    for (int64_t t = first; t < last; row += height(t), ++t)
+      any_row_tile<true>(height(t), *this, panels, bias, buffer.data() + (t - first) * tile_size, kTileRows,
+                         c + row * ldc, ldc);
+  }
 }
 
 }  // namespace loom::cpu

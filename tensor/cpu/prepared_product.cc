@@ -15,7 +15,7 @@ namespace {
 PackedMatrix pack(const Tensor& b) {
   const Tensor m = b.stride(0) == 1 || b.stride(1) == 1 ? b : contiguous_copy(b);
   const bool row_major = m.stride(1) == 1;
-  return PackedMatrix(m.data_ptr<float>(), row_major ? m.stride(0) : m.stride(1), row_major, m.size(0), m.size(1));
+  return PackedMatrix({m.data_ptr<float>(), row_major ? m.stride(0) : m.stride(1), row_major}, m.size(0), m.size(1));
 }
 
 class PackedProduct : public Backend::PreparedProduct {
@@ -25,7 +25,7 @@ class PackedProduct : public Backend::PreparedProduct {
   void run(const Tensor& a, const Tensor& out) const override {
     check_prepared_product_run(a, b_, out);
     const Tensor rows = a.stride(1) == 1 ? a : contiguous_copy(a);
-    packed_.multiply(rows.data_ptr<float>(), rows.stride(0), rows.size(0), out.data_ptr<float>(), out.size(1));
+    packed_.multiply({rows.data_ptr<float>(), rows.stride(0), true}, rows.size(0), out.data_ptr<float>(), out.size(1));
   }
 
  private:
