@@ -1,6 +1,8 @@
 // The one matrix product every CPU kernel calls (matmul, convolution,
 // fused attention): Eigen's GEMM, its AVX-512 build on processors that have
-// AVX-512 (gemm_avx512.h) and this file's AVX2 build elsewhere.
+// AVX-512 (gemm_avx512.h); elsewhere loom's packed AVX2 kernel for float32
+// where it measured faster (packed_gemm.h) and this file's AVX2 build of
+// Eigen's for the rest.
 //
 //   // C (m x n, row pitch ldc) = alpha A B, or += with `accumulate`
 //   gemm<float>({a, lda, /*row_major=*/true}, {b, ldb, false}, c, ldc, m, n, k);
@@ -13,6 +15,7 @@
 
 #include "tensor/cpu/gemm_avx512.h"
 #include "tensor/cpu/gemm_operand.h"
+#include "tensor/cpu/packed_gemm.h"
 
 namespace loom::cpu {
 
@@ -44,6 +47,9 @@ void gemm(const GemmOperand<T>& a, const GemmOperand<T>& b, T* c, int64_t ldc, i
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (avx512_gemm_enabled())
       return gemm_avx512(a.data, a.ld, a.row_major, b.data, b.ld, b.row_major, c, ldc, m, n, k, alpha, accumulate);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed_gemm_wins(m, n, k)) return packed_gemm(a, b, c, ldc, m, n, k, {nullptr, alpha, accumulate});
   }
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   if (a.row_major && b.row_major) return detail::eigen_gemm<T, R, R>(a, b, c, ldc, m, n, k, alpha, accumulate);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/cpu/gemm_avx512.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/creation.h"
 
@@ -25,12 +26,13 @@ constexpr int64_t kPanelWidth = 16;
 // Every loop over the rows is unrolled: GCC keeps the accumulators in
 // registers only when it can name each one (a loop left rolled put them on
 // the stack, at half Eigen's speed).
-// Each row of c starts from `start` (the panel's 16 columns of a bias row),
-// or from zero where it is null. A's element (i, p) is at a[i lda + p], or,
-// in a packed column tile (below), at a[p kTileRows + i].
+// Each row's sums start from `start` (the panel's 16 columns of a bias
+// row), or from zero where it is null; then c = alpha sums, or c += alpha
+// sums. A's element (i, p) is at a[i lda + p], or, in a packed column tile
+// (below), at a[p kTileRows + i].
 template <int Rows, bool PackedColumns>
-void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, const float* start, float* c,
-                  int64_t ldc, int64_t width) {
+void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, const float* start, float alpha,
+                  bool accumulate, float* c, int64_t ldc, int64_t width) {
   const __m256 start_left = start ? _mm256_loadu_ps(start) : _mm256_setzero_ps();
   const __m256 start_right = start ? _mm256_loadu_ps(start + 8) : _mm256_setzero_ps();
   __m256 left[Rows], right[Rows];
@@ -49,21 +51,28 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, co
       right[i] = _mm256_fmadd_ps(ai, b_right, right[i]);
     }
   }
+  // c = alpha sums, or c = alpha sums + c rounded once (a fused multiply-add).
+  const __m256 scale = _mm256_set1_ps(alpha);
+  auto finish = [&](__m256 sums, const float* old) {
+    if (accumulate) return _mm256_fmadd_ps(scale, sums, _mm256_loadu_ps(old));
+    return alpha == 1.0f ? sums : _mm256_mul_ps(scale, sums);
+  };
   if (width == kPanelWidth) {
 #pragma GCC unroll 8
     for (int i = 0; i < Rows; ++i) {
-      _mm256_storeu_ps(c + i * ldc, left[i]);
-      _mm256_storeu_ps(c + i * ldc + 8, right[i]);
+      _mm256_storeu_ps(c + i * ldc, finish(left[i], c + i * ldc));
+      _mm256_storeu_ps(c + i * ldc + 8, finish(right[i], c + i * ldc + 8));
     }
     return;
   }
   // The last panel, narrower than 16: through a buffer, so nothing past
-  // column n is written.
-  alignas(32) float row[kPanelWidth];
+  // column n is read or written.
+  alignas(32) float row[kPanelWidth] = {};
 #pragma GCC unroll 8
   for (int i = 0; i < Rows; ++i) {
-    _mm256_store_ps(row, left[i]);
-    _mm256_store_ps(row + 8, right[i]);
+    if (accumulate) std::memcpy(row, c + i * ldc, sizeof(float) * width);
+    _mm256_store_ps(row, finish(left[i], row));
+    _mm256_store_ps(row + 8, finish(right[i], row + 8));
     std::memcpy(c + i * ldc, row, sizeof(float) * width);
   }
 }
@@ -72,23 +81,23 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, co
 // a + i lda) or, PackedColumns, in a packed tile (multiply, below). `bias`
 // holds the n starting values padded to whole panels (or is null).
 template <int Rows, bool PackedColumns>
-void row_tile(const PackedMatrix& b, const float* panels, const float* bias, const float* a, int64_t lda, float* c,
-              int64_t ldc) {
+void row_tile(const PackedMatrix& b, const float* panels, const PackedOutput& out, const float* a, int64_t lda,
+              float* c, int64_t ldc) {
   for (int64_t j = 0; j < b.cols(); j += kPanelWidth)
-    micro_kernel<Rows, PackedColumns>(b.rows(), a, lda, panels + j * b.rows(), bias ? bias + j : nullptr, c + j, ldc,
-                                      std::min(kPanelWidth, b.cols() - j));
+    micro_kernel<Rows, PackedColumns>(b.rows(), a, lda, panels + j * b.rows(), out.bias ? out.bias + j : nullptr,
+                                      out.alpha, out.accumulate, c + j, ldc, std::min(kPanelWidth, b.cols() - j));
 }
 
 template <bool PackedColumns>
-void any_row_tile(int rows, const PackedMatrix& b, const float* panels, const float* bias, const float* a,
+void any_row_tile(int rows, const PackedMatrix& b, const float* panels, const PackedOutput& out, const float* a,
                   int64_t lda, float* c, int64_t ldc) {
   switch (rows) {
-    case 6: return row_tile<6, PackedColumns>(b, panels, bias, a, lda, c, ldc);
-    case 5: return row_tile<5, PackedColumns>(b, panels, bias, a, lda, c, ldc);
-    case 4: return row_tile<4, PackedColumns>(b, panels, bias, a, lda, c, ldc);
-    case 3: return row_tile<3, PackedColumns>(b, panels, bias, a, lda, c, ldc);
-    case 2: return row_tile<2, PackedColumns>(b, panels, bias, a, lda, c, ldc);
-    case 1: return row_tile<1, PackedColumns>(b, panels, bias, a, lda, c, ldc);
+    case 6: return row_tile<6, PackedColumns>(b, panels, out, a, lda, c, ldc);
+    case 5: return row_tile<5, PackedColumns>(b, panels, out, a, lda, c, ldc);
+    case 4: return row_tile<4, PackedColumns>(b, panels, out, a, lda, c, ldc);
+    case 3: return row_tile<3, PackedColumns>(b, panels, out, a, lda, c, ldc);
+    case 2: return row_tile<2, PackedColumns>(b, panels, out, a, lda, c, ldc);
+    case 1: return row_tile<1, PackedColumns>(b, panels, out, a, lda, c, ldc);
   }
 }
 static_assert(kTileRows == 6, "any_row_tile names each tile height");
@@ -160,19 +169,33 @@ void pack_panel(const GemmOperand<float>& b, int64_t k, int64_t n, int64_t j0, f
 
 }  // namespace
 
-// Panels on threads: packing at each call (matmul.cc) would otherwise be
-// the one serial part of a threaded product.
+int64_t PackedMatrix::storage_size(int64_t k, int64_t n) {
+  return std::max<int64_t>(1, (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth * k);
+}
+
 PackedMatrix::PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n)
-    : k_(k), n_(n), panels_(empty({std::max<int64_t>(1, (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth * k)})) {
-  float* panels = panels_.data_ptr<float>();
-  parallel_for((n + kPanelWidth - 1) / kPanelWidth, items_per_grain(k * kPanelWidth), [&](int64_t begin, int64_t end) {
+    : k_(k), n_(n), owned_(empty({storage_size(k, n)})), panels_(owned_.data_ptr<float>()) {
+  pack(b);
+}
+
+PackedMatrix::PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n, float* storage)
+    : k_(k), n_(n), panels_(storage) {
+  pack(b);
+}
+
+// Panels on threads: packing at each call (packed_gemm) would otherwise be
+// the one serial part of a threaded product.
+void PackedMatrix::pack(const GemmOperand<float>& b) {
+  parallel_for((n_ + kPanelWidth - 1) / kPanelWidth, items_per_grain(k_ * kPanelWidth), [&](int64_t begin, int64_t end) {
     for (int64_t panel = begin; panel < end; ++panel)
-      pack_panel(b, k, n, panel * kPanelWidth, panels + panel * k * kPanelWidth);
+      pack_panel(b, k_, n_, panel * kPanelWidth, panels_ + panel * k_ * kPanelWidth);
   });
 }
 
-void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc, const float* bias) const {
-  const float* panels = panels_.data_ptr<float>();
+void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc,
+                            const PackedOutput& out) const {
+  const float* panels = panels_;
+  const float* bias = out.bias;
   // The bias padded to whole panels, so the last one reads 16 values too
   // (on the stack up to 16 KB).
   constexpr int64_t kMaxStackBias = 4096;
@@ -187,6 +210,7 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
     std::fill(padded_bias + n_, padded_bias + padded, 0.0f);
     bias = padded_bias;
   }
+  const PackedOutput padded_out{bias, out.alpha, out.accumulate};
   // Tiles of 6 rows. A rest of 1-3 rows joins the last full tile and the two
   // split evenly (32 rows: 6, 6, 6, 6, 4, 4, not 6, 6, 6, 6, 6, 2): a thin
   // tile leaves FMA units idle.
@@ -201,7 +225,7 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
   auto height = [&](int64_t t) { return t < full ? kTileRows : t == full ? first_short : second_short; };
   if (a.row_major) {
     for (int64_t t = 0, row = 0; t < tiles; row += height(t), ++t)
-      any_row_tile<false>(height(t), *this, panels, bias, a.data + row * a.ld, a.ld, c + row * ldc, ldc);
+      any_row_tile<false>(height(t), *this, panels, padded_out, a.data + row * a.ld, a.ld, c + row * ldc, ldc);
     return;
   }
   // A column-major A (a weight gradient's dy^T), read in place, would give
@@ -226,9 +250,35 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
       }
     }
     for (int64_t t = first; t < last; row += height(t), ++t)
-      any_row_tile<true>(height(t), *this, panels, bias, buffer.data() + (t - first) * tile_size, kTileRows,
+      any_row_tile<true>(height(t), *this, panels, padded_out, buffer.data() + (t - first) * tile_size, kTileRows,
                          c + row * ldc, ldc);
   }
+}
+
+constexpr int64_t kPackedMinRows = 16;
+constexpr int64_t kPackedMinColumns = 16;
+constexpr int64_t kPackedMaxRight = int64_t{1} << 18;  // elements: 1 MB
+
+bool packed_gemm_wins(int64_t m, int64_t n, int64_t k) {
+  return m >= kPackedMinRows && n >= kPackedMinColumns && k > 0 && k * n <= kPackedMaxRight && !avx512_gemm_enabled();
+}
+
+void packed_gemm(const GemmOperand<float>& a, const GemmOperand<float>& b, float* c, int64_t ldc, int64_t m, int64_t n,
+                 int64_t k, const PackedOutput& out) {
+  // B's panels in memory this thread keeps (it only grows): no allocation
+  // per product, and products on several threads at once (the attention's
+  // (batch, head) slices) each pack into their own.
+  thread_local std::vector<float> storage;
+  const int64_t size = PackedMatrix::storage_size(k, n);
+  if (storage.size() < static_cast<size_t>(size)) storage.resize(size);
+  const PackedMatrix packed(b, k, n, storage.data());
+  const int64_t tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t tiles_per_grain = std::max<int64_t>(1, (int64_t{1} << 18) / (kTileRows * n * k));
+  const int64_t row_step = a.row_major ? a.ld : 1;
+  parallel_for(tiles, tiles_per_grain, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kTileRows, rows = std::min(m, end * kTileRows) - first;
+    packed.multiply({a.data + first * row_step, a.ld, a.row_major}, rows, c + first * ldc, ldc, out);
+  });
 }
 
 }  // namespace loom::cpu

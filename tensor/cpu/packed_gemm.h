@@ -21,27 +21,52 @@
 
 namespace loom::cpu {
 
+// What a packed product writes: c = alpha sums, or c += alpha sums with
+// `accumulate`, where each row's sums start from `bias` (n values) or zero.
+struct PackedOutput {
+  const float* bias = nullptr;
+  float alpha = 1;
+  bool accumulate = false;
+};
+
 class PackedMatrix {
  public:
-  // Packs B (k x n).
+  // Packs B (k x n) into memory of its own.
   PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n);
+  // Packs B into `storage`, storage_size(k, n) floats the caller keeps.
+  PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n, float* storage);
+  static int64_t storage_size(int64_t k, int64_t n);
 
   int64_t rows() const { return k_; }
   int64_t cols() const { return n_; }
 
-  // c (m x n, row pitch ldc) = a (m x k) B, plus `bias` (n values) in every
-  // row where it is given. Each element is one chain of fused
-  // multiply-adds, from the bias (or zero) through p = 0 .. k - 1, so a
-  // row's values do not depend on m, on the rows around it or on a's
-  // layout. A column-major a is copied 6 rows at a time into a per-thread
-  // buffer; a row-major one is read in place. Reads B only, so threads may
-  // multiply at the same time into disjoint outputs.
-  void multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc, const float* bias = nullptr) const;
+  // c (m x n, row pitch ldc) = a (m x k) B, written as `out` says. Each sum
+  // is one chain of fused multiply-adds, from the bias (or zero) through
+  // p = 0 .. k - 1, so a row's values do not depend on m, on the rows
+  // around it or on a's layout. A column-major a is copied 6 rows at a time
+  // into a per-thread buffer; a row-major one is read in place. Reads B
+  // only, so threads may multiply at the same time into disjoint outputs.
+  void multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc, const PackedOutput& out = {}) const;
 
  private:
+  void pack(const GemmOperand<float>& b);
+
   int64_t k_, n_;
+  Tensor owned_;  // the panels' memory, when no storage was given
   // ceil(n / 16) panels of k rows by 16 columns, zero past column n.
-  Tensor panels_;
+  float* panels_;
 };
+
+// Whether the packed kernel runs c = a b faster than Eigen's GEMM on this
+// processor (docs/benchmarks.md): no AVX-512 (whose Eigen build is faster),
+// at least 16 rows and 16 columns, and b of at most 1 MB, so its panels
+// stay near the core.
+bool packed_gemm_wins(int64_t m, int64_t n, int64_t k);
+
+// c (m x n, row pitch ldc) = alpha a b (or += with out.accumulate, sums from
+// out.bias): b packed into a per-thread buffer, row tiles on OpenMP
+// threads. The bits do not depend on the thread count.
+void packed_gemm(const GemmOperand<float>& a, const GemmOperand<float>& b, float* c, int64_t ldc, int64_t m, int64_t n,
+                 int64_t k, const PackedOutput& out = {});
 
 }  // namespace loom::cpu

@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "tensor/backend.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/gemm_avx512.h"
 #include "tests/omp_threads.h"
 #include "tests/tensor/rounding_probe.h"
@@ -302,6 +303,42 @@ TEST(Matmul, ProductsBesideThePackedKernelAgreeWithTheTripleLoop) {
   expect_values(mm(tall, narrow), naive_mm(tall, narrow), 1e-4);
   const Tensor big = randn({1025, 256}, {}, &gen), rows = randn({32, 1025}, {}, &gen);  // 1 MB and more
   expect_values(mm(rows, big), naive_mm(rows, big), 1e-3);
+  cpu::set_avx512_gemm(true);
+}
+
+// gemm's alpha and accumulate on the packed kernel (the fused attention's
+// products): each sum is the chain from zero, then c = alpha sum, or
+// alpha sum + c as one fused multiply-add, bit for bit.
+TEST(Matmul, PackedGemmScalesAndAccumulatesAfterTheChain) {
+  cpu::set_avx512_gemm(false);
+  Generator gen(33);
+  const int64_t shapes[][3] = {{16, 8, 16}, {23, 37, 65}, {64, 32, 64}};
+  for (const auto& [m, k, n] : shapes) {
+    const Tensor a = randn({m, k}, {}, &gen), columns = randn({k, m}, {}, &gen).t();
+    const Tensor b = randn({k, n}, {}, &gen), weight = randn({n, k}, {}, &gen).t();
+    const Tensor before = randn({m, n}, {}, &gen);
+    for (const Tensor& x : {a, columns})
+      for (const Tensor& y : {b, weight})
+        for (float alpha : {1.0f, 0.3f})
+          for (bool accumulate : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << m << " x " << k << " x " << n << ", alpha " << alpha
+                                              << (accumulate ? ", accumulating" : ""));
+            const std::vector<float> sums = fma_chains(x, y, Tensor());
+            const std::vector<double> old = values(before);
+            Tensor c = before.clone();
+            const bool x_rows = x.stride(1) == 1, y_rows = y.stride(1) == 1;
+            cpu::gemm<float>({x.data_ptr<float>(), x_rows ? x.stride(0) : x.stride(1), x_rows},
+                             {y.data_ptr<float>(), y_rows ? y.stride(0) : y.stride(1), y_rows}, c.data_ptr<float>(), n,
+                             m, n, k, alpha, accumulate);
+            int64_t differing = 0;
+            for (int64_t i = 0; i < m * n; ++i) {
+              const float expected =
+                  accumulate ? std::fma(alpha, sums[i], static_cast<float>(old[i])) : alpha * sums[i];
+              differing += c.data_ptr<float>()[i] != expected;
+            }
+            EXPECT_EQ(differing, 0);
+          }
+  }
   cpu::set_avx512_gemm(true);
 }
 
