@@ -1,5 +1,6 @@
 // Would another CPU GEMM from Debian earn its place in loom? Times loom's
-// own product (tensor/cpu/gemm.h: Eigen) against the float32 GEMM of each
+// own product (tensor/cpu/gemm.h: Eigen's GEMM, or loom's packed kernel on
+// the shapes where that is faster) against the float32 GEMM of each
 // candidate library installed, on the shapes loom's CPU benchmarks spend
 // their time in, and prints one JSON line a shape and library.
 //
@@ -55,7 +56,7 @@ void loom_product(void*, int64_t m, int64_t n, int64_t k, bool bt, const float* 
 }
 
 std::vector<Library> load_libraries() {
-  std::vector<Library> libraries{{"loom (Eigen)", nullptr, loom_product}};
+  std::vector<Library> libraries{{"loom", nullptr, loom_product}};
   struct Candidate {
     const char *name, *path, *symbol;
     Product product;

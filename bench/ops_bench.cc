@@ -59,8 +59,8 @@ void BM_matmul_eigen(benchmark::State& state) {
 // A Linear layer's products, (m x k) by (k x n): layout 0 the forward
 // x W^T (the weight (n, k) read transposed), 1 the input gradient dy W, 2
 // the weight gradient dy^T x (the left operand read down its columns).
-// loom through mm (its packed kernel or Eigen's GEMM, whichever matmul
-// picks); Eigen's GEMM on the same memory, as loom's gemm.h calls it.
+// loom through mm (its packed kernel or Eigen's GEMM, whichever gemm.h
+// picks); Eigen's GEMM on the same memory.
 struct LinearOperands {
   Tensor left_storage, right_storage;  // contiguous
   bool left_row_major, right_row_major;
@@ -84,16 +84,31 @@ void BM_linear_loom(benchmark::State& state) {
   set_flops(state, 2.0 * o.m * o.k * o.n);
 }
 
+// Eigen's GEMM itself (its AVX-512 build where the processor has it), not
+// gemm.h, which would pick loom's packed kernel for these shapes.
 void BM_linear_eigen(benchmark::State& state) {
+  using ColMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   const LinearOperands o = linear_operands(state);
   RowMatrix c(o.m, o.n);
-  const cpu::GemmOperand<float> a{o.left_storage.data_ptr<float>(), o.left_storage.size(1), o.left_row_major};
-  const cpu::GemmOperand<float> b{o.right_storage.data_ptr<float>(), o.right_storage.size(1), o.right_row_major};
+  const float* a = o.left_storage.data_ptr<float>();
+  const float* b = o.right_storage.data_ptr<float>();
+  const Eigen::Map<const RowMatrix> a_rows(a, o.m, o.k), b_rows(b, o.k, o.n);
+  const Eigen::Map<const ColMatrix> a_columns(a, o.m, o.k), b_columns(b, o.k, o.n);
+  const bool avx512 = cpu::avx512_gemm_enabled();
   for (auto _ : state) {
-    cpu::gemm<float>(a, b, c.data(), o.n, o.m, o.n, o.k);
+    if (avx512)
+      cpu::gemm_avx512(a, o.left_storage.size(1), o.left_row_major, b, o.right_storage.size(1), o.right_row_major,
+                       c.data(), o.n, o.m, o.n, o.k, 1.0f, false);
+    else if (!o.left_row_major)
+      c.noalias() = a_columns * b_rows;
+    else if (o.right_row_major)
+      c.noalias() = a_rows * b_rows;
+    else
+      c.noalias() = a_rows * b_columns;
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(state, 2.0 * o.m * o.k * o.n);
+  state.SetLabel(avx512 ? "avx512" : "avx2");
 }
 
 // The core's float32 peak: 12 independent chains of 8-wide fused

@@ -49,7 +49,8 @@ void gemm(const GemmOperand<T>& a, const GemmOperand<T>& b, T* c, int64_t ldc, i
       return gemm_avx512(a.data, a.ld, a.row_major, b.data, b.ld, b.row_major, c, ldc, m, n, k, alpha, accumulate);
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (packed_gemm_wins(m, n, k)) return packed_gemm(a, b, c, ldc, m, n, k, {nullptr, alpha, accumulate});
+    if (packed_gemm_wins(m, n, k, a.row_major))
+      return packed_gemm(a, b, c, ldc, m, n, k, {nullptr, alpha, accumulate});
   }
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   if (a.row_major && b.row_major) return detail::eigen_gemm<T, R, R>(a, b, c, ldc, m, n, k, alpha, accumulate);

@@ -69,7 +69,7 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bi
       // The packed kernel starts its sums from the bias (gemm.h picks it
       // where it is the faster).
       if constexpr (std::is_same_v<T, float>) {
-        if (pbias != nullptr && packed_gemm_wins(m, n, k))
+        if (pbias != nullptr && packed_gemm_wins(m, n, k, left.row_major))
           return packed_gemm(left, right, pc + i * m * n, n, m, n, k, {pbias});
       }
       if (pbias != nullptr) fill_rows(pc + i * m * n, pbias, m, n);

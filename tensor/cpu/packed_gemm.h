@@ -59,9 +59,10 @@ class PackedMatrix {
 
 // Whether the packed kernel runs c = a b faster than Eigen's GEMM on this
 // processor (docs/benchmarks.md): no AVX-512 (whose Eigen build is faster),
-// at least 16 rows and 16 columns, and b of at most 1 MB, so its panels
-// stay near the core.
-bool packed_gemm_wins(int64_t m, int64_t n, int64_t k);
+// at least 16 rows and 16 columns with little padding in the last panel,
+// b of at most 1 MB, so its panels stay near the core, and a row-major a
+// or a column-major one of depth k at most 1024.
+bool packed_gemm_wins(int64_t m, int64_t n, int64_t k, bool a_row_major);
 
 // c (m x n, row pitch ldc) = alpha a b (or += with out.accumulate, sums from
 // out.bias): b packed into a per-thread buffer, row tiles on OpenMP

@@ -269,7 +269,7 @@ std::vector<float> fma_chains(const Tensor& a, const Tensor& b, const Tensor& bi
 TEST(Matmul, PackedFloat32ProductsAreFusedMultiplyAddChains) {
   cpu::set_avx512_gemm(false);  // the packed kernel runs where AVX-512 does not
   Generator gen(31);
-  const int64_t shapes[][3] = {{16, 1, 16}, {17, 13, 40}, {64, 128, 384}, {23, 37, 65}, {50, 9, 32}, {100, 512, 128}};
+  const int64_t shapes[][3] = {{16, 1, 16}, {17, 13, 72}, {64, 128, 384}, {23, 37, 130}, {50, 9, 32}, {100, 512, 128}};
   for (const auto& [m, k, n] : shapes) {
     SCOPED_TRACE(::testing::Message() << m << " x " << k << " by " << k << " x " << n);
     const Tensor a = randn({m, k}, {}, &gen), pitched = randn({m, k + 5}, {}, &gen).narrow(1, 2, k);
@@ -292,15 +292,21 @@ TEST(Matmul, PackedFloat32ProductsAreFusedMultiplyAddChains) {
   cpu::set_avx512_gemm(true);
 }
 
-// The routing's edges: too few rows, too narrow a right operand, or one
-// over 1 MB go to Eigen's GEMM; all agree with the triple loop.
+// The routing's edges: too few rows, too narrow a right operand or one
+// padded by more than an eighth, one over 1 MB, or a column-major left
+// operand deeper than 1024 go to Eigen's GEMM; all agree with the triple
+// loop.
 TEST(Matmul, ProductsBesideThePackedKernelAgreeWithTheTripleLoop) {
   cpu::set_avx512_gemm(false);
   Generator gen(32);
   const Tensor a = randn({15, 64}, {}, &gen), tall = randn({64, 64}, {}, &gen);
   const Tensor narrow = randn({64, 15}, {}, &gen), wide = randn({64, 64}, {}, &gen);
+  const Tensor padded = randn({64, 65}, {}, &gen);
+  const Tensor deep_columns = randn({1100, 32}, {}, &gen).t(), deep = randn({1100, 64}, {}, &gen);
   expect_values(mm(a, wide), naive_mm(a, wide), 1e-4);
   expect_values(mm(tall, narrow), naive_mm(tall, narrow), 1e-4);
+  expect_values(mm(tall, padded), naive_mm(tall, padded), 1e-4);
+  expect_values(mm(deep_columns, deep), naive_mm(deep_columns, deep), 1e-3);
   const Tensor big = randn({1025, 256}, {}, &gen), rows = randn({32, 1025}, {}, &gen);  // 1 MB and more
   expect_values(mm(rows, big), naive_mm(rows, big), 1e-3);
   cpu::set_avx512_gemm(true);
@@ -312,7 +318,7 @@ TEST(Matmul, ProductsBesideThePackedKernelAgreeWithTheTripleLoop) {
 TEST(Matmul, PackedGemmScalesAndAccumulatesAfterTheChain) {
   cpu::set_avx512_gemm(false);
   Generator gen(33);
-  const int64_t shapes[][3] = {{16, 8, 16}, {23, 37, 65}, {64, 32, 64}};
+  const int64_t shapes[][3] = {{16, 8, 16}, {23, 37, 130}, {64, 32, 64}};
   for (const auto& [m, k, n] : shapes) {
     const Tensor a = randn({m, k}, {}, &gen), columns = randn({k, m}, {}, &gen).t();
     const Tensor b = randn({k, n}, {}, &gen), weight = randn({n, k}, {}, &gen).t();
