@@ -10,8 +10,8 @@
 //
 // AVX2 and FMA (loom's x86-64-v3 build). On a 2-core Zen 3 VM, the LSTM
 // step's 64 x 512 x 128 and 64 x 128 x 512: 81-89 GFLOP/s against Eigen's
-// 64-73; a GPT's Linear layers, packing included: 86-97 against 75-87
-// (docs/benchmarks.md).
+// 64-73; a GPT's Linear layers, packing included: 80-98, 1.0-1.1x Eigen's
+// rate in the same runs (docs/benchmarks.md).
 #pragma once
 
 #include <cstdint>
