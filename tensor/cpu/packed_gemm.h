@@ -2,8 +2,9 @@
 // panels, and a left operand read where it lies, an element broadcast at a
 // time (Eigen's GEMM packs both operands at every call). Two users: the
 // products of a recurrence, where one weight packed once multiplies a new
-// state at every step (prepared_product.cc), and float32 matmuls, B packed
-// at each call (matmul.cc).
+// state at every step (prepared_product.cc), and packed_gemm below, B
+// packed at each call, which gemm.h picks for every float32 product of the
+// shapes where it is faster than Eigen's GEMM.
 //
 //   PackedMatrix w({b, ldb, /*row_major=*/false}, k, n);  // once a sequence
 //   w.multiply({h, ldh, /*row_major=*/true}, m, gates, ldg);  // every step: gates = h B
