@@ -5,9 +5,10 @@
 //
 // Operands are mapped in place whenever one of their two strides is 1, so a
 // transposed view (x.t()) costs no copy: it is read as a column-major matrix.
-// A bias is written into every row of the output first and the GEMM adds its
-// product to it (beta = 1), while the output's blocks are in cache, instead
-// of a separate pass over the output afterwards.
+// A bias is written into every row of the output first and Eigen's GEMM
+// adds its product to it (beta = 1), while the output's blocks are in cache,
+// instead of a separate pass over the output afterwards; the packed kernel
+// starts its sums from the bias.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>

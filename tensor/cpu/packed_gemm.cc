@@ -27,9 +27,10 @@ constexpr int64_t kPanelWidth = 16;
 // registers only when it can name each one (a loop left rolled put them on
 // the stack, at half Eigen's speed).
 // Each row's sums start from `start` (the panel's 16 columns of a bias
-// row), or from zero where it is null; then c = alpha sums, or c += alpha
-// sums. A's element (i, p) is at a[i lda + p], or, in a packed column tile
-// (below), at a[p kTileRows + i].
+// row), or from zero where it is null; then c = alpha sums, or, with
+// `accumulate`, c = alpha sums + c in one fused multiply-add. A's element
+// (i, p) is at a[i lda + p], or, in a packed column tile (below), at
+// a[p kTileRows + i].
 template <int Rows, bool PackedColumns>
 void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, const float* start, float alpha,
                   bool accumulate, float* c, int64_t ldc, int64_t width) {
@@ -78,8 +79,8 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, co
 }
 
 // Rows [0, Rows) of c against every panel. A's rows are at a (row i at
-// a + i lda) or, PackedColumns, in a packed tile (multiply, below). `bias`
-// holds the n starting values padded to whole panels (or is null).
+// a + i lda) or, PackedColumns, in a packed tile (multiply, below).
+// out.bias holds the n starting values padded to whole panels (or is null).
 template <int Rows, bool PackedColumns>
 void row_tile(const PackedMatrix& b, const float* panels, const PackedOutput& out, const float* a, int64_t lda,
               float* c, int64_t ldc) {
