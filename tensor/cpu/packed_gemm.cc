@@ -187,7 +187,8 @@ PackedMatrix::PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n, fl
 // Panels on threads: packing at each call (packed_gemm) would otherwise be
 // the one serial part of a threaded product.
 void PackedMatrix::pack(const GemmOperand<float>& b) {
-  parallel_for((n_ + kPanelWidth - 1) / kPanelWidth, items_per_grain(k_ * kPanelWidth), [&](int64_t begin, int64_t end) {
+  const int64_t panels = (n_ + kPanelWidth - 1) / kPanelWidth;
+  parallel_for(panels, items_per_grain(k_ * kPanelWidth), [&](int64_t begin, int64_t end) {
     for (int64_t panel = begin; panel < end; ++panel)
       pack_panel(b, k_, n_, panel * kPanelWidth, panels_ + panel * k_ * kPanelWidth);
   });

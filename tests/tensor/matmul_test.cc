@@ -241,7 +241,7 @@ TEST(Addmm, SixteenBitResultsRoundOnce) {
   }
 }
 
-// ---- float32 products on the packed kernel (tensor/cpu/matmul.cc, runs_packed) ----
+// ---- float32 products on the packed kernel (tensor/cpu/gemm.h picks it: packed_gemm_wins) ----
 
 // Each output of the packed kernel is one float32 chain of fused
 // multiply-adds, from the bias (or zero) through p = 0 .. k - 1.
@@ -281,7 +281,8 @@ TEST(Matmul, PackedFloat32ProductsAreFusedMultiplyAddChains) {
         for (const Tensor& row : {Tensor(), bias}) {
           const std::vector<float> expected = fma_chains(x, y, row);
           for (int threads : {1, 2}) {
-            const Tensor out = testing::on_omp_threads(threads, [&] { return row.defined() ? addmm(row, x, y) : mm(x, y); });
+            const Tensor out =
+                testing::on_omp_threads(threads, [&] { return row.defined() ? addmm(row, x, y) : mm(x, y); });
             const float* got = out.data_ptr<float>();
             int64_t differing = 0;
             for (int64_t i = 0; i < m * n; ++i) differing += got[i] != expected[i];
