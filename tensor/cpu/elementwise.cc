@@ -3,8 +3,8 @@
 // Each op is written twice, side by side: as a scalar function (for strided
 // data) and as an Eigen array expression (for contiguous rows, where Eigen's
 // vectorised exp/tanh/... apply), or as one Eigen functor with both forms
-// where the expression would compute a subexpression twice (GeluTanhGrad). Both must compute the same function; the
-// CPU-vs-reference tests exercise both paths.
+// where the expression would compute a subexpression twice (GeluTanhGrad).
+// Both must compute the same function; the CPU-vs-reference tests exercise both paths.
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include <cmath>

@@ -50,7 +50,8 @@ std::vector<double> conv2d_by_definition(const Tensor& x, const Tensor& w, const
 // In double.
 std::vector<double> naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
                                  int64_t ho, int64_t wo) {
-  return conv2d_by_definition<double>(x, w, b, p, ho, wo, [](double acc, double xe, double we) { return acc + xe * we; });
+  return conv2d_by_definition<double>(x, w, b, p, ho, wo,
+                                      [](double acc, double xe, double we) { return acc + xe * we; });
 }
 
 TEST(Conv2d, OneChannelByHand) {
