@@ -22,6 +22,9 @@ namespace {
 constexpr int kTileRows = 6;
 constexpr int64_t kPanelWidth = 16;
 
+// Columns rounded up to whole panels: the last one is padded with zeros.
+int64_t padded_columns(int64_t n) { return (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth; }
+
 // c[0:Rows, 0:width) = a[0:Rows, 0:k) panel, where panel is k rows of 16.
 // Every loop over the rows is unrolled: GCC keeps the accumulators in
 // registers only when it can name each one (a loop left rolled put them on
@@ -171,7 +174,7 @@ void pack_panel(const GemmOperand<float>& b, int64_t k, int64_t n, int64_t j0, f
 }  // namespace
 
 int64_t PackedMatrix::storage_size(int64_t k, int64_t n) {
-  return std::max<int64_t>(1, (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth * k);
+  return std::max<int64_t>(1, padded_columns(n) * k);
 }
 
 PackedMatrix::PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n)
@@ -187,7 +190,7 @@ PackedMatrix::PackedMatrix(const GemmOperand<float>& b, int64_t k, int64_t n, fl
 // Panels on threads: packing at each call (packed_gemm) would otherwise be
 // the one serial part of a threaded product.
 void PackedMatrix::pack(const GemmOperand<float>& b) {
-  const int64_t panels = (n_ + kPanelWidth - 1) / kPanelWidth;
+  const int64_t panels = padded_columns(n_) / kPanelWidth;
   parallel_for(panels, items_per_grain(k_ * kPanelWidth), [&](int64_t begin, int64_t end) {
     for (int64_t panel = begin; panel < end; ++panel)
       pack_panel(b, k_, n_, panel * kPanelWidth, panels_ + panel * k_ * kPanelWidth);
@@ -203,7 +206,7 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
   constexpr int64_t kMaxStackBias = 4096;
   float bias_on_stack[kMaxStackBias];
   std::vector<float> bias_on_heap;
-  const int64_t padded = (n_ + kPanelWidth - 1) / kPanelWidth * kPanelWidth;
+  const int64_t padded = padded_columns(n_);
   float* padded_bias = nullptr;
   if (bias != nullptr) {
     if (padded > kMaxStackBias) bias_on_heap.resize(padded);
@@ -269,7 +272,7 @@ bool packed_gemm_wins(int64_t m, int64_t n, int64_t k, bool a_row_major) {
   // The last panel computes 16 columns however few are left: at most an
   // eighth of the work may be padding (n = 65, 5 panels for 65 columns,
   // ran at 0.91x Eigen's rate).
-  const int64_t padded = (n + kPanelWidth - 1) / kPanelWidth * kPanelWidth;
+  const int64_t padded = padded_columns(n);
   return m >= kPackedMinRows && n >= kPackedMinColumns && k > 0 && k * n <= kPackedMaxRight &&
          8 * (padded - n) <= padded && (a_row_major || k <= kPackedMaxColumnsDepth) && !avx512_gemm_enabled();
 }
