@@ -3,7 +3,8 @@
 // Each op is written twice, side by side: as a scalar function (for strided
 // data) and as an Eigen array expression (for contiguous rows, where Eigen's
 // vectorised exp/tanh/... apply), or as one Eigen functor with both forms
-// where the expression would compute a subexpression twice (GeluTanhGrad).
+// where the expression would compute a subexpression twice (GeluTanhGrad), or
+// where a vector form of loom's own is faster (exp8 in GeluTanh).
 // Both must compute the same function; the CPU-vs-reference tests exercise both paths.
 #include <unsupported/Eigen/SpecialFunctions>
 
@@ -15,6 +16,7 @@
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/relu.h"
+#include "tensor/cpu/vector_exp.h"
 #include "tensor/element_cast.h"
 
 namespace loom::cpu {
@@ -25,28 +27,57 @@ constexpr double kInvSqrt2 = 0.7071067811865476;      // 1/sqrt(2)
 constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1/sqrt(2*pi)
 constexpr double kGeluCubic = 0.044715;
 
-// GELU's (tanh form) gradient dy * d/dx [0.5 x (1 + tanh(u))], u = sqrt(2/pi)
-// (x + 0.044715 x^3), as one Eigen functor: its two uses of tanh(u) share
-// one evaluation. (As an array expression, each use of `t` is a node of its
-// own, and the vector code computed the tanh twice: half the op's time.)
+// GELU's tanh form through the logistic function: 0.5 (1 + tanh(u)) =
+// 1 / (1 + e^-2u), u = sqrt(2/pi) (x + 0.044715 x^3). So
+//   gelu(x) = x s,   gelu'(x) = s + 2 x u' s (1 - s),   s = 1 / (1 + e^-2u),
+// one exponential and one division an element, which in float32 (exp8,
+// tensor/cpu/vector_exp.h) runs at 1.7x Eigen's tanh (docs/benchmarks.md).
+// Each is one Eigen functor with a scalar and a vector form (as an array
+// expression, each use of `s` would be a node of its own, computed twice).
+
+// e^x of a packet: exp8 for 8 floats, else Eigen's.
+template <typename Packet>
+Packet packet_exp(const Packet& x) {
+  return Eigen::internal::pexp(x);
+}
+#ifdef __AVX2__
+template <>
+Eigen::internal::Packet8f packet_exp(const Eigen::internal::Packet8f& x) {
+  return exp8(x);
+}
+#endif
+
+template <typename T>
+struct GeluTanh {
+  T operator()(const T& x) const {
+    return x / (T(1) + std::exp(T(-2 * kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
+  }
+  template <typename Packet>
+  Packet packetOp(const Packet& x) const {
+    namespace e = Eigen::internal;
+    const Packet inner = e::pmadd(e::pmul(e::pset1<Packet>(T(kGeluCubic)), e::pmul(x, x)), x, x);
+    const Packet exp = packet_exp(e::pmul(e::pset1<Packet>(T(-2 * kSqrt2OverPi)), inner));
+    return e::pdiv(x, e::padd(e::pset1<Packet>(T(1)), exp));
+  }
+};
+
 template <typename T>
 struct GeluTanhGrad {
   T operator()(const T& dy, const T& x) const {
-    const T t = std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x));
+    const T s = T(1) / (T(1) + std::exp(T(-2 * kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
     const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
-    return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+    return dy * (s + T(2) * x * du * s * (T(1) - s));
   }
   template <typename Packet>
   Packet packetOp(const Packet& dy, const Packet& x) const {
     namespace e = Eigen::internal;
-    const Packet one = e::pset1<Packet>(T(1)), half = e::pset1<Packet>(T(0.5)), x2 = e::pmul(x, x);
-    const Packet u = e::pmul(e::pset1<Packet>(T(kSqrt2OverPi)),
-                             e::padd(x, e::pmul(e::pset1<Packet>(T(kGeluCubic)), e::pmul(x2, x))));
-    const Packet t = e::ptanh(u);
-    const Packet du = e::pmul(e::pset1<Packet>(T(kSqrt2OverPi)),
-                              e::padd(one, e::pmul(e::pset1<Packet>(T(3 * kGeluCubic)), x2)));
-    const Packet slope = e::pmul(e::pmul(e::pmul(half, x), e::psub(one, e::pmul(t, t))), du);
-    return e::pmul(dy, e::padd(e::pmul(half, e::padd(one, t)), slope));
+    const Packet one = e::pset1<Packet>(T(1)), x2 = e::pmul(x, x);
+    const Packet inner = e::pmadd(e::pmul(e::pset1<Packet>(T(kGeluCubic)), x2), x, x);
+    const Packet s = e::pdiv(one, e::padd(one, packet_exp(e::pmul(e::pset1<Packet>(T(-2 * kSqrt2OverPi)), inner))));
+    const Packet two_du = e::pmul(e::pset1<Packet>(T(2 * kSqrt2OverPi)),
+                                  e::pmadd(e::pset1<Packet>(T(3 * kGeluCubic)), x2, one));
+    const Packet slope = e::pmul(e::pmul(e::pmul(x, two_du), s), e::psub(one, s));
+    return e::pmul(dy, e::padd(s, slope));
   }
 };
 
@@ -55,8 +86,12 @@ struct GeluTanhGrad {
 
 namespace Eigen::internal {
 template <typename T>
+struct functor_traits<loom::cpu::GeluTanh<T>> {
+  enum { Cost = 15 * NumTraits<T>::MulCost, PacketAccess = packet_traits<T>::HasExp && packet_traits<T>::HasDiv };
+};
+template <typename T>
 struct functor_traits<loom::cpu::GeluTanhGrad<T>> {
-  enum { Cost = 20 * NumTraits<T>::MulCost, PacketAccess = packet_traits<T>::HasTanh };
+  enum { Cost = 20 * NumTraits<T>::MulCost, PacketAccess = packet_traits<T>::HasExp && packet_traits<T>::HasDiv };
 };
 }  // namespace Eigen::internal
 
@@ -123,9 +158,7 @@ void unary_floating(UnaryOp op, const Tensor& a, const Tensor& out, T alpha, T b
       return run([](T x) { return T(1) / (T(1) + std::exp(-x)); },
                  [](const auto& x) { return x.logistic(); });
     case UnaryOp::GeluTanh:  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-      return run(
-          [](T x) { return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x))); },
-          [](const auto& x) { return T(0.5) * x * (T(1) + (T(kSqrt2OverPi) * (x + T(kGeluCubic) * x.cube())).tanh()); });
+      return run(GeluTanh<T>(), [](const auto& x) { return x.unaryExpr(GeluTanh<T>()); });
     case UnaryOp::GeluErf:  // 0.5 x (1 + erf(x / sqrt(2)))
       return run([](T x) { return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2))); },
                  [](const auto& x) { return T(0.5) * x * (T(1) + (x * T(kInvSqrt2)).erf()); });
