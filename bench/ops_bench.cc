@@ -204,6 +204,55 @@ void BM_adamw_eigen(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 28);
 }
 
+// GELU's tanh form, forward and backward (the gpt's MLP activation: 2
+// layers of 512 tokens by 512): the backend's kernels against the same
+// arithmetic in Eigen array expressions, with Eigen's vectorised exp and
+// the logistic s computed once for the backward.
+void BM_gelu_loom(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = randn({n}), dy = randn({n}), y = empty({n}), dx = empty({n});
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    cpu.unary(UnaryOp::GeluTanh, x, y, 0, 0);
+    cpu.binary(BinaryOp::GeluTanhBackward, dy, x, dx, 0);
+    benchmark::DoNotOptimize(dx.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4 * 5);  // x, y; dy, x, dx
+}
+
+void BM_gelu_eigen(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const float c = 0.7978845608f, cubic = 0.044715f;
+  Eigen::ArrayXf x = Eigen::ArrayXf::Random(n), dy = Eigen::ArrayXf::Random(n), y(n), s(n), dx(n);
+  for (auto _ : state) {
+    y = x / (1.0f + (-2 * c * (x + cubic * x.cube())).exp());
+    s = 1.0f / (1.0f + (-2 * c * (x + cubic * x.cube())).exp());
+    dx = dy * (s + 2 * c * x * (1.0f + 3 * cubic * x.square()) * s * (1.0f - s));
+    benchmark::DoNotOptimize(dx.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4 * 5);
+}
+
+// The fused causal attention's forward and backward (the backend's
+// kernels) over (batch, heads, T, head dim) float32: the gpt's and
+// gpt_large's shapes on the CPU. FLOP/s counts the products a kernel that
+// skipped every masked score would do: 2 in the forward, 5 in the backward
+// (the scores recomputed, dv, dP, dq, dk), each 2 T^2 D / 2.
+void BM_attention_loom(benchmark::State& state) {
+  const int64_t b = state.range(0), h = state.range(1), t = state.range(2), d = state.range(3);
+  Tensor q = randn({b, h, t, d}), k = randn({b, h, t, d}), v = randn({b, h, t, d}), dout = randn({b, h, t, d});
+  Tensor out = empty({b, h, t, d}), lse = empty({b, h, t});
+  Tensor dq = empty({b, h, t, d}), dk = empty({b, h, t, d}), dv = empty({b, h, t, d});
+  const AttentionParams p{.scale = 1 / std::sqrt(static_cast<double>(d)), .causal = true};
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    cpu.attention(q, k, v, p, out, lse);
+    cpu.attention_backward(q, k, v, out, dout, lse, p, dq, dk, dv);
+    benchmark::DoNotOptimize(dq.raw_data());
+  }
+  set_flops(state, 7.0 * b * h * t * t * d);
+}
+
 // Layer norm's forward and backward over (rows, cols) float32 rows, with a
 // weight and a bias: the backend's kernels against the same arithmetic as
 // Eigen row-wise expressions (xhat kept between the passes, the weight and
@@ -392,6 +441,9 @@ BENCHMARK(BM_tanh_eigen)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTi
 BENCHMARK(BM_adamw_loom)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_adamw_eigen)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
 // The CPU gpt's rows (batch 8 x 64 tokens of width 128) and gpt_large's (16 x 128 of 256).
+BENCHMARK(BM_gelu_loom)->Arg(1 << 18)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_gelu_eigen)->Arg(1 << 18)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_attention_loom)->Args({8, 4, 64, 32})->Args({16, 4, 128, 64})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_loom)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_eigen)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_conv_loom)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})->Args({2, 0})->Args({2, 1})->Args({2, 2})

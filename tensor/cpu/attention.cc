@@ -1,11 +1,16 @@
 // CPU fused attention: softmax(scale q k^T) v a block of queries at a time,
-// so the scores exist only as one block's rows (kQueryBlock x Tk, in a
+// so the scores exist only as one block's rows (a block x Tk, in a
 // per-thread buffer) and never as a (Tq, Tk) tensor. With a causal mask a
-// block multiplies only the keys its last query can see, about half the
-// products of the unmasked attention. Query blocks (forward) or (B, H)
-// slices (backward, which adds each block into the slice's dk and dv) go to
-// threads; each block's products are GEMMs (tensor/cpu/gemm.h) on strided
-// views of q, k and v.
+// block multiplies only the keys its last query can see. Query blocks
+// (forward) or (B, H) slices (backward, which adds each block into the
+// slice's dk and dv) go to threads; each block's products are GEMMs
+// (tensor/cpu/gemm.h) on strided views of q, k and v.
+// The keys' operands (k^T and v; in the backward v^T and k) are the same
+// for every block of a slice, which multiplies by their leading part: in
+// float32, where loom's packed kernel runs (tensor/cpu/packed_gemm.h), they
+// are packed once a slice, and the blocks are 16 queries, so a causal block
+// skips all but 16 of the masked keys (a 64-token sequence: 5/8 of the
+// unmasked products); elsewhere blocks are 64 queries.
 // Masked weights are written as zeros, not computed as exp(-inf): Eigen's
 // vectorised exp clamps its argument and returns a denormal there, and a
 // GEMM reading denormals runs about 100 times slower.
@@ -16,6 +21,8 @@
 //   dq = scale dS k,   dk += scale dS^T q,   dv += P^T dout.
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -24,12 +31,15 @@
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/packed_gemm.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/vector_exp.h"
 
 namespace loom::cpu {
 namespace {
 
-constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kQueryBlock = 64;         // rows of a block whose products read the keys in place
+constexpr int64_t kPackedQueryBlock = 16;   // rows of a block multiplying the slice's packed keys
 
 template <typename T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -70,11 +80,54 @@ GemmOperand<typename Map::Scalar> transposed(const Map& m) {
   return {m.data(), m.outerStride(), false};
 }
 
-// s (rows x keys) = scale q k^T; row r's masked keys (past seen(r)) are left
-// for the caller, which writes its weights there as exact zeros.
+// A right operand (k x n) that each query block of a slice multiplies by
+// its leading part, a[0:m, 0:k'] b[0:k', 0:n'] with k' <= k, n' <= n: read
+// in place through gemm, or (KeysOperand<float>, below) packed once.
 template <typename T>
-void scores(const ConstRowsMap<T>& q, const ConstRowsMap<T>& k, const AttentionParams& p, RowsMap<T> s) {
-  gemm<T>(as_is(q), transposed(k), s.data(), s.outerStride(), s.rows(), s.cols(), q.cols(), static_cast<T>(p.scale));
+class KeysOperand {
+ public:
+  static bool packs(int64_t, int64_t) { return false; }
+  KeysOperand(int /*which*/, const GemmOperand<T>& b, int64_t /*k*/, int64_t /*n*/) : b_(b) {}
+  // c (m x n, row pitch ldc) = alpha a b[0:k, 0:n], or += with `accumulate`.
+  void multiply(const GemmOperand<T>& a, int64_t m, int64_t k, int64_t n, T* c, int64_t ldc, T alpha = T(1),
+                bool accumulate = false) const {
+    gemm<T>(a, b_, c, ldc, m, n, k, alpha, accumulate);
+  }
+
+ private:
+  GemmOperand<T> b_;
+};
+
+// In float32, where the packed kernel beats Eigen's GEMM on a block of
+// queries (gemm.h's rule), b is packed into this thread's memory `which`
+// (it only grows) for the whole slice.
+template <>
+class KeysOperand<float> {
+ public:
+  static bool packs(int64_t k, int64_t n) { return packed_gemm_wins(kPackedQueryBlock, n, k, /*a_row_major=*/true); }
+  KeysOperand(int which, const GemmOperand<float>& b, int64_t k, int64_t n) : b_(b) {
+    if (!packs(k, n)) return;
+    thread_local std::vector<float> storage[3];
+    std::vector<float>& memory = storage[which];
+    const int64_t size = PackedMatrix::storage_size(k, n);
+    if (memory.size() < static_cast<size_t>(size)) memory.resize(size);
+    packed_.emplace(b, k, n, memory.data());
+  }
+  void multiply(const GemmOperand<float>& a, int64_t m, int64_t k, int64_t n, float* c, int64_t ldc,
+                float alpha = 1, bool accumulate = false) const {
+    if (packed_) return packed_->multiply_leading(a, m, k, n, c, ldc, {nullptr, alpha, accumulate});
+    gemm<float>(a, b_, c, ldc, m, n, k, alpha, accumulate);
+  }
+
+ private:
+  GemmOperand<float> b_;
+  std::optional<PackedMatrix> packed_;
+};
+
+// Queries a block: 16 where the slice's k^T (d x tk) is packed, else 64.
+template <typename T>
+int64_t query_block(int64_t d, int64_t tk) {
+  return KeysOperand<T>::packs(d, tk) ? kPackedQueryBlock : kQueryBlock;
 }
 
 // How many keys query `query` sees in a block of `keys`.
@@ -98,34 +151,55 @@ RowsMap<T> score_block(int which, int64_t rows, int64_t keys) {
   return RowsMap<T>(buffer.data(), rows, keys, Eigen::OuterStride<>(keys));
 }
 
+// row[0:seen) = exp(row - shift), and the masked keys' weights past `seen`
+// exact zeros. The exponential runs over the whole row, masked keys
+// included (whose values it overwrites), so that every element is computed
+// in vector registers: a row's head of any length would leave Eigen's last
+// few elements to the scalar exp, a few times slower and rounded apart.
+// float32 by exp8 (tensor/cpu/vector_exp.h), float64 by Eigen.
+template <typename Row, typename T>
+void exp_of_row_less(Row row, T shift, int64_t seen) {
+#ifdef __AVX2__
+  if constexpr (std::is_same_v<T, float>)
+    exp_shifted(row.data(), row.size(), shift);
+  else
+#endif
+    row = (row.array() - shift).exp();
+  row.tail(row.size() - seen).setZero();
+}
+
 template <typename T, typename L>
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
                        const Tensor& out, const Tensor& logsumexp) {
-  const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2);
-  const int64_t blocks = (tq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv = v.size(3);
+  const int64_t block = query_block<T>(d, tk), blocks = (tq + block - 1) / block;
   L* lse = logsumexp.data_ptr<L>();
   // Query blocks are independent here: threads take them from every (b, h),
-  // so that one long sequence of one head still uses them all.
+  // so that one long sequence of one head still uses them all. A thread
+  // takes the keys' operands of a slice when it reaches its first block there.
   parallel_for(q.size(0) * heads * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::optional<KeysOperand<T>> keys_t, values;  // k^T (d x tk), v (tk x dv)
     for (int64_t item = begin; item < end; ++item) {
       const int64_t bh = item / blocks, b = bh / heads, h = bh % heads;
-      const int64_t q0 = item % blocks * kQueryBlock;
-      const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tq, tk);
+      const int64_t q0 = item % blocks * block;
+      if (item == begin || q0 == 0) {
+        keys_t.emplace(0, transposed(rows_of<T>(k, b, h, 0, tk)), d, tk);
+        values.emplace(1, as_is(rows_of<T>(v, b, h, 0, tk)), tk, dv);
+      }
+      const int64_t rows = std::min(block, tq - q0), keys = keys_seen(p, q0 + rows, tq, tk);
       RowsMap<T> s = score_block<T>(0, rows, keys);
-      scores<T>(rows_of<T>(q, b, h, q0, rows), rows_of<T>(k, b, h, 0, keys), p, s);
+      keys_t->multiply(as_is(rows_of<T>(q, b, h, q0, rows)), rows, d, keys, s.data(), keys, static_cast<T>(p.scale));
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t seen = seen_by(p, q0 + r, tq, tk, keys);  // >= 1: every query sees key 0
         auto row = s.row(r).head(seen);
         const T max = row.maxCoeff();
-        row = (row.array() - max).exp();
+        exp_of_row_less(s.row(r), max, seen);
         const T sum = fixed_order_sum(row.array());
         row /= sum;
-        s.row(r).tail(keys - seen).setZero();
         lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));
       }
       RowsMap<T> out_rows = mutable_rows_of<T>(out, b, h, q0, rows);
-      gemm<T>(as_is(s), as_is(rows_of<T>(v, b, h, 0, keys)), out_rows.data(), out_rows.outerStride(), rows,
-              out_rows.cols(), keys);
+      values->multiply(as_is(s), rows, keys, dv, out_rows.data(), out_rows.outerStride());
     }
   });
 }
@@ -134,38 +208,37 @@ template <typename T, typename L>
 void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2);
+  const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv_cols = v.size(3);
+  const int64_t block = query_block<T>(d, tk);
   const L* lse = logsumexp.data_ptr<L>();
   const T scale = static_cast<T>(p.scale);
   parallel_for(q.size(0) * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
+      const KeysOperand<T> keys_t(0, transposed(rows_of<T>(k, b, h, 0, tk)), d, tk),
+          values_t(1, transposed(rows_of<T>(v, b, h, 0, tk)), dv_cols, tk), keys(2, as_is(rows_of<T>(k, b, h, 0, tk)), tk, d);
       RowsMap<T> dk_all = mutable_rows_of<T>(dk, b, h, 0, tk), dv_all = mutable_rows_of<T>(dv, b, h, 0, tk);
       dk_all.setZero();
       dv_all.setZero();
-      for (int64_t q0 = 0; q0 < tq; q0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, tq - q0), keys = keys_seen(p, q0 + rows, tq, tk);
-        const ConstRowsMap<T> qb = rows_of<T>(q, b, h, q0, rows), kb = rows_of<T>(k, b, h, 0, keys),
-                              vb = rows_of<T>(v, b, h, 0, keys), ob = rows_of<T>(out, b, h, q0, rows),
+      for (int64_t q0 = 0; q0 < tq; q0 += block) {
+        const int64_t rows = std::min(block, tq - q0), seen = keys_seen(p, q0 + rows, tq, tk);
+        const ConstRowsMap<T> qb = rows_of<T>(q, b, h, q0, rows), ob = rows_of<T>(out, b, h, q0, rows),
                               dob = rows_of<T>(dout, b, h, q0, rows);
-        RowsMap<T> weights = score_block<T>(0, rows, keys);
-        scores<T>(qb, kb, p, weights);
-        for (int64_t r = 0; r < rows; ++r) {  // P = exp(s - L)
-          const int64_t seen = seen_by(p, q0 + r, tq, tk, keys);
-          weights.row(r).head(seen) = (weights.row(r).head(seen).array() - static_cast<T>(lse[bh * tq + q0 + r])).exp();
-          weights.row(r).tail(keys - seen).setZero();
-        }
-        gemm<T>(transposed(weights), as_is(dob), dv_all.data(), dv_all.outerStride(), keys, dv_all.cols(), rows, T(1),
+        RowsMap<T> weights = score_block<T>(0, rows, seen);
+        keys_t.multiply(as_is(qb), rows, d, seen, weights.data(), seen, scale);
+        for (int64_t r = 0; r < rows; ++r)  // P = exp(s - L)
+          exp_of_row_less(weights.row(r), static_cast<T>(lse[bh * tq + q0 + r]), seen_by(p, q0 + r, tq, tk, seen));
+        gemm<T>(transposed(weights), as_is(dob), dv_all.data(), dv_all.outerStride(), seen, dv_cols, rows, T(1),
                 /*accumulate=*/true);
-        RowsMap<T> dscores = score_block<T>(1, rows, keys);
-        gemm<T>(as_is(dob), transposed(vb), dscores.data(), keys, rows, keys, dob.cols());
+        RowsMap<T> dscores = score_block<T>(1, rows, seen);
+        values_t.multiply(as_is(dob), rows, dv_cols, seen, dscores.data(), seen);
         for (int64_t r = 0; r < rows; ++r) {
           const T delta = dob.row(r).dot(ob.row(r));
           dscores.row(r) = weights.row(r).array() * (dscores.row(r).array() - delta);
         }
         RowsMap<T> dq_rows = mutable_rows_of<T>(dq, b, h, q0, rows);
-        gemm<T>(as_is(dscores), as_is(kb), dq_rows.data(), dq_rows.outerStride(), rows, dq_rows.cols(), keys, scale);
-        gemm<T>(transposed(dscores), as_is(qb), dk_all.data(), dk_all.outerStride(), keys, dk_all.cols(), rows, scale,
+        keys.multiply(as_is(dscores), rows, seen, d, dq_rows.data(), dq_rows.outerStride(), scale);
+        gemm<T>(transposed(dscores), as_is(qb), dk_all.data(), dk_all.outerStride(), seen, d, rows, scale,
                 /*accumulate=*/true);
       }
     }

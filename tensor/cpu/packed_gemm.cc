@@ -81,27 +81,34 @@ void micro_kernel(int64_t k, const float* a, int64_t lda, const float* panel, co
   }
 }
 
+// The part of B a product reads: its first k rows and n columns, in
+// panels `stride` floats apart (B's rows times 16).
+struct PanelsUsed {
+  const float* panels;
+  int64_t stride, k, n;
+};
+
 // Rows [0, Rows) of c against every panel. A's rows are at a (row i at
 // a + i lda) or, PackedColumns, in a packed tile (multiply, below).
 // out.bias holds the n starting values padded to whole panels (or is null).
 template <int Rows, bool PackedColumns>
-void row_tile(const PackedMatrix& b, const float* panels, const PackedOutput& out, const float* a, int64_t lda,
-              float* c, int64_t ldc) {
-  for (int64_t j = 0; j < b.cols(); j += kPanelWidth)
-    micro_kernel<Rows, PackedColumns>(b.rows(), a, lda, panels + j * b.rows(), out.bias ? out.bias + j : nullptr,
-                                      out.alpha, out.accumulate, c + j, ldc, std::min(kPanelWidth, b.cols() - j));
+void row_tile(const PanelsUsed& b, const PackedOutput& out, const float* a, int64_t lda, float* c, int64_t ldc) {
+  for (int64_t j = 0; j < b.n; j += kPanelWidth)
+    micro_kernel<Rows, PackedColumns>(b.k, a, lda, b.panels + j / kPanelWidth * b.stride,
+                                      out.bias ? out.bias + j : nullptr, out.alpha, out.accumulate, c + j, ldc,
+                                      std::min(kPanelWidth, b.n - j));
 }
 
 template <bool PackedColumns>
-void any_row_tile(int rows, const PackedMatrix& b, const float* panels, const PackedOutput& out, const float* a,
-                  int64_t lda, float* c, int64_t ldc) {
+void any_row_tile(int rows, const PanelsUsed& b, const PackedOutput& out, const float* a, int64_t lda, float* c,
+                  int64_t ldc) {
   switch (rows) {
-    case 6: return row_tile<6, PackedColumns>(b, panels, out, a, lda, c, ldc);
-    case 5: return row_tile<5, PackedColumns>(b, panels, out, a, lda, c, ldc);
-    case 4: return row_tile<4, PackedColumns>(b, panels, out, a, lda, c, ldc);
-    case 3: return row_tile<3, PackedColumns>(b, panels, out, a, lda, c, ldc);
-    case 2: return row_tile<2, PackedColumns>(b, panels, out, a, lda, c, ldc);
-    case 1: return row_tile<1, PackedColumns>(b, panels, out, a, lda, c, ldc);
+    case 6: return row_tile<6, PackedColumns>(b, out, a, lda, c, ldc);
+    case 5: return row_tile<5, PackedColumns>(b, out, a, lda, c, ldc);
+    case 4: return row_tile<4, PackedColumns>(b, out, a, lda, c, ldc);
+    case 3: return row_tile<3, PackedColumns>(b, out, a, lda, c, ldc);
+    case 2: return row_tile<2, PackedColumns>(b, out, a, lda, c, ldc);
+    case 1: return row_tile<1, PackedColumns>(b, out, a, lda, c, ldc);
   }
 }
 static_assert(kTileRows == 6, "any_row_tile names each tile height");
@@ -199,20 +206,27 @@ void PackedMatrix::pack(const GemmOperand<float>& b) {
 
 void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc,
                             const PackedOutput& out) const {
-  const float* panels = panels_;
+  multiply_leading(a, m, k_, n_, c, ldc, out);
+}
+
+void PackedMatrix::multiply_leading(const GemmOperand<float>& a, int64_t m, int64_t k, int64_t n, float* c,
+                                    int64_t ldc, const PackedOutput& out) const {
+  LOOM_INTERNAL_ASSERT(k >= 0 && k <= k_ && n >= 0 && n <= n_, "PackedMatrix: ", k, " x ", n,
+                       " is not a leading part of ", k_, " x ", n_);
+  const PanelsUsed b{panels_, k_ * kPanelWidth, k, n};
   const float* bias = out.bias;
   // The bias padded to whole panels, so the last one reads 16 values too
   // (on the stack up to 16 KB).
   constexpr int64_t kMaxStackBias = 4096;
   float bias_on_stack[kMaxStackBias];
   std::vector<float> bias_on_heap;
-  const int64_t padded = padded_columns(n_);
+  const int64_t padded = padded_columns(n);
   float* padded_bias = nullptr;
   if (bias != nullptr) {
     if (padded > kMaxStackBias) bias_on_heap.resize(padded);
     padded_bias = padded > kMaxStackBias ? bias_on_heap.data() : bias_on_stack;
-    std::memcpy(padded_bias, bias, sizeof(float) * n_);
-    std::fill(padded_bias + n_, padded_bias + padded, 0.0f);
+    std::memcpy(padded_bias, bias, sizeof(float) * n);
+    std::fill(padded_bias + n, padded_bias + padded, 0.0f);
     bias = padded_bias;
   }
   const PackedOutput padded_out{bias, out.alpha, out.accumulate};
@@ -230,7 +244,7 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
   auto height = [&](int64_t t) { return t < full ? kTileRows : t == full ? first_short : second_short; };
   if (a.row_major) {
     for (int64_t t = 0, row = 0; t < tiles; row += height(t), ++t)
-      any_row_tile<false>(height(t), *this, panels, padded_out, a.data + row * a.ld, a.ld, c + row * ldc, ldc);
+      any_row_tile<false>(height(t), b, padded_out, a.data + row * a.ld, a.ld, c + row * ldc, ldc);
     return;
   }
   // A column-major A (a weight gradient's dy^T), read in place, would give
@@ -239,12 +253,12 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
   // p), into a per-thread buffer where a tile's values of each p sit side
   // by side: tile[p kTileRows + i] = A(i, p). The buffer only grows.
   constexpr int64_t kGroupTiles = 8;
-  const int64_t tile_size = k_ * kTileRows;
+  const int64_t tile_size = k * kTileRows;
   thread_local std::vector<float> buffer;
   if (buffer.size() < static_cast<size_t>(kGroupTiles * tile_size)) buffer.resize(kGroupTiles * tile_size);
   for (int64_t first = 0, row = 0; first < tiles; first += kGroupTiles) {
     const int64_t last = std::min(tiles, first + kGroupTiles);
-    for (int64_t p = 0; p < k_; ++p) {
+    for (int64_t p = 0; p < k; ++p) {
       const float* column = a.data + p * a.ld + row;
       for (int64_t t = first; t < last; column += height(t), ++t) {
         float* to = buffer.data() + (t - first) * tile_size + p * kTileRows;
@@ -255,8 +269,8 @@ void PackedMatrix::multiply(const GemmOperand<float>& a, int64_t m, float* c, in
       }
     }
     for (int64_t t = first; t < last; row += height(t), ++t)
-      any_row_tile<true>(height(t), *this, panels, padded_out, buffer.data() + (t - first) * tile_size, kTileRows,
-                         c + row * ldc, ldc);
+      any_row_tile<true>(height(t), b, padded_out, buffer.data() + (t - first) * tile_size, kTileRows, c + row * ldc,
+                         ldc);
   }
 }
 

@@ -48,6 +48,11 @@ class PackedMatrix {
   // into a per-thread buffer; a row-major one is read in place. Reads B
   // only, so threads may multiply at the same time into disjoint outputs.
   void multiply(const GemmOperand<float>& a, int64_t m, float* c, int64_t ldc, const PackedOutput& out = {}) const;
+  // The same with B's first k rows and n columns only: c (m x n) = a (m x k)
+  // B[0:k, 0:n]. Causal attention packs a slice's keys once and each block
+  // of queries multiplies by the keys it sees.
+  void multiply_leading(const GemmOperand<float>& a, int64_t m, int64_t k, int64_t n, float* c, int64_t ldc,
+                        const PackedOutput& out = {}) const;
 
  private:
   void pack(const GemmOperand<float>& b);

@@ -8,6 +8,8 @@
 #include "autograd/node.h"
 #include "nn/nn.h"
 #include "tensor/autocast.h"
+#include "tensor/cpu/gemm_avx512.h"
+#include "tensor/cpu/packed_gemm.h"
 #include "tests/omp_threads.h"
 #include "tests/test_util.h"
 
@@ -68,6 +70,40 @@ TEST(FusedAttention, MatchesTheCompositeForwardAndBackward) {
     Result composite = run(AttentionKernel::kComposite, q, k, v, c.causal, dout);
     EXPECT_EQ(fused.out.shape(), composite.out.shape());
     expect_same(fused, composite, 1e-12);
+  }
+}
+
+// float32 on the CPU packs a slice's keys once and runs blocks of 16
+// queries against their leading part (tensor/cpu/attention.cc): the same
+// attention as the float64 composite, to float32's rounding. Shapes where
+// the keys are packed: a causal square, the unmasked, 130 positions (a
+// last block of 2 queries, a last panel of 2 keys), fewer queries than keys
+// (the mask's offset inside a block), D != Dv.
+TEST(FusedAttention, Float32OnPackedKeysMatchesFloat64) {
+  const std::vector<Case> cases = {
+      {{2, 3, 64, 32}, {2, 3, 64, 32}, {2, 3, 64, 32}, true},
+      {{2, 3, 64, 32}, {2, 3, 64, 32}, {2, 3, 64, 32}, false},
+      {{1, 2, 130, 16}, {1, 2, 130, 16}, {1, 2, 130, 16}, true},
+      {{1, 2, 50, 32}, {1, 2, 130, 32}, {1, 2, 130, 16}, true},
+      {{1, 2, 40, 64}, {1, 2, 96, 64}, {1, 2, 96, 48}, false},
+  };
+  uint64_t seed = 31;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.q) + " by " + ::testing::PrintToString(c.k) +
+                 (c.causal ? " causal" : ""));
+    const int64_t d = c.q.vec().back(), tk = c.k.vec()[2];
+    EXPECT_TRUE(cpu::avx512_gemm_enabled() || cpu::packed_gemm_wins(16, tk, d, true)) << "keys not packed";
+    Tensor q = leaf64(c.q, seed++), k = leaf64(c.k, seed++), v = leaf64(c.v, seed++);
+    std::vector<int64_t> out_shape = c.q.vec();
+    out_shape.back() = c.v.vec().back();
+    Tensor dout = leaf64(Shape(out_shape), seed++).detach();
+    auto f32 = [](const Tensor& t) { return t.detach().to(kFloat32); };
+    Result fused = run(AttentionKernel::kFused, f32(q), f32(k), f32(v), c.causal, f32(dout));
+    Result reference = run(AttentionKernel::kComposite, q, k, v, c.causal, dout);
+    EXPECT_EQ(fused.out.dtype(), kFloat32);
+    for (auto [got, want, name] : {std::tuple{fused.out, reference.out, "out"}, std::tuple{fused.dq, reference.dq, "dq"},
+                                   std::tuple{fused.dk, reference.dk, "dk"}, std::tuple{fused.dv, reference.dv, "dv"}})
+      EXPECT_LT(max_rel_error(got.to(kFloat64), want), 1e-5) << name;
   }
 }
 

@@ -10,6 +10,7 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/gemm_avx512.h"
+#include "tensor/cpu/packed_gemm.h"
 #include "tests/omp_threads.h"
 #include "tests/tensor/rounding_probe.h"
 #include "tests/test_util.h"
@@ -347,6 +348,37 @@ TEST(Matmul, PackedGemmScalesAndAccumulatesAfterTheChain) {
           }
   }
   cpu::set_avx512_gemm(true);
+}
+
+// multiply_leading: a product by B's first k rows and n columns (the
+// attention's blocks against a slice's packed keys) is the chain over
+// those k, bit for bit, into exactly the m x n outputs: rows and columns
+// cut inside a panel and at its edge, a row-major and a column-major a.
+TEST(Matmul, PackedLeadingPartIsTheProductByThatPart) {
+  Generator gen(34);
+  const int64_t rows = 64, cols = 50;  // B: 64 x 50, panels of 16, 16, 16, 2
+  const Tensor b = randn({rows, cols}, {}, &gen);
+  const cpu::PackedMatrix packed({b.data_ptr<float>(), cols, /*row_major=*/true}, rows, cols);
+  const int64_t parts[][3] = {{16, 64, 50}, {7, 33, 17}, {20, 16, 48}, {5, 1, 1}, {30, 40, 32}};
+  for (const auto& [m, k, n] : parts) {
+    SCOPED_TRACE(::testing::Message() << m << " x " << k << " by B[0:" << k << ", 0:" << n << "]");
+    const Tensor a = randn({m, k}, {}, &gen), columns = randn({k, m}, {}, &gen).t();
+    const Tensor part = b.narrow(0, 0, k).narrow(1, 0, n);
+    for (const Tensor& x : {a, columns}) {
+      const std::vector<float> expected = fma_chains(x, part, Tensor());
+      Tensor c = full({m, n + 3}, 7.0);  // 3 columns beyond the product stay 7
+      const bool x_rows = x.stride(1) == 1;
+      packed.multiply_leading({x.data_ptr<float>(), x_rows ? x.stride(0) : x.stride(1), x_rows}, m, k, n,
+                              c.data_ptr<float>(), n + 3);
+      int64_t differing = 0, touched = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) differing += c.data_ptr<float>()[i * (n + 3) + j] != expected[i * n + j];
+        for (int64_t j = n; j < n + 3; ++j) touched += c.data_ptr<float>()[i * (n + 3) + j] != 7.0f;
+      }
+      EXPECT_EQ(differing, 0) << (x_rows ? "row-major a" : "column-major a");
+      EXPECT_EQ(touched, 0);
+    }
+  }
 }
 
 // ---- prepared products (Backend::prepare_product): a right operand used many times ----
