@@ -1,8 +1,9 @@
 // exp of 8 floats in AVX2 registers: Cephes' expf (e^x = 2^n e^r, r = x - n
 // ln 2 in two steps, e^r by a degree-7 polynomial), within 2 ulp of the
 // true value. Eigen's pexp computes the same but scales by 2^n in several
-// steps so that it can reach the subnormal range, and runs GELU's forward
-// and backward at 0.67x this one's speed (docs/benchmarks.md). Here the
+// steps so that it can reach the subnormal range: GELU's forward and
+// backward as Eigen array expressions run at 0.55x loom's kernel on this
+// one (docs/benchmarks.md). Here the
 // argument is clamped to [-87, 88] first, so the result is always a
 // normal number: e^-87 = 1.6e-38 stands for anything smaller (and a
 // product reading it never meets the slow subnormal path), e^88 = 1.7e38
