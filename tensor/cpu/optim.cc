@@ -1,20 +1,19 @@
 // CPU fused optimizer steps: each parameter is read and written once per step.
 // The formulas are PyTorch's (torch.optim.Adam / AdamW / SGD).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 
+#include <Eigen/Core>
+
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
 
 namespace loom::cpu {
 namespace {
 
-// Parameters an Adam block updates at a time: its four arrays' blocks (32 KB
-// of float32) stay in L1 between the update's passes.
-constexpr int64_t kAdamBlock = 2048;
 
 // A capturable step (backend.h's DeviceStepScalars) on the CPU: its scalars
 // are in host memory (the CPU never captures a graph, but a capturable
@@ -43,6 +42,83 @@ SgdParams from_scalars(const SgdParams& p) {
   return host;
 }
 
+// Adam's step in one pass: each parameter's four values are read once and
+// its three written once (as separate array passes over blocks in L1 it
+// ran at 0.52x this on 512 K parameters, docs/benchmarks.md). The formulas
+// are PyTorch's; each multiply-add is fused explicitly, so a vector and
+// the scalar tail compute the same bits, and a parameter's do not depend on
+// where a range (a thread's, a ZeRO shard's) begins.
+
+// The arithmetic on a scalar or on an Eigen packet, named alike.
+inline float fused(float a, float b, float c) { return std::fma(a, b, c); }
+inline double fused(double a, double b, double c) { return std::fma(a, b, c); }
+template <typename P>
+P fused(const P& a, const P& b, const P& c) {
+  return Eigen::internal::pmadd(a, b, c);
+}
+inline float times(float a, float b) { return a * b; }
+inline double times(double a, double b) { return a * b; }
+template <typename P>
+P times(const P& a, const P& b) {
+  return Eigen::internal::pmul(a, b);
+}
+inline float root(float a) { return std::sqrt(a); }
+inline double root(double a) { return std::sqrt(a); }
+template <typename P>
+P root(const P& a) {
+  return Eigen::internal::psqrt(a);
+}
+#ifdef __AVX__
+// Eigen's float psqrt (EIGEN_FAST_MATH, its default) is an estimate and one
+// Newton step, a last bit apart from std::sqrt: the square root itself.
+inline Eigen::internal::Packet8f root(const Eigen::internal::Packet8f& a) { return _mm256_sqrt_ps(a); }
+#endif
+inline float over(float a, float b) { return a / b; }
+inline double over(double a, double b) { return a / b; }
+template <typename P>
+P over(const P& a, const P& b) {
+  return Eigen::internal::pdiv(a, b);
+}
+
+// A step's constants, in adam_update's order.
+template <typename T>
+std::array<T, 9> adam_constants(const AdamParams& p, double bias1, double bias2) {
+  return {T(1 - p.lr * p.weight_decay), T(p.weight_decay), T(p.beta1),  T(1 - p.beta1),    T(p.beta2),
+          T(1 - p.beta2),               T(1 / std::sqrt(bias2)), T(p.eps), T(-p.lr / bias1)};
+}
+
+// One parameter (V = T) or one packet of them: w, g, m, v in; w, m, v out.
+// AdamW decays the weight itself; Adam adds the L2 term to the gradient.
+template <bool Decoupled, typename V>
+void adam_update(V& w, V g, V& m, V& v, const std::array<V, 9>& k) {
+  const auto& [decay, wd, b1, one_minus_b1, b2, one_minus_b2, inv_sqrt_bias2, eps, minus_step_size] = k;
+  if constexpr (Decoupled)
+    w = times(w, decay);
+  else
+    g = fused(wd, w, g);
+  m = fused(b1, m, times(one_minus_b1, g));
+  v = fused(b2, v, times(times(one_minus_b2, g), g));
+  w = fused(minus_step_size, over(m, fused(root(v), inv_sqrt_bias2, eps)), w);
+}
+
+template <typename T, bool Decoupled>
+void adam_range(T* w, const T* g, T* m, T* v, int64_t begin, int64_t end, const std::array<T, 9>& scalars) {
+  namespace e = Eigen::internal;
+  using Packet = typename e::packet_traits<T>::type;
+  constexpr int64_t kLanes = e::unpacket_traits<Packet>::size;
+  std::array<Packet, 9> packets;
+  for (size_t i = 0; i < packets.size(); ++i) packets[i] = e::pset1<Packet>(scalars[i]);
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) {
+    Packet W = e::ploadu<Packet>(w + i), M = e::ploadu<Packet>(m + i), V = e::ploadu<Packet>(v + i);
+    adam_update<Decoupled>(W, e::ploadu<Packet>(g + i), M, V, packets);
+    e::pstoreu(w + i, W);
+    e::pstoreu(m + i, M);
+    e::pstoreu(v + i, V);
+  }
+  for (; i < end; ++i) adam_update<Decoupled>(w[i], g[i], m[i], v[i], scalars);
+}
+
 }  // namespace
 
 void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avg,
@@ -68,27 +144,12 @@ void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, co
       const T* g = grads[t].data_ptr<T>();
       T* m = exp_avg[t].data_ptr<T>();
       T* v = exp_avg_sq[t].data_ptr<T>();
-      const T lr = T(p.lr), b1 = T(p.beta1), b2 = T(p.beta2), eps = T(p.eps), wd = T(p.weight_decay);
-      const T step_size = T(p.lr / bias1), inv_sqrt_bias2 = T(1 / std::sqrt(bias2));
-      const bool decoupled = p.decoupled_weight_decay;
-      // Eigen array expressions, so the square root and the division are
-      // vectorised (the scalar loop they replace was not: its four pointers
-      // might alias, and it branched on `decoupled` inside). Each statement
-      // is a pass over a block small enough to stay in L1.
+      const std::array<T, 9> c = adam_constants<T>(p, bias1, bias2);
       parallel_for(params[t].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-        alignas(64) T penalised[kAdamBlock];  // Adam's gradient with its L2 term, made once a block
-        for (int64_t b = begin; b < end; b += kAdamBlock) {
-          const int64_t n = std::min(kAdamBlock, end - b);
-          ArrayMap<T> W(w + b, n), M(m + b, n), V(v + b, n);
-          if (decoupled)
-            W *= T(1) - lr * wd;  // AdamW: decay the weight itself
-          else
-            ArrayMap<T>(penalised, n) = ConstArrayMap<T>(g + b, n) + wd * W;  // Adam: L2 penalty in the gradient
-          const ConstArrayMap<T> G(decoupled ? g + b : penalised, n);
-          M = b1 * M + (T(1) - b1) * G;
-          V = b2 * V + (T(1) - b2) * G * G;
-          W -= step_size * M / (V.sqrt() * inv_sqrt_bias2 + eps);
-        }
+        if (p.decoupled_weight_decay)
+          adam_range<T, true>(w, g, m, v, begin, end, c);
+        else
+          adam_range<T, false>(w, g, m, v, begin, end, c);
       });
     });
   }
