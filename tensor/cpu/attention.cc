@@ -33,7 +33,7 @@
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/packed_gemm.h"
 #include "tensor/cpu/parallel.h"
-#include "tensor/cpu/vector_exp.h"
+#include "tensor/cpu/vector_math.h"
 
 namespace loom::cpu {
 namespace {
@@ -156,7 +156,7 @@ RowsMap<T> score_block(int which, int64_t rows, int64_t keys) {
 // included (whose values it overwrites), so that every element is computed
 // in vector registers: a row's head of any length would leave Eigen's last
 // few elements to the scalar exp, a few times slower and rounded apart.
-// float32 by exp8 (tensor/cpu/vector_exp.h), float64 by Eigen.
+// float32 by exp8 (tensor/cpu/vector_math.h), float64 by Eigen.
 template <typename Row, typename T>
 void exp_of_row_less(Row row, T shift, int64_t seen) {
 #ifdef __AVX2__

@@ -16,7 +16,7 @@
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/relu.h"
-#include "tensor/cpu/vector_exp.h"
+#include "tensor/cpu/vector_math.h"
 #include "tensor/element_cast.h"
 
 namespace loom::cpu {
@@ -31,7 +31,7 @@ constexpr double kGeluCubic = 0.044715;
 // 1 / (1 + e^-2u), u = sqrt(2/pi) (x + 0.044715 x^3). So
 //   gelu(x) = x s,   gelu'(x) = s + 2 x u' s (1 - s),   s = 1 / (1 + e^-2u),
 // one exponential and one division an element. In float32, with exp8
-// (tensor/cpu/vector_exp.h), the forward and backward of the gpt's
+// (tensor/cpu/vector_math.h), the forward and backward of the gpt's
 // activations run at 1.6x the Eigen tanh they replace and 1.8x Eigen's exp
 // doing the same (docs/benchmarks.md).
 // Each is one Eigen functor with a scalar and a vector form (as an array
@@ -48,6 +48,27 @@ Eigen::internal::Packet8f packet_exp(const Eigen::internal::Packet8f& x) {
   return exp8(x);
 }
 #endif
+
+// The square root and its reciprocal, correctly rounded in vector lanes as
+// in the scalar code, so that a contiguous tensor and a strided view of the
+// same values agree to the bit (and with PyTorch).
+template <typename T>
+struct Sqrt {
+  T operator()(const T& x) const { return std::sqrt(x); }
+  template <typename Packet>
+  Packet packetOp(const Packet& x) const {
+    return packet_sqrt(x);
+  }
+};
+
+template <typename T>
+struct Rsqrt {
+  T operator()(const T& x) const { return T(1) / std::sqrt(x); }
+  template <typename Packet>
+  Packet packetOp(const Packet& x) const {
+    return Eigen::internal::pdiv(Eigen::internal::pset1<Packet>(T(1)), packet_sqrt(x));
+  }
+};
 
 template <typename T>
 struct GeluTanh {
@@ -87,6 +108,14 @@ struct GeluTanhGrad {
 }  // namespace loom::cpu
 
 namespace Eigen::internal {
+template <typename T>
+struct functor_traits<loom::cpu::Sqrt<T>> {
+  enum { Cost = 5 * NumTraits<T>::MulCost, PacketAccess = packet_traits<T>::HasSqrt };
+};
+template <typename T>
+struct functor_traits<loom::cpu::Rsqrt<T>> {
+  enum { Cost = 10 * NumTraits<T>::MulCost, PacketAccess = packet_traits<T>::HasSqrt && packet_traits<T>::HasDiv };
+};
 template <typename T>
 struct functor_traits<loom::cpu::GeluTanh<T>> {
   enum { Cost = 15 * NumTraits<T>::MulCost, PacketAccess = packet_traits<T>::HasExp && packet_traits<T>::HasDiv };
@@ -146,10 +175,10 @@ void unary_floating(UnaryOp op, const Tensor& a, const Tensor& out, T alpha, T b
       return run([](T x) { return std::exp(x); }, [](const auto& x) { return x.exp(); });
     case UnaryOp::Log:
       return run([](T x) { return std::log(x); }, [](const auto& x) { return x.log(); });
-    case UnaryOp::Sqrt:
-      return run([](T x) { return std::sqrt(x); }, [](const auto& x) { return x.sqrt(); });
-    case UnaryOp::Rsqrt:
-      return run([](T x) { return T(1) / std::sqrt(x); }, [](const auto& x) { return x.rsqrt(); });
+    case UnaryOp::Sqrt:  // correctly rounded in vector lanes too (tensor/cpu/vector_math.h)
+      return run(Sqrt<T>(), [](const auto& x) { return x.unaryExpr(Sqrt<T>()); });
+    case UnaryOp::Rsqrt:  // 1 / sqrt(x), each rounded: Eigen's rsqrt is an estimate
+      return run(Rsqrt<T>(), [](const auto& x) { return x.unaryExpr(Rsqrt<T>()); });
     case UnaryOp::Sin:
       return run([](T x) { return std::sin(x); }, [](const auto& x) { return x.sin(); });
     case UnaryOp::Cos:

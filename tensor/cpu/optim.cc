@@ -10,6 +10,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/vector_math.h"
 
 namespace loom::cpu {
 namespace {
@@ -45,9 +46,10 @@ SgdParams from_scalars(const SgdParams& p) {
 // Adam's step in one pass: each parameter's four values are read once and
 // its three written once (as separate array passes over blocks in L1 it
 // ran at 0.52x this on 512 K parameters, docs/benchmarks.md). The formulas
-// are PyTorch's; each multiply-add is fused explicitly, so a vector and
-// the scalar tail compute the same bits, and a parameter's do not depend on
-// where a range (a thread's, a ZeRO shard's) begins.
+// are PyTorch's; each multiply-add is fused explicitly and the square root
+// is correctly rounded, so a vector and the scalar tail compute the same
+// bits, and a parameter's do not depend on where a range (a thread's, a
+// ZeRO shard's) begins.
 
 // The arithmetic on a scalar or on an Eigen packet, named alike.
 inline float fused(float a, float b, float c) { return std::fma(a, b, c); }
@@ -66,13 +68,8 @@ inline float root(float a) { return std::sqrt(a); }
 inline double root(double a) { return std::sqrt(a); }
 template <typename P>
 P root(const P& a) {
-  return Eigen::internal::psqrt(a);
+  return packet_sqrt(a);  // correctly rounded, as std::sqrt (tensor/cpu/vector_math.h)
 }
-#ifdef __AVX__
-// Eigen's float psqrt (EIGEN_FAST_MATH, its default) is an estimate and one
-// Newton step, a last bit apart from std::sqrt: the square root itself.
-inline Eigen::internal::Packet8f root(const Eigen::internal::Packet8f& a) { return _mm256_sqrt_ps(a); }
-#endif
 inline float over(float a, float b) { return a / b; }
 inline double over(double a, double b) { return a / b; }
 template <typename P>

@@ -1,21 +1,42 @@
-// exp of 8 floats in AVX2 registers: Cephes' expf (e^x = 2^n e^r, r = x - n
-// ln 2 in two steps, e^r by a degree-7 polynomial), within 2 ulp of the
-// true value. Eigen's pexp computes the same but scales by 2^n in several
-// steps so that it can reach the subnormal range: GELU's forward and
-// backward as Eigen array expressions run at 0.55x loom's kernel on this
-// one (docs/benchmarks.md). Here the
-// argument is clamped to [-87, 88] first, so the result is always a
-// normal number: e^-87 = 1.6e-38 stands for anything smaller (and a
+// Vector math of loom's own, where Eigen's packet functions are not what
+// loom wants: a square root correctly rounded in every lane, and an exp of
+// 8 floats.
+//
+// packet_sqrt: Eigen's float psqrt under EIGEN_FAST_MATH (Eigen's default)
+// is an estimate and one Newton step, a last bit apart from std::sqrt, so a
+// contiguous tensor's square roots (vector lanes) and a strided one's
+// (scalar) differed. This is the square root itself, as PyTorch's.
+//
+// exp8: Cephes' expf (e^x = 2^n e^r, r = x - n ln 2 in two steps, e^r by a
+// degree-7 polynomial), within 2 ulp of the true value. Eigen's pexp
+// computes the same but scales by 2^n in several steps so that it can reach
+// the subnormal range: GELU's forward and backward as Eigen array
+// expressions run at 0.55x loom's kernel on this one (docs/benchmarks.md).
+// Here the argument is clamped to [-87, 88] first, so the result is always
+// a normal number: e^-87 = 1.6e-38 stands for anything smaller (and a
 // product reading it never meets the slow subnormal path), e^88 = 1.7e38
 // for anything larger. NaN stays NaN.
 #pragma once
 
-#ifdef __AVX2__
-#include <immintrin.h>
-
 #include <cstdint>
 
+#include <Eigen/Core>
+
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
 namespace loom::cpu {
+
+template <typename Packet>
+Packet packet_sqrt(const Packet& x) {
+  return Eigen::internal::psqrt(x);
+}
+#ifdef __AVX__
+inline Eigen::internal::Packet8f packet_sqrt(const Eigen::internal::Packet8f& x) { return _mm256_sqrt_ps(x); }
+#endif
+
+#ifdef __AVX2__
 
 inline __m256 exp8(__m256 x) {
   // max and min return their second operand when either is NaN: x's NaN goes through.
@@ -49,5 +70,6 @@ inline void exp_shifted(float* x, int64_t n, float shift) {
   _mm256_maskstore_ps(x + i, mask, exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), by)));
 }
 
+#endif  // __AVX2__
+
 }  // namespace loom::cpu
-#endif
