@@ -81,47 +81,39 @@ GemmOperand<typename Map::Scalar> transposed(const Map& m) {
 }
 
 // A right operand (k x n) that each query block of a slice multiplies by
-// its leading part, a[0:m, 0:k'] b[0:k', 0:n'] with k' <= k, n' <= n: read
-// in place through gemm, or (KeysOperand<float>, below) packed once.
+// its leading part, a[0:m, 0:k'] b[0:k', 0:n'] with k' <= k, n' <= n. In
+// float32, where the packed kernel beats Eigen's GEMM on a block of
+// queries (gemm.h's rule), b is packed once for the whole slice into this
+// thread's memory `which` (it only grows); otherwise gemm reads it in place.
 template <typename T>
 class KeysOperand {
  public:
-  static bool packs(int64_t, int64_t) { return false; }
-  KeysOperand(int /*which*/, const GemmOperand<T>& b, int64_t /*k*/, int64_t /*n*/) : b_(b) {}
+  static bool packs(int64_t k, int64_t n) {
+    if constexpr (std::is_same_v<T, float>) return packed_gemm_wins(kPackedQueryBlock, n, k, /*a_row_major=*/true);
+    return false;
+  }
+  KeysOperand(int which, const GemmOperand<T>& b, int64_t k, int64_t n) : b_(b) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!packs(k, n)) return;
+      thread_local std::vector<float> storage[3];
+      std::vector<float>& memory = storage[which];
+      const int64_t size = PackedMatrix::storage_size(k, n);
+      if (memory.size() < static_cast<size_t>(size)) memory.resize(size);
+      packed_.emplace(b, k, n, memory.data());
+    }
+  }
   // c (m x n, row pitch ldc) = alpha a b[0:k, 0:n], or += with `accumulate`.
   void multiply(const GemmOperand<T>& a, int64_t m, int64_t k, int64_t n, T* c, int64_t ldc, T alpha = T(1),
                 bool accumulate = false) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed_) return packed_->multiply_leading(a, m, k, n, c, ldc, {nullptr, alpha, accumulate});
+    }
     gemm<T>(a, b_, c, ldc, m, n, k, alpha, accumulate);
   }
 
  private:
   GemmOperand<T> b_;
-};
-
-// In float32, where the packed kernel beats Eigen's GEMM on a block of
-// queries (gemm.h's rule), b is packed into this thread's memory `which`
-// (it only grows) for the whole slice.
-template <>
-class KeysOperand<float> {
- public:
-  static bool packs(int64_t k, int64_t n) { return packed_gemm_wins(kPackedQueryBlock, n, k, /*a_row_major=*/true); }
-  KeysOperand(int which, const GemmOperand<float>& b, int64_t k, int64_t n) : b_(b) {
-    if (!packs(k, n)) return;
-    thread_local std::vector<float> storage[3];
-    std::vector<float>& memory = storage[which];
-    const int64_t size = PackedMatrix::storage_size(k, n);
-    if (memory.size() < static_cast<size_t>(size)) memory.resize(size);
-    packed_.emplace(b, k, n, memory.data());
-  }
-  void multiply(const GemmOperand<float>& a, int64_t m, int64_t k, int64_t n, float* c, int64_t ldc,
-                float alpha = 1, bool accumulate = false) const {
-    if (packed_) return packed_->multiply_leading(a, m, k, n, c, ldc, {nullptr, alpha, accumulate});
-    gemm<float>(a, b_, c, ldc, m, n, k, alpha, accumulate);
-  }
-
- private:
-  GemmOperand<float> b_;
-  std::optional<PackedMatrix> packed_;
+  std::optional<PackedMatrix> packed_;  // float32 only
 };
 
 // Queries a block: 16 where the slice's k^T (d x tk) is packed, else 64.
@@ -153,18 +145,12 @@ RowsMap<T> score_block(int which, int64_t rows, int64_t keys) {
 
 // row[0:seen) = exp(row - shift), and the masked keys' weights past `seen`
 // exact zeros. The exponential runs over the whole row, masked keys
-// included (whose values it overwrites), so that every element is computed
-// in vector registers: a row's head of any length would leave Eigen's last
-// few elements to the scalar exp, a few times slower and rounded apart.
-// float32 by exp8 (tensor/cpu/vector_math.h), float64 by Eigen.
+// included (whose values it overwrites), so that every element of a
+// float32 row is computed in vector registers (exp_shifted,
+// tensor/cpu/vector_math.h).
 template <typename Row, typename T>
 void exp_of_row_less(Row row, T shift, int64_t seen) {
-#ifdef __AVX2__
-  if constexpr (std::is_same_v<T, float>)
-    exp_shifted(row.data(), row.size(), shift);
-  else
-#endif
-    row = (row.array() - shift).exp();
+  exp_shifted(row.data(), row.size(), shift);
   row.tail(row.size() - seen).setZero();
 }
 

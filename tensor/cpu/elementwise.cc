@@ -37,18 +37,6 @@ constexpr double kGeluCubic = 0.044715;
 // Each is one Eigen functor with a scalar and a vector form (as an array
 // expression, each use of `s` would be a node of its own, computed twice).
 
-// e^x of a packet: exp8 for 8 floats, else Eigen's.
-template <typename Packet>
-Packet packet_exp(const Packet& x) {
-  return Eigen::internal::pexp(x);
-}
-#ifdef __AVX2__
-template <>
-Eigen::internal::Packet8f packet_exp(const Eigen::internal::Packet8f& x) {
-  return exp8(x);
-}
-#endif
-
 // The square root and its reciprocal, correctly rounded in vector lanes as
 // in the scalar code, so that a contiguous tensor and a strided view of the
 // same values agree to the bit (and with PyTorch).

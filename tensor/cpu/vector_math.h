@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -58,18 +59,37 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(two_to_n));
 }
 
-// x[i] = e^(x[i] - shift) for i < n, every element by exp8 (the last
-// partial vector through masked loads and stores).
-inline void exp_shifted(float* x, int64_t n, float shift) {
-  const __m256 by = _mm256_set1_ps(shift);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), by)));
-  if (i == n) return;
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lanes);
-  _mm256_maskstore_ps(x + i, mask, exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), by)));
-}
-
 #endif  // __AVX2__
+
+// e^x of a packet: exp8 for 8 floats, else Eigen's.
+template <typename Packet>
+Packet packet_exp(const Packet& x) {
+  return Eigen::internal::pexp(x);
+}
+#ifdef __AVX2__
+inline Eigen::internal::Packet8f packet_exp(const Eigen::internal::Packet8f& x) { return exp8(x); }
+#endif
+
+// x[i] = e^(x[i] - shift) for i < n. float32: every element by exp8, the
+// last partial vector through masked loads and stores (Eigen would leave a
+// row's first and last few to the scalar exp, slower and rounded apart);
+// float64: Eigen's.
+template <typename T>
+void exp_shifted(T* x, int64_t n, T shift) {
+#ifdef __AVX2__
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 by = _mm256_set1_ps(shift);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), by)));
+    if (i == n) return;
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lanes);
+    _mm256_maskstore_ps(x + i, mask, exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), by)));
+    return;
+  }
+#endif
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> values(x, n);
+  values = (values - shift).exp();
+}
 
 }  // namespace loom::cpu
