@@ -1,7 +1,6 @@
 // CPU fused optimizer steps: each parameter is read and written once per step.
 // The formulas are PyTorch's (torch.optim.Adam / AdamW / SGD).
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 
@@ -77,17 +76,23 @@ P over(const P& a, const P& b) {
   return Eigen::internal::pdiv(a, b);
 }
 
-// A step's constants, in adam_update's order.
+// A step's constants, in adam_update's order. (Plain arrays: a packet type
+// as std::array's argument loses its alignment attribute, GCC warns.)
+constexpr int kAdamConstants = 9;
 template <typename T>
-std::array<T, 9> adam_constants(const AdamParams& p, double bias1, double bias2) {
-  return {T(1 - p.lr * p.weight_decay), T(p.weight_decay), T(p.beta1),  T(1 - p.beta1),    T(p.beta2),
-          T(1 - p.beta2),               T(1 / std::sqrt(bias2)), T(p.eps), T(-p.lr / bias1)};
+struct AdamConstants {
+  T values[kAdamConstants];
+};
+template <typename T>
+AdamConstants<T> adam_constants(const AdamParams& p, double bias1, double bias2) {
+  return {{T(1 - p.lr * p.weight_decay), T(p.weight_decay), T(p.beta1), T(1 - p.beta1), T(p.beta2), T(1 - p.beta2),
+           T(1 / std::sqrt(bias2)), T(p.eps), T(-p.lr / bias1)}};
 }
 
 // One parameter (V = T) or one packet of them: w, g, m, v in; w, m, v out.
 // AdamW decays the weight itself; Adam adds the L2 term to the gradient.
 template <bool Decoupled, typename V>
-void adam_update(V& w, V g, V& m, V& v, const std::array<V, 9>& k) {
+void adam_update(V& w, V g, V& m, V& v, const V (&k)[kAdamConstants]) {
   const auto& [decay, wd, b1, one_minus_b1, b2, one_minus_b2, inv_sqrt_bias2, eps, minus_step_size] = k;
   if constexpr (Decoupled)
     w = times(w, decay);
@@ -99,12 +104,13 @@ void adam_update(V& w, V g, V& m, V& v, const std::array<V, 9>& k) {
 }
 
 template <typename T, bool Decoupled>
-void adam_range(T* w, const T* g, T* m, T* v, int64_t begin, int64_t end, const std::array<T, 9>& scalars) {
+void adam_range(T* w, const T* g, T* m, T* v, int64_t begin, int64_t end, const AdamConstants<T>& constants) {
   namespace e = Eigen::internal;
   using Packet = typename e::packet_traits<T>::type;
-  constexpr int64_t kLanes = e::unpacket_traits<Packet>::size;
-  std::array<Packet, 9> packets;
-  for (size_t i = 0; i < packets.size(); ++i) packets[i] = e::pset1<Packet>(scalars[i]);
+  constexpr int64_t kLanes = sizeof(Packet) / sizeof(T);  // (unpacket_traits<Packet> would drop its alignment too)
+  const T(&scalars)[kAdamConstants] = constants.values;
+  Packet packets[kAdamConstants];
+  for (int i = 0; i < kAdamConstants; ++i) packets[i] = e::pset1<Packet>(scalars[i]);
   int64_t i = begin;
   for (; i + kLanes <= end; i += kLanes) {
     Packet W = e::ploadu<Packet>(w + i), M = e::ploadu<Packet>(m + i), V = e::ploadu<Packet>(v + i);
@@ -141,7 +147,7 @@ void CpuBackend::adam_step(const TensorList& params, const TensorList& grads, co
       const T* g = grads[t].data_ptr<T>();
       T* m = exp_avg[t].data_ptr<T>();
       T* v = exp_avg_sq[t].data_ptr<T>();
-      const std::array<T, 9> c = adam_constants<T>(p, bias1, bias2);
+      const AdamConstants<T> c = adam_constants<T>(p, bias1, bias2);
       parallel_for(params[t].numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
         if (p.decoupled_weight_decay)
           adam_range<T, true>(w, g, m, v, begin, end, c);
