@@ -261,6 +261,12 @@ std::vector<float> fma_chains(const Tensor& a, const Tensor& b, const Tensor& bi
   return out;
 }
 
+// A 2-D float32 tensor with one unit stride as gemm's operand.
+cpu::GemmOperand<float> operand_of(const Tensor& t) {
+  const bool rows = t.stride(1) == 1;
+  return {t.data_ptr<float>(), rows ? t.stride(0) : t.stride(1), rows};
+}
+
 // Shapes the packed kernel takes, bit for bit against the chains: row tiles
 // of 6 with every rest (and a rest of 2 split 4 + 4), groups of 8 tiles of
 // a column-major a, a last panel narrower than 16, k not a multiple of 8
@@ -334,10 +340,7 @@ TEST(Matmul, PackedGemmScalesAndAccumulatesAfterTheChain) {
             const std::vector<float> sums = fma_chains(x, y, Tensor());
             const std::vector<double> old = values(before);
             Tensor c = before.clone();
-            const bool x_rows = x.stride(1) == 1, y_rows = y.stride(1) == 1;
-            cpu::gemm<float>({x.data_ptr<float>(), x_rows ? x.stride(0) : x.stride(1), x_rows},
-                             {y.data_ptr<float>(), y_rows ? y.stride(0) : y.stride(1), y_rows}, c.data_ptr<float>(), n,
-                             m, n, k, alpha, accumulate);
+            cpu::gemm<float>(operand_of(x), operand_of(y), c.data_ptr<float>(), n, m, n, k, alpha, accumulate);
             int64_t differing = 0;
             for (int64_t i = 0; i < m * n; ++i) {
               const float expected =
@@ -367,15 +370,13 @@ TEST(Matmul, PackedLeadingPartIsTheProductByThatPart) {
     for (const Tensor& x : {a, columns}) {
       const std::vector<float> expected = fma_chains(x, part, Tensor());
       Tensor c = full({m, n + 3}, 7.0);  // 3 columns beyond the product stay 7
-      const bool x_rows = x.stride(1) == 1;
-      packed.multiply_leading({x.data_ptr<float>(), x_rows ? x.stride(0) : x.stride(1), x_rows}, m, k, n,
-                              c.data_ptr<float>(), n + 3);
+      packed.multiply_leading(operand_of(x), m, k, n, c.data_ptr<float>(), n + 3);
       int64_t differing = 0, touched = 0;
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) differing += c.data_ptr<float>()[i * (n + 3) + j] != expected[i * n + j];
         for (int64_t j = n; j < n + 3; ++j) touched += c.data_ptr<float>()[i * (n + 3) + j] != 7.0f;
       }
-      EXPECT_EQ(differing, 0) << (x_rows ? "row-major a" : "column-major a");
+      EXPECT_EQ(differing, 0) << (x.stride(1) == 1 ? "row-major a" : "column-major a");
       EXPECT_EQ(touched, 0);
     }
   }
