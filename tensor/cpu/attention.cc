@@ -8,9 +8,12 @@
 // The keys' operands (k^T and v; in the backward v^T and k) are the same
 // for every block of a slice, which multiplies by their leading part: in
 // float32, where loom's packed kernel runs (tensor/cpu/packed_gemm.h), they
-// are packed once a slice, and the blocks are 16 queries, so a causal block
-// skips all but 16 of the masked keys (a 64-token sequence: 5/8 of the
-// unmasked products); elsewhere blocks are 64 queries.
+// are packed once a slice, and the forward's blocks are 16 queries, so a
+// causal block skips all but 16 of the masked keys (a 64-token sequence:
+// 5/8 of the unmasked products). The backward's are 32: its dk and dv
+// products sum over a block's queries, and 16-deep sums left the FMA units
+// waiting (a gpt layer's attention 1.0 -> 0.88 ms with 32; 48 and 64 were
+// slower). Elsewhere blocks are 64 queries.
 // Masked weights are written as zeros, not computed as exp(-inf): Eigen's
 // vectorised exp clamps its argument and returns a denormal there, and a
 // GEMM reading denormals runs about 100 times slower.
@@ -39,27 +42,31 @@ namespace loom::cpu {
 namespace {
 
 constexpr int64_t kQueryBlock = 64;         // rows of a block whose products read the keys in place
-constexpr int64_t kPackedQueryBlock = 16;   // rows of a block multiplying the slice's packed keys
+constexpr int64_t kPackedQueryBlock = 16;   // rows of a forward block multiplying the slice's packed keys
+constexpr int64_t kPackedBackwardBlock = 32;  // and of a backward one, whose dk and dv products are this deep
 
 template <typename T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 // Rows of a (B, H, T, D) tensor's slice: T x D with its row stride.
 template <typename T>
 using RowsMap = Eigen::Map<RowMajor<T>, 0, Eigen::OuterStride<>>;
-template <typename T>
-using ConstRowsMap = Eigen::Map<const RowMajor<T>, 0, Eigen::OuterStride<>>;
 
-// One (b, h) slice of a 4-D tensor as rows (stride 1 along the last dim).
+// A (B, H, T, D) tensor's (b, h) slices as rows (stride 1 along the last
+// dim), its strides read once a call rather than at every block.
 template <typename T>
-ConstRowsMap<T> rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_row, int64_t count) {
-  const T* p = t.data_ptr<T>() + b * t.stride(0) + h * t.stride(1) + first_row * t.stride(2);
-  return ConstRowsMap<T>(p, count, t.size(3), Eigen::OuterStride<>(t.stride(2)));
-}
-template <typename T>
-RowsMap<T> mutable_rows_of(const Tensor& t, int64_t b, int64_t h, int64_t first_row, int64_t count) {
-  T* p = t.data_ptr<T>() + b * t.stride(0) + h * t.stride(1) + first_row * t.stride(2);
-  return RowsMap<T>(p, count, t.size(3), Eigen::OuterStride<>(t.stride(2)));
-}
+class Slices {
+ public:
+  explicit Slices(const Tensor& t)
+      : data_(t.data_ptr<T>()), batch_(t.stride(0)), head_(t.stride(1)), row_(t.stride(2)), cols_(t.size(3)) {}
+  // Rows [first_row, first_row + count) of slice (b, h).
+  RowsMap<T> rows(int64_t b, int64_t h, int64_t first_row, int64_t count) const {
+    return RowsMap<T>(data_ + b * batch_ + h * head_ + first_row * row_, count, cols_, Eigen::OuterStride<>(row_));
+  }
+
+ private:
+  T* data_;
+  int64_t batch_, head_, row_, cols_;
+};
 
 // The causal mask's queries are the last tq of the tk keys' positions: query
 // i sits at key position i + tk - tq.
@@ -160,6 +167,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv = v.size(3);
   const int64_t block = query_block<T>(d, tk), blocks = (tq + block - 1) / block;
   L* lse = logsumexp.data_ptr<L>();
+  const Slices<T> q_slices(q), k_slices(k), v_slices(v), out_slices(out);
   // Query blocks are independent here: threads take them from every (b, h),
   // so that one long sequence of one head still uses them all. A thread
   // takes the keys' operands of a slice when it reaches its first block there.
@@ -169,12 +177,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       const int64_t bh = item / blocks, b = bh / heads, h = bh % heads;
       const int64_t q0 = item % blocks * block;
       if (item == begin || q0 == 0) {
-        keys_t.emplace(0, transposed(rows_of<T>(k, b, h, 0, tk)), d, tk);
-        values.emplace(1, as_is(rows_of<T>(v, b, h, 0, tk)), tk, dv);
+        keys_t.emplace(0, transposed(k_slices.rows(b, h, 0, tk)), d, tk);
+        values.emplace(1, as_is(v_slices.rows(b, h, 0, tk)), tk, dv);
       }
       const int64_t rows = std::min(block, tq - q0), keys = keys_seen(p, q0 + rows, tq, tk);
       RowsMap<T> s = score_block<T>(0, rows, keys);
-      keys_t->multiply(as_is(rows_of<T>(q, b, h, q0, rows)), rows, d, keys, s.data(), keys, static_cast<T>(p.scale));
+      keys_t->multiply(as_is(q_slices.rows(b, h, q0, rows)), rows, d, keys, s.data(), keys, static_cast<T>(p.scale));
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t seen = seen_by(p, q0 + r, tq, tk, keys);  // >= 1: every query sees key 0
         auto row = s.row(r).head(seen);
@@ -184,7 +192,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
         row /= sum;
         lse[bh * tq + q0 + r] = static_cast<L>(max + std::log(sum));
       }
-      RowsMap<T> out_rows = mutable_rows_of<T>(out, b, h, q0, rows);
+      RowsMap<T> out_rows = out_slices.rows(b, h, q0, rows);
       values->multiply(as_is(s), rows, keys, dv, out_rows.data(), out_rows.outerStride());
     }
   });
@@ -195,21 +203,23 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv_cols = v.size(3);
-  const int64_t block = query_block<T>(d, tk);
+  const int64_t block = KeysOperand<T>::packs(d, tk) ? kPackedBackwardBlock : kQueryBlock;
   const L* lse = logsumexp.data_ptr<L>();
   const T scale = static_cast<T>(p.scale);
+  const Slices<T> q_slices(q), k_slices(k), v_slices(v), out_slices(out), dout_slices(dout), dq_slices(dq),
+      dk_slices(dk), dv_slices(dv);
   parallel_for(q.size(0) * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
-      const KeysOperand<T> keys_t(0, transposed(rows_of<T>(k, b, h, 0, tk)), d, tk),
-          values_t(1, transposed(rows_of<T>(v, b, h, 0, tk)), dv_cols, tk), keys(2, as_is(rows_of<T>(k, b, h, 0, tk)), tk, d);
-      RowsMap<T> dk_all = mutable_rows_of<T>(dk, b, h, 0, tk), dv_all = mutable_rows_of<T>(dv, b, h, 0, tk);
+      const KeysOperand<T> keys_t(0, transposed(k_slices.rows(b, h, 0, tk)), d, tk),
+          values_t(1, transposed(v_slices.rows(b, h, 0, tk)), dv_cols, tk), keys(2, as_is(k_slices.rows(b, h, 0, tk)), tk, d);
+      RowsMap<T> dk_all = dk_slices.rows(b, h, 0, tk), dv_all = dv_slices.rows(b, h, 0, tk);
       dk_all.setZero();
       dv_all.setZero();
       for (int64_t q0 = 0; q0 < tq; q0 += block) {
         const int64_t rows = std::min(block, tq - q0), seen = keys_seen(p, q0 + rows, tq, tk);
-        const ConstRowsMap<T> qb = rows_of<T>(q, b, h, q0, rows), ob = rows_of<T>(out, b, h, q0, rows),
-                              dob = rows_of<T>(dout, b, h, q0, rows);
+        const RowsMap<T> qb = q_slices.rows(b, h, q0, rows), ob = out_slices.rows(b, h, q0, rows),
+                         dob = dout_slices.rows(b, h, q0, rows);
         RowsMap<T> weights = score_block<T>(0, rows, seen);
         keys_t.multiply(as_is(qb), rows, d, seen, weights.data(), seen, scale);
         for (int64_t r = 0; r < rows; ++r)  // P = exp(s - L)
@@ -222,7 +232,7 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
           const T delta = dob.row(r).dot(ob.row(r));
           dscores.row(r) = weights.row(r).array() * (dscores.row(r).array() - delta);
         }
-        RowsMap<T> dq_rows = mutable_rows_of<T>(dq, b, h, q0, rows);
+        RowsMap<T> dq_rows = dq_slices.rows(b, h, q0, rows);
         keys.multiply(as_is(dscores), rows, seen, d, dq_rows.data(), dq_rows.outerStride(), scale);
         gemm<T>(transposed(dscores), as_is(qb), dk_all.data(), dk_all.outerStride(), seen, d, rows, scale,
                 /*accumulate=*/true);
