@@ -237,12 +237,16 @@ void BM_gelu_eigen(benchmark::State& state) {
 // kernels) over (batch, heads, T, head dim) float32: the gpt's and
 // gpt_large's shapes on the CPU. FLOP/s counts the products a kernel that
 // skipped every masked score would do: 2 in the forward, 5 in the backward
-// (the scores recomputed, dv, dP, dq, dk), each 2 T^2 D / 2.
+// (the scores recomputed, dv, dP, dq, dk), each 2 T^2 D / 2. The tensors
+// lie as in the attention layers: q, k and v (and dq, dk, dv) the thirds of
+// one projection's (B, T, 3, H, D) rows, out and dout (B, T, H, D).
 void BM_attention_loom(benchmark::State& state) {
   const int64_t b = state.range(0), h = state.range(1), t = state.range(2), d = state.range(3);
-  Tensor q = randn({b, h, t, d}), k = randn({b, h, t, d}), v = randn({b, h, t, d}), dout = randn({b, h, t, d});
-  Tensor out = empty({b, h, t, d}), lse = empty({b, h, t});
-  Tensor dq = empty({b, h, t, d}), dk = empty({b, h, t, d}), dv = empty({b, h, t, d});
+  auto heads_of = [](const Tensor& rows) { return rows.transpose(1, 2); };  // (B, T, H, D) -> (B, H, T, D)
+  const Tensor qkv = randn({b, t, 3, h, d}), grads = empty({b, t, 3, h, d});
+  Tensor q = heads_of(qkv.select(2, 0)), k = heads_of(qkv.select(2, 1)), v = heads_of(qkv.select(2, 2));
+  Tensor dq = heads_of(grads.select(2, 0)), dk = heads_of(grads.select(2, 1)), dv = heads_of(grads.select(2, 2));
+  Tensor out = heads_of(empty({b, t, h, d})), dout = heads_of(randn({b, t, h, d})), lse = empty({b, h, t});
   const AttentionParams p{.scale = 1 / std::sqrt(static_cast<double>(d)), .causal = true};
   Backend& cpu = backend_for(Device::cpu());
   for (auto _ : state) {

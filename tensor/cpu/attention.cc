@@ -8,12 +8,11 @@
 // The keys' operands (k^T and v; in the backward v^T and k) are the same
 // for every block of a slice, which multiplies by their leading part: in
 // float32, where loom's packed kernel runs (tensor/cpu/packed_gemm.h), they
-// are packed once a slice, and the forward's blocks are 16 queries, so a
-// causal block skips all but 16 of the masked keys (a 64-token sequence:
-// 5/8 of the unmasked products). The backward's are 32: its dk and dv
-// products sum over a block's queries, and 16-deep sums left the FMA units
-// waiting (a gpt layer's attention 1.0 -> 0.88 ms with 32; 48 and 64 were
-// slower). Elsewhere blocks are 64 queries.
+// are packed once a slice, and the blocks are 16 queries, so a causal block
+// skips all but 16 of the masked keys (a 64-token sequence: 5/8 of the
+// unmasked products); elsewhere blocks are 64 queries. (Backward blocks of
+// 32, whose dk and dv sums run deeper, measured level with 16 on the
+// layers' strided q, k and v.)
 // Masked weights are written as zeros, not computed as exp(-inf): Eigen's
 // vectorised exp clamps its argument and returns a denormal there, and a
 // GEMM reading denormals runs about 100 times slower.
@@ -42,8 +41,7 @@ namespace loom::cpu {
 namespace {
 
 constexpr int64_t kQueryBlock = 64;         // rows of a block whose products read the keys in place
-constexpr int64_t kPackedQueryBlock = 16;   // rows of a forward block multiplying the slice's packed keys
-constexpr int64_t kPackedBackwardBlock = 32;  // and of a backward one, whose dk and dv products are this deep
+constexpr int64_t kPackedQueryBlock = 16;   // rows of a block multiplying the slice's packed keys
 
 template <typename T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -203,7 +201,7 @@ void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const Tensor& dout, const Tensor& logsumexp, const AttentionParams& p,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const int64_t heads = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv_cols = v.size(3);
-  const int64_t block = KeysOperand<T>::packs(d, tk) ? kPackedBackwardBlock : kQueryBlock;
+  const int64_t block = query_block<T>(d, tk);
   const L* lse = logsumexp.data_ptr<L>();
   const T scale = static_cast<T>(p.scale);
   const Slices<T> q_slices(q), k_slices(k), v_slices(v), out_slices(out), dout_slices(dout), dq_slices(dq),
