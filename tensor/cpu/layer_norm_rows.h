@@ -1,9 +1,11 @@
 // Layer norm's float32 rows in AVX2 registers (norm.cc; other dtypes and
-// builds take its Eigen expressions). Eigen's version made a pass for each
-// sum and a reduction call for each, about 290 cycles a 128-wide row; here
-// the forward makes three passes (the sum, the distances' sum and squares
-// together, the output) and the backward two (its two sums with the weight
-// and bias gradients' column sums, then dx).
+// builds take its Eigen expressions). The expressions made a pass and a
+// reduction call for each sum; here the forward makes three passes (the
+// sum, the distances' sum and squares together, the output) and the
+// backward two (its two sums with the weight and bias gradients' column
+// sums, then dx). ops_bench, 512 rows of 128 forward and backward: 90 -> 51
+// us. Both are [[gnu::flatten]]: without it GCC left the passes' lambdas as
+// calls, and the rows ran slower than the expressions.
 //
 // The numbers are the ones norm.cc describes: a first mean, corrected by
 // the sum of the distances from it, and a variance from those distances.
