@@ -353,6 +353,37 @@ TEST(LayerNorm, Float32RowsOffCentreMatchFloat64) {
   }
 }
 
+// The float32 rows with a weight, a bias, one of them or neither (each a
+// branch of the row kernels), forward and backward against float64, on a
+// width that leaves a tail after the vector lanes.
+TEST(LayerNorm, Float32RowsWithAndWithoutAffineMatchFloat64) {
+  Generator gen(23);
+  const int64_t rows = 9, cols = 37;
+  const Tensor x64 = randn({rows, cols}, {.dtype = kFloat64}, &gen) * 2 + 5;
+  const Tensor dy64 = randn({rows, cols}, {.dtype = kFloat64}, &gen);
+  const Tensor w64 = randn({cols}, {.dtype = kFloat64}, &gen), b64 = randn({cols}, {.dtype = kFloat64}, &gen);
+  for (const bool with_weight : {true, false}) {
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "weight " << with_weight << ", bias " << with_bias);
+      auto run = [&](DType dtype) {
+        // detach(): in float64, to() returns the tensor itself, which must stay a constant.
+        Tensor x = x64.to(dtype).detach().requires_grad_();
+        Tensor w = with_weight ? w64.to(dtype).detach().requires_grad_() : Tensor();
+        Tensor b = with_bias ? b64.to(dtype).detach().requires_grad_() : Tensor();
+        Tensor y = F::layer_norm(x, {cols}, w, b);
+        (y * dy64.to(dtype)).sum().backward();
+        std::vector<Tensor> got{y, x.grad()};
+        if (with_weight) got.push_back(w.grad());
+        if (with_bias) got.push_back(b.grad());
+        return got;
+      };
+      const std::vector<Tensor> single = run(kFloat32), reference = run(kFloat64);
+      ASSERT_EQ(single.size(), reference.size());
+      for (size_t k = 0; k < single.size(); ++k) expect_values(single[k], values(reference[k]), 1e-4);
+    }
+  }
+}
+
 // The same rows at another address give the same bits: a row's sum must not
 // start its vector lanes wherever memory happens to be aligned (DDP's ranks
 // match one device bit for bit only then). Offsets 0-7 floats cover every
