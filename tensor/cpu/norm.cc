@@ -23,6 +23,20 @@
 #include "tensor/creation.h"
 
 namespace loom::cpu {
+namespace {
+
+// Whether T's rows run in AVX2 registers (layer_norm_rows.h) rather than
+// as Eigen expressions.
+template <typename T>
+constexpr bool rows_in_registers() {
+#ifdef __AVX2__
+  return std::is_same_v<T, float>;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,
                             const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
@@ -97,14 +111,16 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     T* dw = dw_t.defined() ? dw_t.data_ptr<T>() : nullptr;
     T* db = db_t.defined() ? db_t.data_ptr<T>() : nullptr;
     // One buffer from the caching allocator (no system allocation once
-    // warm) holds, per thread chunk, a row's xhat and g (both passes read
-    // them) and the chunk's column sums for dweight and dbias, which are
-    // added in chunk order afterwards (deterministic).
+    // warm) holds, per thread chunk, the chunk's column sums for dweight
+    // and dbias, which are added in chunk order afterwards (deterministic),
+    // and for the Eigen expressions a row's xhat and g (both passes read
+    // them).
     const int64_t grain = items_per_grain(cols), chunks = parallel_chunks(rows, grain);
     const int64_t part_rows = (dw ? chunks : 0) + (db ? chunks : 0);
-    const Tensor buffer = empty({(2 * chunks + part_rows) * cols}, {.dtype = x_t.dtype()});
+    const int64_t scratch_rows = rows_in_registers<T>() ? 0 : 2 * chunks;
+    const Tensor buffer = empty({std::max<int64_t>(1, (scratch_rows + part_rows) * cols)}, {.dtype = x_t.dtype()});
     T* scratch = buffer.data_ptr<T>();
-    T* dw_parts = scratch + 2 * chunks * cols;
+    T* dw_parts = scratch + scratch_rows * cols;
     T* db_parts = dw_parts + (dw ? chunks * cols : 0);
     ArrayMap<T>(dw_parts, part_rows * cols).setZero();
     parallel_for_chunks(rows, grain, [&](int64_t chunk, int64_t r0, int64_t r1) {
