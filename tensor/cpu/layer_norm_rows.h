@@ -24,16 +24,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tensor/cpu/vector_math.h"
+
 namespace loom::cpu::layer_norm_rows {
 
 // A row of n floats as vectors of 8: full ones, then a partial one under a mask.
 class Lanes {
  public:
-  explicit Lanes(int64_t n)
-      : n_(n),
-        full_(n / 8 * 8),
-        tail_(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - full_)),
-                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
+  explicit Lanes(int64_t n) : n_(n), full_(n / 8 * 8), tail_(first_lanes(n - full_)) {}
   int64_t size() const { return n_; }
 
   // body(i, parity, full) for each vector i = 0, 8, ...: parity (i / 8 % 2,

@@ -56,7 +56,7 @@ void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& 
     T* rstd = rstd_t.data_ptr<T>();
     parallel_for(rows, items_per_grain(cols), [&](int64_t r0, int64_t r1) {
 #ifdef __AVX2__
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (rows_in_registers<T>()) {
         const layer_norm_rows::Lanes lanes(cols);
         for (int64_t r = r0; r < r1; ++r)
           layer_norm_rows::forward(lanes, x + r * cols, w, b, static_cast<float>(eps), y + r * cols, mean + r, rstd + r);
@@ -125,7 +125,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     ArrayMap<T>(dw_parts, part_rows * cols).setZero();
     parallel_for_chunks(rows, grain, [&](int64_t chunk, int64_t r0, int64_t r1) {
 #ifdef __AVX2__
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (rows_in_registers<T>()) {
         const layer_norm_rows::Lanes lanes(cols);
         for (int64_t r = r0; r < r1; ++r)
           layer_norm_rows::backward(lanes, dy + r * cols, x + r * cols, w, mean[r], rstd[r], dx ? dx + r * cols : nullptr,

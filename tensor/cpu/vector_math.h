@@ -39,6 +39,13 @@ inline Eigen::internal::Packet8f packet_sqrt(const Eigen::internal::Packet8f& x)
 
 #ifdef __AVX2__
 
+// The mask of a vector's first `count` lanes (all 8 for count >= 8), for
+// the masked loads and stores of a row's last partial vector.
+inline __m256i first_lanes(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count < 8 ? count : 8)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 inline __m256 exp8(__m256 x) {
   // max and min return their second operand when either is NaN: x's NaN goes through.
   x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
@@ -82,8 +89,7 @@ void exp_shifted(T* x, int64_t n, T shift) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), by)));
     if (i == n) return;
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lanes);
+    const __m256i mask = first_lanes(n - i);
     _mm256_maskstore_ps(x + i, mask, exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), by)));
     return;
   }
