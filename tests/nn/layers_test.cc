@@ -325,6 +325,22 @@ TEST(LayerNorm, MatchesTheFormula) {
   EXPECT_THROW_MSG(ln->forward(zeros({3, 4})), "layer_norm: normalized_shape [5] does not match the trailing dims");
 }
 
+// y = layer_norm(x, weight, bias) in `dtype` (weight, bias undefined for
+// none), and the gradients of sum(y dy): {y, dx, then dweight and dbias
+// where given}. The float64 inputs are copied (detach()): in float64 to()
+// returns the tensor itself, which must stay a constant.
+std::vector<Tensor> layer_norm_and_gradients(const Tensor& x64, const Tensor& dy64, const Tensor& w64,
+                                             const Tensor& b64, DType dtype) {
+  auto leaf = [&](const Tensor& t) { return t.defined() ? t.to(dtype).detach().requires_grad_() : Tensor(); };
+  Tensor x = leaf(x64), w = leaf(w64), b = leaf(b64);
+  Tensor y = F::layer_norm(x, {x.size(-1)}, w, b);
+  (y * dy64.to(dtype)).sum().backward();
+  std::vector<Tensor> got{y, x.grad()};
+  if (w.defined()) got.push_back(w.grad());
+  if (b.defined()) got.push_back(b.grad());
+  return got;
+}
+
 // The float32 kernels sum a row in float lanes; rows far from zero, of a
 // width that leaves a tail after the vector lanes, must still give what the
 // float64 kernels give, forward and backward.
@@ -334,13 +350,8 @@ TEST(LayerNorm, Float32RowsOffCentreMatchFloat64) {
   const Tensor x64 = randn({rows, cols}, {.dtype = kFloat64}, &gen) * 3 + 1000;
   const Tensor dy64 = randn({rows, cols}, {.dtype = kFloat64}, &gen);
   const Tensor w64 = randn({cols}, {.dtype = kFloat64}, &gen), b64 = randn({cols}, {.dtype = kFloat64}, &gen);
-  auto run = [&](DType dtype) {
-    Tensor x = x64.to(dtype).requires_grad_(), w = w64.to(dtype).requires_grad_(), b = b64.to(dtype).requires_grad_();
-    Tensor y = F::layer_norm(x, {cols}, w, b);
-    (y * dy64.to(dtype)).sum().backward();
-    return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
-  };
-  const std::vector<Tensor> single = run(kFloat32), reference = run(kFloat64);
+  const std::vector<Tensor> single = layer_norm_and_gradients(x64, dy64, w64, b64, kFloat32),
+                            reference = layer_norm_and_gradients(x64, dy64, w64, b64, kFloat64);
   const char* names[] = {"y", "dx", "dweight", "dbias"};
   for (int k = 0; k < 4; ++k) {
     SCOPED_TRACE(names[k]);
@@ -365,19 +376,9 @@ TEST(LayerNorm, Float32RowsWithAndWithoutAffineMatchFloat64) {
   for (const bool with_weight : {true, false}) {
     for (const bool with_bias : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "weight " << with_weight << ", bias " << with_bias);
-      auto run = [&](DType dtype) {
-        // detach(): in float64, to() returns the tensor itself, which must stay a constant.
-        Tensor x = x64.to(dtype).detach().requires_grad_();
-        Tensor w = with_weight ? w64.to(dtype).detach().requires_grad_() : Tensor();
-        Tensor b = with_bias ? b64.to(dtype).detach().requires_grad_() : Tensor();
-        Tensor y = F::layer_norm(x, {cols}, w, b);
-        (y * dy64.to(dtype)).sum().backward();
-        std::vector<Tensor> got{y, x.grad()};
-        if (with_weight) got.push_back(w.grad());
-        if (with_bias) got.push_back(b.grad());
-        return got;
-      };
-      const std::vector<Tensor> single = run(kFloat32), reference = run(kFloat64);
+      const Tensor w = with_weight ? w64 : Tensor(), b = with_bias ? b64 : Tensor();
+      const std::vector<Tensor> single = layer_norm_and_gradients(x64, dy64, w, b, kFloat32),
+                                reference = layer_norm_and_gradients(x64, dy64, w, b, kFloat64);
       ASSERT_EQ(single.size(), reference.size());
       for (size_t k = 0; k < single.size(); ++k) expect_values(single[k], values(reference[k]), 1e-4);
     }
