@@ -257,6 +257,23 @@ void BM_attention_loom(benchmark::State& state) {
   set_flops(state, 7.0 * b * h * t * t * d);
 }
 
+// One LSTM step's pointwise part, forward and backward, over (batch,
+// hidden) float32 rows (the lstm workload's cell: 64 x 128, called 128
+// times a training step): the backend's fused cell kernels.
+void BM_lstm_cell_loom(benchmark::State& state) {
+  const int64_t batch = state.range(0), hidden = state.range(1);
+  const Tensor input_gates = randn({batch, 4 * hidden}) * 1.5, hidden_gates = randn({batch, 4 * hidden}) * 1.5;
+  const Tensor c_prev = randn({batch, hidden}), dh = randn({batch, hidden}), dc = randn({batch, hidden});
+  Tensor h = empty({batch, hidden}), c = empty({batch, hidden}), activations = empty({batch, 4 * hidden});
+  Tensor dgates = empty({batch, 4 * hidden}), dc_prev = empty({batch, hidden});
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    cpu.lstm_cell(input_gates, hidden_gates, c_prev, h, c, activations);
+    cpu.lstm_cell_backward(dh, dc, activations, c_prev, c, dgates, dc_prev);
+    benchmark::DoNotOptimize(dgates.raw_data());
+  }
+}
+
 // Layer norm's forward and backward over (rows, cols) float32 rows, with a
 // weight and a bias: the backend's kernels against the same arithmetic as
 // Eigen row-wise expressions (xhat kept between the passes, the weight and
@@ -448,6 +465,7 @@ BENCHMARK(BM_adamw_eigen)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisec
 BENCHMARK(BM_gelu_loom)->Arg(1 << 18)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu_eigen)->Arg(1 << 18)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_attention_loom)->Args({8, 4, 64, 32})->Args({16, 4, 128, 64})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_lstm_cell_loom)->Args({64, 128})->Args({64, 37})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_loom)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_eigen)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_conv_loom)->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})->Args({2, 0})->Args({2, 1})->Args({2, 2})
