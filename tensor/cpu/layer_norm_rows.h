@@ -28,55 +28,27 @@
 
 namespace loom::cpu::layer_norm_rows {
 
-// A row of n floats as vectors of 8: full ones, then a partial one under a mask.
-class Lanes {
- public:
-  explicit Lanes(int64_t n) : n_(n), full_(n / 8 * 8), tail_(first_lanes(n - full_)) {}
-  int64_t size() const { return n_; }
-
-  // body(i, parity, full) for each vector i = 0, 8, ...: parity (i / 8 % 2,
-  // which of a PairedSum's accumulators it adds to) and full (whether all
-  // 8 lanes are in the row) are std::integral_constants, so each call
-  // compiles to straight code. The full vectors go in pairs.
-  template <typename Body>
-  void for_each(Body body) const {
-    using Even = std::integral_constant<int, 0>;
-    using Odd = std::integral_constant<int, 1>;
-    int64_t i = 0;
-    for (; i + 16 <= full_; i += 16) {
-      body(i, Even{}, std::true_type{});
-      body(i + 8, Odd{}, std::true_type{});
-    }
-    if (i < full_) body(i, Even{}, std::true_type{}), i += 8;
-    if (i == n_) return;
-    if (i / 8 % 2 == 0)
-      body(i, Even{}, std::false_type{});
-    else
-      body(i, Odd{}, std::false_type{});
+// body(i, parity, full) for each vector i = 0, 8, ... of the row: parity
+// (i / 8 % 2, which of a PairedSum's accumulators it adds to) and full
+// (whether all 8 lanes are in the row) are std::integral_constants, so each
+// call compiles to straight code. The full vectors go in pairs.
+template <typename Body>
+void for_each_paired(const VectorRow& row, Body body) {
+  using Even = std::integral_constant<int, 0>;
+  using Odd = std::integral_constant<int, 1>;
+  const int64_t n = row.size(), full = n / 8 * 8;
+  int64_t i = 0;
+  for (; i + 16 <= full; i += 16) {
+    body(i, Even{}, std::true_type{});
+    body(i + 8, Odd{}, std::true_type{});
   }
-
-  // The 8 values from p + i; past the row's end they read as zero.
-  template <bool Full>
-  __m256 load(const float* p, int64_t i, std::bool_constant<Full>) const {
-    return Full ? _mm256_loadu_ps(p + i) : _mm256_maskload_ps(p + i, tail_);
-  }
-  template <bool Full>
-  void store(float* p, int64_t i, __m256 v, std::bool_constant<Full>) const {
-    if (Full)
-      _mm256_storeu_ps(p + i, v);
-    else
-      _mm256_maskstore_ps(p + i, tail_, v);
-  }
-  // v with the lanes past the row's end set to zero.
-  template <bool Full>
-  __m256 inside(__m256 v, std::bool_constant<Full>) const {
-    return Full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(tail_));
-  }
-
- private:
-  int64_t n_, full_;
-  __m256i tail_;
-};
+  if (i < full) body(i, Even{}, std::true_type{}), i += 8;
+  if (i == n) return;
+  if (i / 8 % 2 == 0)
+    body(i, Even{}, std::false_type{});
+  else
+    body(i, Odd{}, std::false_type{});
+}
 
 // The 8 lanes' sum, always in the same order.
 inline float lane_sum(__m256 v) {
@@ -103,15 +75,15 @@ struct PairedSum {
 
 // y = (x - mean) rstd w + b over one row (w, b may be null); the row's
 // mean and rstd written to *mean, *rstd.
-[[gnu::flatten]] inline void forward(const Lanes& lanes, const float* x, const float* w, const float* b, float eps, float* y,
+[[gnu::flatten]] inline void forward(const VectorRow& lanes, const float* x, const float* w, const float* b, float eps, float* y,
                     float* mean, float* rstd) {
   const float count = static_cast<float>(lanes.size());
   PairedSum values;
-  lanes.for_each([&](int64_t i, auto parity, auto full) { values.add(parity, lanes.load(x, i, full)); });
+  for_each_paired(lanes, [&](int64_t i, auto parity, auto full) { values.add(parity, lanes.load(x, i, full)); });
   const float first_mean = values.total() / count;
   const __m256 first = _mm256_set1_ps(first_mean);
   PairedSum distances, squares;
-  lanes.for_each([&](int64_t i, auto parity, auto full) {
+  for_each_paired(lanes, [&](int64_t i, auto parity, auto full) {
     const __m256 d = lanes.inside(_mm256_sub_ps(lanes.load(x, i, full), first), full);
     distances.add(parity, d);
     squares.add_product(parity, d, d);
@@ -123,7 +95,7 @@ struct PairedSum {
   *mean = mu;
   *rstd = inv;
   const __m256 mu8 = _mm256_set1_ps(mu), inv8 = _mm256_set1_ps(inv);
-  lanes.for_each([&](int64_t i, auto, auto full) {
+  for_each_paired(lanes, [&](int64_t i, auto, auto full) {
     const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(lanes.load(x, i, full), mu8), inv8);
     const __m256 scaled = w ? _mm256_mul_ps(xhat, lanes.load(w, i, full)) : xhat;
     lanes.store(y, i, b ? _mm256_add_ps(scaled, lanes.load(b, i, full)) : scaled, full);
@@ -133,7 +105,7 @@ struct PairedSum {
 // One row's backward, with xhat = (x - mean) rstd and g = dy w (dy where w
 // is null): dw_sums += dy xhat and db_sums += dy (each where not null), and
 // dx = rstd (g - mean(g) - xhat mean(g xhat)) where dx is not null.
-[[gnu::flatten]] inline void backward(const Lanes& lanes, const float* dy, const float* x, const float* w, float mean, float rstd,
+[[gnu::flatten]] inline void backward(const VectorRow& lanes, const float* dy, const float* x, const float* w, float mean, float rstd,
                      float* dx, float* dw_sums, float* db_sums) {
   const __m256 mean8 = _mm256_set1_ps(mean), rstd8 = _mm256_set1_ps(rstd);
   auto xhat_at = [&](int64_t i, auto full) {
@@ -141,7 +113,7 @@ struct PairedSum {
   };
   auto g_at = [&](int64_t i, __m256 dyv, auto full) { return w ? _mm256_mul_ps(dyv, lanes.load(w, i, full)) : dyv; };
   PairedSum g_sum, gx_sum;
-  lanes.for_each([&](int64_t i, auto parity, auto full) {
+  for_each_paired(lanes, [&](int64_t i, auto parity, auto full) {
     const __m256 dyv = lanes.load(dy, i, full), xhat = xhat_at(i, full);
     if (dw_sums) lanes.store(dw_sums, i, _mm256_fmadd_ps(dyv, xhat, lanes.load(dw_sums, i, full)), full);
     if (db_sums) lanes.store(db_sums, i, _mm256_add_ps(lanes.load(db_sums, i, full), dyv), full);
@@ -153,7 +125,7 @@ struct PairedSum {
   if (!dx) return;
   const float count = static_cast<float>(lanes.size());
   const __m256 g_mean = _mm256_set1_ps(g_sum.total() / count), gx_mean = _mm256_set1_ps(gx_sum.total() / count);
-  lanes.for_each([&](int64_t i, auto, auto full) {
+  for_each_paired(lanes, [&](int64_t i, auto, auto full) {
     const __m256 g = g_at(i, lanes.load(dy, i, full), full);
     const __m256 centred = _mm256_fnmadd_ps(xhat_at(i, full), gx_mean, _mm256_sub_ps(g, g_mean));
     lanes.store(dx, i, _mm256_mul_ps(rstd8, centred), full);

@@ -3,29 +3,14 @@
 // tensors) each way. Rows go to threads. float32 rows run in AVX2 registers
 // (lstm_cell_rows.h); other dtypes as Eigen array expressions, each gate's
 // slice at a time, so the vectorised logistic and tanh apply.
-#include <type_traits>
-
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/lstm_cell_rows.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/vector_math.h"
 
 namespace loom::cpu {
-namespace {
-
-// Whether T's rows run in AVX2 registers (lstm_cell_rows.h) rather than as
-// Eigen expressions.
-template <typename T>
-constexpr bool rows_in_registers() {
-#ifdef __AVX2__
-  return std::is_same_v<T, float>;
-#else
-  return false;
-#endif
-}
-
-}  // namespace
 
 void CpuBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& c_prev,
                            const Tensor& h, const Tensor& c, const Tensor& activations) {
@@ -43,7 +28,7 @@ void CpuBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates
     T* act = activations.data_ptr<T>();
     parallel_for(batch, items_per_grain(4 * n), [&](int64_t b0, int64_t b1) {
       if constexpr (rows_in_registers<T>()) {
-        const lstm_cell_rows::Row row(n);
+        const VectorRow row(n);
         for (int64_t b = b0; b < b1; ++b)
           lstm_cell_rows::forward(row, xg + b * 4 * n, hg + b * 4 * n, cp + b * n, ho + b * n, co + b * n,
                                   act + b * 4 * n);
@@ -85,7 +70,7 @@ void CpuBackend::lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Te
     T* dcp_p = dc_prev.data_ptr<T>();
     parallel_for(batch, items_per_grain(4 * n), [&](int64_t b0, int64_t b1) {
       if constexpr (rows_in_registers<T>()) {
-        const lstm_cell_rows::Row row(n);
+        const VectorRow row(n);
         for (int64_t b = b0; b < b1; ++b)
           lstm_cell_rows::backward(row, dh_p + b * n, dc_p + b * n, act + b * 4 * n, cp + b * n, co + b * n,
                                    dg_p + b * 4 * n, dcp_p + b * n);

@@ -16,7 +16,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -31,63 +30,31 @@ inline __m256 logistic8(__m256 x) {
 
 inline __m256 tanh8(__m256 x) { return Eigen::internal::ptanh(x); }
 
-// body(j, full) for j = 0, 8, ... below n: full (a std::bool_constant) says
-// whether all 8 lanes are in the row; the last partial vector's masked
-// loads read zeros, and its masked stores write nothing past the row.
-template <typename Body>
-void for_each_vector(int64_t n, Body body) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) body(j, std::true_type{});
-  if (j < n) body(j, std::false_type{});
-}
-
-class Row {
- public:
-  explicit Row(int64_t n) : n_(n), tail_(first_lanes(n % 8)) {}
-  int64_t size() const { return n_; }
-
-  template <bool Full>
-  __m256 load(const float* p, std::bool_constant<Full>) const {
-    return Full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_);
-  }
-  template <bool Full>
-  void store(float* p, __m256 v, std::bool_constant<Full>) const {
-    if (Full)
-      _mm256_storeu_ps(p, v);
-    else
-      _mm256_maskstore_ps(p, tail_, v);
-  }
-
- private:
-  int64_t n_;
-  __m256i tail_;
-};
-
 // One batch row of n hidden units. Gates (i, f, g, o) are the four
 // n-wide quarters of input_gates + hidden_gates; activations keeps them
 // after their functions (logistic, logistic, tanh, logistic) for the
 // backward. c = f c_prev + i g, h = o tanh(c).
-[[gnu::flatten]] inline void forward(const Row& row, const float* input_gates, const float* hidden_gates,
+[[gnu::flatten]] inline void forward(const VectorRow& row, const float* input_gates, const float* hidden_gates,
                                      const float* c_prev, float* h, float* c, float* activations) {
   const int64_t n = row.size();
   // Two passes: tanh(c) waits on g's tanh, and with both in one pass each
   // vector's chain was too long for the core to overlap the next one's.
-  for_each_vector(n, [&](int64_t j, auto full) {
+  row.for_each([&](int64_t j, auto full) {
     auto gate = [&](int quarter) {
       const int64_t at = quarter * n + j;
-      return _mm256_add_ps(row.load(input_gates + at, full), row.load(hidden_gates + at, full));
+      return _mm256_add_ps(row.load(input_gates, at, full), row.load(hidden_gates, at, full));
     };
-    row.store(activations + j, logistic8(gate(0)), full);
-    row.store(activations + n + j, logistic8(gate(1)), full);
-    row.store(activations + 2 * n + j, tanh8(gate(2)), full);
-    row.store(activations + 3 * n + j, logistic8(gate(3)), full);
+    row.store(activations, j, logistic8(gate(0)), full);
+    row.store(activations, n + j, logistic8(gate(1)), full);
+    row.store(activations, 2 * n + j, tanh8(gate(2)), full);
+    row.store(activations, 3 * n + j, logistic8(gate(3)), full);
   });
-  for_each_vector(n, [&](int64_t j, auto full) {
-    const __m256 i = row.load(activations + j, full), f = row.load(activations + n + j, full);
-    const __m256 g = row.load(activations + 2 * n + j, full), o = row.load(activations + 3 * n + j, full);
-    const __m256 cell = _mm256_fmadd_ps(i, g, _mm256_mul_ps(f, row.load(c_prev + j, full)));
-    row.store(c + j, cell, full);
-    row.store(h + j, _mm256_mul_ps(o, tanh8(cell)), full);
+  row.for_each([&](int64_t j, auto full) {
+    const __m256 i = row.load(activations, j, full), f = row.load(activations, n + j, full);
+    const __m256 g = row.load(activations, 2 * n + j, full), o = row.load(activations, 3 * n + j, full);
+    const __m256 cell = _mm256_fmadd_ps(i, g, _mm256_mul_ps(f, row.load(c_prev, j, full)));
+    row.store(c, j, cell, full);
+    row.store(h, j, _mm256_mul_ps(o, tanh8(cell)), full);
   });
 }
 
@@ -95,22 +62,22 @@ class Row {
 // and dc_total = dc + dh o (1 - t^2), d(o) = dh t o (1 - o), d(i) =
 // dc_total g i (1 - i), d(f) = dc_total c_prev f (1 - f), d(g) = dc_total i
 // (1 - g^2), dc_prev = dc_total f. dc_prev may be dc itself.
-[[gnu::flatten]] inline void backward(const Row& row, const float* dh, const float* dc, const float* activations,
+[[gnu::flatten]] inline void backward(const VectorRow& row, const float* dh, const float* dc, const float* activations,
                                       const float* c_prev, const float* c, float* dgates, float* dc_prev) {
   const int64_t n = row.size();
   const __m256 one = _mm256_set1_ps(1.0f);
-  for_each_vector(n, [&](int64_t j, auto full) {
-    const __m256 i = row.load(activations + j, full), f = row.load(activations + n + j, full);
-    const __m256 g = row.load(activations + 2 * n + j, full), o = row.load(activations + 3 * n + j, full);
-    const __m256 t = tanh8(row.load(c + j, full)), dh_j = row.load(dh + j, full);
+  row.for_each([&](int64_t j, auto full) {
+    const __m256 i = row.load(activations, j, full), f = row.load(activations, n + j, full);
+    const __m256 g = row.load(activations, 2 * n + j, full), o = row.load(activations, 3 * n + j, full);
+    const __m256 t = tanh8(row.load(c, j, full)), dh_j = row.load(dh, j, full);
     const __m256 dh_o = _mm256_mul_ps(dh_j, o);
-    const __m256 dc_total = _mm256_fmadd_ps(dh_o, _mm256_fnmadd_ps(t, t, one), row.load(dc + j, full));
-    row.store(dgates + j, _mm256_mul_ps(_mm256_mul_ps(dc_total, g), _mm256_mul_ps(i, _mm256_sub_ps(one, i))), full);
-    const __m256 df = _mm256_mul_ps(dc_total, row.load(c_prev + j, full));
-    row.store(dgates + n + j, _mm256_mul_ps(df, _mm256_mul_ps(f, _mm256_sub_ps(one, f))), full);
-    row.store(dgates + 2 * n + j, _mm256_mul_ps(_mm256_mul_ps(dc_total, i), _mm256_fnmadd_ps(g, g, one)), full);
-    row.store(dgates + 3 * n + j, _mm256_mul_ps(_mm256_mul_ps(dh_o, t), _mm256_sub_ps(one, o)), full);
-    row.store(dc_prev + j, _mm256_mul_ps(dc_total, f), full);
+    const __m256 dc_total = _mm256_fmadd_ps(dh_o, _mm256_fnmadd_ps(t, t, one), row.load(dc, j, full));
+    row.store(dgates, j, _mm256_mul_ps(_mm256_mul_ps(dc_total, g), _mm256_mul_ps(i, _mm256_sub_ps(one, i))), full);
+    const __m256 df = _mm256_mul_ps(dc_total, row.load(c_prev, j, full));
+    row.store(dgates, n + j, _mm256_mul_ps(df, _mm256_mul_ps(f, _mm256_sub_ps(one, f))), full);
+    row.store(dgates, 2 * n + j, _mm256_mul_ps(_mm256_mul_ps(dc_total, i), _mm256_fnmadd_ps(g, g, one)), full);
+    row.store(dgates, 3 * n + j, _mm256_mul_ps(_mm256_mul_ps(dh_o, t), _mm256_sub_ps(one, o)), full);
+    row.store(dc_prev, j, _mm256_mul_ps(dc_total, f), full);
   });
 }
 

@@ -20,23 +20,10 @@
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/layer_norm_rows.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/vector_math.h"
 #include "tensor/creation.h"
 
 namespace loom::cpu {
-namespace {
-
-// Whether T's rows run in AVX2 registers (layer_norm_rows.h) rather than
-// as Eigen expressions.
-template <typename T>
-constexpr bool rows_in_registers() {
-#ifdef __AVX2__
-  return std::is_same_v<T, float>;
-#else
-  return false;
-#endif
-}
-
-}  // namespace
 
 void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& b_t, double eps,
                             const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
@@ -57,7 +44,7 @@ void CpuBackend::layer_norm(const Tensor& x_t, const Tensor& w_t, const Tensor& 
     parallel_for(rows, items_per_grain(cols), [&](int64_t r0, int64_t r1) {
 #ifdef __AVX2__
       if constexpr (rows_in_registers<T>()) {
-        const layer_norm_rows::Lanes lanes(cols);
+        const VectorRow lanes(cols);
         for (int64_t r = r0; r < r1; ++r)
           layer_norm_rows::forward(lanes, x + r * cols, w, b, static_cast<float>(eps), y + r * cols, mean + r, rstd + r);
         return;
@@ -126,7 +113,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy_t, const Tensor& x_t, cons
     parallel_for_chunks(rows, grain, [&](int64_t chunk, int64_t r0, int64_t r1) {
 #ifdef __AVX2__
       if constexpr (rows_in_registers<T>()) {
-        const layer_norm_rows::Lanes lanes(cols);
+        const VectorRow lanes(cols);
         for (int64_t r = r0; r < r1; ++r)
           layer_norm_rows::backward(lanes, dy + r * cols, x + r * cols, w, mean[r], rstd[r], dx ? dx + r * cols : nullptr,
                                     dw ? dw_parts + chunk * cols : nullptr, db ? db_parts + chunk * cols : nullptr);

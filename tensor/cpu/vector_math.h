@@ -29,6 +29,17 @@
 
 namespace loom::cpu {
 
+// Whether T's rows take loom's AVX2 float32 kernels (layer_norm_rows.h,
+// lstm_cell_rows.h) rather than Eigen expressions: float, on an AVX2 build.
+template <typename T>
+constexpr bool rows_in_registers() {
+#ifdef __AVX2__
+  return std::is_same_v<T, float>;
+#else
+  return false;
+#endif
+}
+
 template <typename Packet>
 Packet packet_sqrt(const Packet& x) {
   return Eigen::internal::psqrt(x);
@@ -45,6 +56,47 @@ inline __m256i first_lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count < 8 ? count : 8)),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
+
+// A row of n floats as vectors of 8, vector i covering [i, i + 8): the full
+// ones, then the last partial one under a mask, whose loads read zeros past
+// the row's end and whose stores write nothing there. `full` (whether all 8
+// lanes are in the row) is a std::bool_constant, so that each use compiles
+// to straight code. Layer norm's rows and the LSTM cell's run on it.
+class VectorRow {
+ public:
+  explicit VectorRow(int64_t n) : n_(n), tail_(first_lanes(n % 8)) {}
+  int64_t size() const { return n_; }
+
+  // body(i, full) for i = 0, 8, ... below n.
+  template <typename Body>
+  void for_each(Body body) const {
+    int64_t i = 0;
+    for (; i + 8 <= n_; i += 8) body(i, std::true_type{});
+    if (i < n_) body(i, std::false_type{});
+  }
+
+  // The 8 values from p + i.
+  template <bool Full>
+  __m256 load(const float* p, int64_t i, std::bool_constant<Full>) const {
+    return Full ? _mm256_loadu_ps(p + i) : _mm256_maskload_ps(p + i, tail_);
+  }
+  template <bool Full>
+  void store(float* p, int64_t i, __m256 v, std::bool_constant<Full>) const {
+    if (Full)
+      _mm256_storeu_ps(p + i, v);
+    else
+      _mm256_maskstore_ps(p + i, tail_, v);
+  }
+  // v with the lanes past the row's end set to zero.
+  template <bool Full>
+  __m256 inside(__m256 v, std::bool_constant<Full>) const {
+    return Full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(tail_));
+  }
+
+ private:
+  int64_t n_;
+  __m256i tail_;
+};
 
 inline __m256 exp8(__m256 x) {
   // max and min return their second operand when either is NaN: x's NaN goes through.
