@@ -1,6 +1,7 @@
 // Vector math of loom's own, where Eigen's packet functions are not what
 // loom wants: a square root correctly rounded in every lane, and an exp of
-// 8 floats.
+// 8 floats; and the row of vectors (VectorRow) that loom's AVX2 float32
+// row kernels run on.
 //
 // packet_sqrt: Eigen's float psqrt under EIGEN_FAST_MATH (Eigen's default)
 // is an estimate and one Newton step, a last bit apart from std::sqrt, so a
