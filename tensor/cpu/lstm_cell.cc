@@ -27,6 +27,7 @@ void CpuBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates
     T* co = c.data_ptr<T>();
     T* act = activations.data_ptr<T>();
     parallel_for(batch, items_per_grain(4 * n), [&](int64_t b0, int64_t b1) {
+#ifdef __AVX2__
       if constexpr (rows_in_registers<T>()) {
         const VectorRow row(n);
         for (int64_t b = b0; b < b1; ++b)
@@ -34,6 +35,7 @@ void CpuBackend::lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates
                                   act + b * 4 * n);
         return;
       }
+#endif
       for (int64_t b = b0; b < b1; ++b) {
         ArrayMap<T> a(act + b * 4 * n, 4 * n);
         a = ConstArrayMap<T>(xg + b * 4 * n, 4 * n) + ConstArrayMap<T>(hg + b * 4 * n, 4 * n);
@@ -69,6 +71,7 @@ void CpuBackend::lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Te
     T* dg_p = dgates.data_ptr<T>();
     T* dcp_p = dc_prev.data_ptr<T>();
     parallel_for(batch, items_per_grain(4 * n), [&](int64_t b0, int64_t b1) {
+#ifdef __AVX2__
       if constexpr (rows_in_registers<T>()) {
         const VectorRow row(n);
         for (int64_t b = b0; b < b1; ++b)
@@ -76,6 +79,7 @@ void CpuBackend::lstm_cell_backward(const Tensor& dh, const Tensor& dc, const Te
                                    dg_p + b * 4 * n, dcp_p + b * n);
         return;
       }
+#endif
       for (int64_t b = b0; b < b1; ++b) {
         ConstArrayMap<T> a(act + b * 4 * n, 4 * n), dh_row(dh_p + b * n, n);
         const auto i = a.head(n), f = a.segment(n, n), g = a.segment(2 * n, n), o = a.tail(n);

@@ -13,7 +13,6 @@
 // so float lanes keep the scalar double loops' accuracy (layers_test's
 // off-centre rows) and the loops vectorise.
 #include <cmath>
-#include <type_traits>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/eigen_maps.h"
