@@ -87,7 +87,9 @@ EOF
 # LOOM_ROUNDS rounds a model (default 5), loom and each reference in turn,
 # the order flipped every round, so that both see the same minutes of a
 # shared machine; then bench/torch_rounds.py's summary: each side's median
-# and spread, the ratio of the medians, and the GEMM rate of that call.
+# and spread, the ratio of the medians, the median of the rounds' own
+# ratios with an interval that holds it with at least 90% confidence, and
+# the GEMM rate of that call.
 # LOOM_BASE_BIN, a folder with an earlier build's train_bench, adds it to
 # every round (an A/B of a change in the same call): the summary then gives
 # its median and the speed-up of this build over it.
