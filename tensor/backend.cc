@@ -110,6 +110,11 @@ std::shared_ptr<Backend::QueueObject> Backend::capture_graph(int, const std::fun
 
 void Backend::replay_graph(QueueObject&) { LOOM_FAIL("DeviceGraph: this device has no graphs to replay"); }
 
+void Backend::unary_with_derivative(UnaryOp, const Tensor& x, const Tensor&, const Tensor&) {
+  LOOM_FAIL("unary_with_derivative: no such kernel for ", x.dtype(), " on ", x.device(),
+            " (has_unary_with_derivative says which there are)");
+}
+
 void register_backend(DeviceType type, Backend* backend) {
   registry()[static_cast<int>(type)] = backend;
 }

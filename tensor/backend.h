@@ -176,6 +176,14 @@ class Backend {
                       double alpha) = 0;
   virtual void ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c,
                        const Tensor& out, double alpha) = 0;
+  // An activation and its derivative in one pass, where they share their
+  // work (GeluTanh: one exponential for both): y = op(x), dydx = op'(x), all
+  // three contiguous and of one shape. The backward then multiplies by dydx
+  // instead of computing the activation's inner function again. Backends
+  // without such a kernel for `op` and `dtype` say so, and the caller falls
+  // back to unary and a backward from x.
+  virtual bool has_unary_with_derivative(UnaryOp /*op*/, DType /*dtype*/) const { return false; }
+  virtual void unary_with_derivative(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dydx);
   // dst = src converted to dst's dtype; same shape, any strides. One of them
   // may be on another device type (the CUDA backend copies to and from CPU).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;

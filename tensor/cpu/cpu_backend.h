@@ -16,6 +16,8 @@ class CpuBackend final : public Backend {
   void synchronize(int) override {}
 
   void unary(UnaryOp op, const Tensor& a, const Tensor& out, double alpha, double beta) override;
+  bool has_unary_with_derivative(UnaryOp op, DType dtype) const override;
+  void unary_with_derivative(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dydx) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
               double alpha) override;
   void ternary(TernaryOp op, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,

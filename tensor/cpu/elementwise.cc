@@ -58,6 +58,15 @@ struct Rsqrt {
   }
 };
 
+// 1 + e^-2u of a packet, u = sqrt(2/pi) (x + 0.044715 x^3): gelu(x) = x /
+// (1 + e^-2u), s = 1 / (1 + e^-2u).
+template <typename T, typename Packet>
+EIGEN_STRONG_INLINE Packet gelu_tanh_one_plus_exp(const Packet& x) {
+  namespace e = Eigen::internal;
+  const Packet inner = e::pmadd(e::pmul(e::pset1<Packet>(T(kGeluCubic)), e::pmul(x, x)), x, x);
+  return e::padd(e::pset1<Packet>(T(1)), packet_exp(e::pmul(e::pset1<Packet>(T(-2 * kSqrt2OverPi)), inner)));
+}
+
 template <typename T>
 struct GeluTanh {
   T operator()(const T& x) const {
@@ -65,12 +74,21 @@ struct GeluTanh {
   }
   template <typename Packet>
   Packet packetOp(const Packet& x) const {
-    namespace e = Eigen::internal;
-    const Packet inner = e::pmadd(e::pmul(e::pset1<Packet>(T(kGeluCubic)), e::pmul(x, x)), x, x);
-    const Packet exp = packet_exp(e::pmul(e::pset1<Packet>(T(-2 * kSqrt2OverPi)), inner));
-    return e::pdiv(x, e::padd(e::pset1<Packet>(T(1)), exp));
+    return Eigen::internal::pdiv(x, gelu_tanh_one_plus_exp<T>(x));
   }
 };
+
+// gelu'(x) = s + 2 x u' s (1 - s) of a packet, s = 1 / one_plus_exp: the
+// backward's work (GeluTanhGrad), which the forward can share
+// (gelu_tanh_with_derivative).
+template <typename T, typename Packet>
+EIGEN_STRONG_INLINE Packet gelu_tanh_derivative(const Packet& x, const Packet& one_plus_exp) {
+  namespace e = Eigen::internal;
+  const Packet one = e::pset1<Packet>(T(1)), s = e::pdiv(one, one_plus_exp);
+  const Packet two_du = e::pmul(e::pset1<Packet>(T(2 * kSqrt2OverPi)),
+                                e::pmadd(e::pset1<Packet>(T(3 * kGeluCubic)), e::pmul(x, x), one));
+  return e::padd(s, e::pmul(e::pmul(e::pmul(x, two_du), s), e::psub(one, s)));
+}
 
 template <typename T>
 struct GeluTanhGrad {
@@ -81,16 +99,28 @@ struct GeluTanhGrad {
   }
   template <typename Packet>
   Packet packetOp(const Packet& dy, const Packet& x) const {
-    namespace e = Eigen::internal;
-    const Packet one = e::pset1<Packet>(T(1)), x2 = e::pmul(x, x);
-    const Packet inner = e::pmadd(e::pmul(e::pset1<Packet>(T(kGeluCubic)), x2), x, x);
-    const Packet s = e::pdiv(one, e::padd(one, packet_exp(e::pmul(e::pset1<Packet>(T(-2 * kSqrt2OverPi)), inner))));
-    const Packet two_du = e::pmul(e::pset1<Packet>(T(2 * kSqrt2OverPi)),
-                                  e::pmadd(e::pset1<Packet>(T(3 * kGeluCubic)), x2, one));
-    const Packet slope = e::pmul(e::pmul(e::pmul(x, two_du), s), e::psub(one, s));
-    return e::pmul(dy, e::padd(s, slope));
+    return Eigen::internal::pmul(dy, gelu_tanh_derivative<T>(x, gelu_tanh_one_plus_exp<T>(x)));
   }
 };
+
+#ifdef __AVX2__
+// y = gelu(x) and dydx = gelu'(x) for n contiguous floats, every element in
+// vector lanes (the last partial vector under a mask): y as GeluTanh's
+// vector form computes it, dydx what GeluTanhGrad's multiplies dy by, so a
+// backward of dy * dydx gives its bits. One exponential an element where
+// the forward and the backward each took one.
+void gelu_tanh_with_derivative(const float* x, int64_t n, float* y, float* dydx) {
+  parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+    const VectorRow row(end - begin);
+    row.for_each([&](int64_t i, auto full) {
+      const __m256 v = row.load(x + begin, i, full);
+      const __m256 one_plus_exp = gelu_tanh_one_plus_exp<float>(v);
+      row.store(y + begin, i, _mm256_div_ps(v, one_plus_exp), full);
+      row.store(dydx + begin, i, gelu_tanh_derivative<float>(v, one_plus_exp), full);
+    });
+  });
+}
+#endif
 
 }  // namespace
 }  // namespace loom::cpu
@@ -316,6 +346,24 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, const Tensor& out, double al
       unary_numeric<T>(op, a, out, T(alpha), T(beta));
     });
   }
+}
+
+bool CpuBackend::has_unary_with_derivative(UnaryOp op, DType dtype) const {
+#ifdef __AVX2__
+  return op == UnaryOp::GeluTanh && dtype == kFloat32;
+#else
+  (void)op, (void)dtype;
+  return false;
+#endif
+}
+
+void CpuBackend::unary_with_derivative(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dydx) {
+  LOOM_INTERNAL_ASSERT(has_unary_with_derivative(op, x.dtype()) && x.is_contiguous() && y.is_contiguous() &&
+                           dydx.is_contiguous(),
+                       "unary_with_derivative: no kernel for ", x.dtype(), " or a strided operand");
+#ifdef __AVX2__
+  gelu_tanh_with_derivative(x.data_ptr<float>(), x.numel(), y.data_ptr<float>(), dydx.data_ptr<float>());
+#endif
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,

@@ -42,6 +42,18 @@ Tensor float_unary(const char* op, const char* node, UnaryOp kind, const Tensor&
   return y;
 }
 
+// GELU's tanh form, where the backend computes it and its derivative in one
+// pass (Backend::unary_with_derivative): the backward is dy * dydx, and
+// dydx, not x, is what the graph keeps (the same size).
+Tensor gelu_tanh_saving_derivative(const Tensor& x) {
+  Tensor y = empty(x.shape(), x.options()), dydx = empty(x.shape(), x.options());
+  backend_for(x.device()).unary_with_derivative(UnaryOp::GeluTanh, x, y, dydx);
+  autograd::record("GeluBackward", {x}, y, [dydx = SavedTensor(dydx)](const TensorList& g) {
+    return TensorList{binary_raw(BinaryOp::Mul, g[0], dydx.get())};
+  });
+  return y;
+}
+
 }  // namespace
 
 Tensor neg(const Tensor& x) {
@@ -161,6 +173,9 @@ Tensor relu(const Tensor& x) {
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   const bool tanh_form = approximate == GeluApproximation::Tanh;
+  if (tanh_form && x.defined() && x.numel() > 0 && x.is_contiguous() && autograd::needs_grad(x) &&
+      backend_for(x.device()).has_unary_with_derivative(UnaryOp::GeluTanh, x.dtype()))
+    return gelu_tanh_saving_derivative(x);
   return float_unary("gelu", "GeluBackward", tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x,
                      Saved::Input, [tanh_form](const Tensor& g, const Tensor& x) {
                        return binary_raw(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward,

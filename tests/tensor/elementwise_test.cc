@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "tensor/cpu/vector_math.h"
 #include "tests/test_util.h"
@@ -84,10 +85,14 @@ TEST(Unary, KnownValues) {
   expect_values(logical_not(from_vector<bool>({true, false})), {0, 1});
 }
 
-// GELU's tanh form, differentiated by hand in double, against its backward
-// in float32 (the vector path: tanh once per element for both its uses) and
-// float64, for a full incoming gradient and a broadcast one.
+// GELU's tanh form, differentiated by hand in double, against its forward
+// and backward in float32 and float64, for a full incoming gradient and a
+// broadcast one. A contiguous float32 input that needs a gradient takes the
+// one-pass kernel that writes gelu(x) and gelu'(x) (Backend::
+// unary_with_derivative, 1517 values: a masked last vector); a transposed
+// view, and float64, the forward and a backward from x.
 TEST(Unary, GeluTanhGradientMatchesItsDerivative) {
+  auto value = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
   auto derivative = [](double x) {
     const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
@@ -96,15 +101,23 @@ TEST(Unary, GeluTanhGradientMatchesItsDerivative) {
     Generator gen(43);
     const Tensor x = uniform({37, 41}, -4, 4, {.dtype = dtype}, &gen);
     const Tensor dy = uniform({37, 41}, -2, 2, {.dtype = dtype}, &gen);
-    for (bool broadcast : {false, true}) {
-      Tensor leaf = x.clone().requires_grad_(true);
-      Tensor y = gelu(leaf, GeluApproximation::Tanh);
-      (broadcast ? y.sum() : (y * dy).sum()).backward();
-      const std::vector<double> in = values(x), g = values(dy), got = values(leaf.grad());
-      for (size_t i = 0; i < in.size(); ++i) {
-        const double expected = derivative(in[i]) * (broadcast ? 1.0 : g[i]);
-        ASSERT_NEAR(got[i], expected, (dtype == kFloat32 ? 4e-6 : 1e-12) * std::max(1.0, std::abs(expected)))
-            << dtype_name(dtype) << (broadcast ? " broadcast" : "") << " at x = " << in[i];
+    const double tolerance = dtype == kFloat32 ? 4e-6 : 1e-12;
+    for (bool transposed : {false, true}) {
+      for (bool broadcast : {false, true}) {
+        const std::string where = std::string(dtype_name(dtype)) + (transposed ? " transposed" : "") +
+                                  (broadcast ? " broadcast" : "");
+        Tensor leaf = x.clone().requires_grad_(true);
+        // Element (i, j) of y is gelu(x(i, j)) either way; so is its dy.
+        Tensor y = transposed ? gelu(leaf.t(), GeluApproximation::Tanh).t() : gelu(leaf, GeluApproximation::Tanh);
+        (broadcast ? y.sum() : (y * dy).sum()).backward();
+        const std::vector<double> in = values(x), g = values(dy), out = values(y.detach()), got = values(leaf.grad());
+        for (size_t i = 0; i < in.size(); ++i) {
+          ASSERT_NEAR(out[i], value(in[i]), tolerance * std::max(1.0, std::abs(value(in[i]))))
+              << where << " gelu at x = " << in[i];
+          const double expected = derivative(in[i]) * (broadcast ? 1.0 : g[i]);
+          ASSERT_NEAR(got[i], expected, tolerance * std::max(1.0, std::abs(expected)))
+              << where << " gradient at x = " << in[i];
+        }
       }
     }
   }
