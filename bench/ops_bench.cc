@@ -258,6 +258,21 @@ void BM_attention_loom(benchmark::State& state) {
   set_flops(state, 7.0 * b * h * t * t * d);
 }
 
+// A language model's loss over (tokens, vocabulary) logits: the backend's
+// log-softmax forward and backward (the gpt's 512 x 65, gpt_large's 2048 x 65).
+void BM_log_softmax_loom(benchmark::State& state) {
+  const int64_t rows = state.range(0), vocab = state.range(1);
+  const Tensor logits = randn({rows, vocab}), dy = randn({rows, vocab}), y = empty({rows, vocab}),
+               dx = empty({rows, vocab});
+  const SoftmaxParams p{.log = true};
+  Backend& cpu = backend_for(Device::cpu());
+  for (auto _ : state) {
+    cpu.softmax(logits, 1, p, y);
+    cpu.softmax_backward(y, dy, 1, p, dx);
+    benchmark::DoNotOptimize(dx.raw_data());
+  }
+}
+
 // One LSTM step's pointwise part, forward and backward, over (batch,
 // hidden) float32 rows (the lstm workload's cell: 64 x 128, called 128
 // times a training step): the backend's fused cell kernels.
@@ -466,6 +481,7 @@ BENCHMARK(BM_adamw_eigen)->Arg(1 << 19)->Arg(1 << 22)->Unit(benchmark::kMillisec
 BENCHMARK(BM_gelu_loom)->Arg(1 << 18)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_gelu_eigen)->Arg(1 << 18)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_attention_loom)->Args({8, 4, 64, 32})->Args({16, 4, 128, 64})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_log_softmax_loom)->Args({512, 65})->Args({2048, 65})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_lstm_cell_loom)->Args({64, 128})->Args({64, 37})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_loom)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_layer_norm_eigen)->Args({512, 128})->Args({2048, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();

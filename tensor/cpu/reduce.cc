@@ -10,6 +10,7 @@
 #include "tensor/cpu/float32_compute.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/vector_math.h"
 
 namespace loom::cpu {
 namespace {
@@ -260,7 +261,8 @@ void CpuBackend::softmax(const Tensor& a, int dim, const SoftmaxParams& p, const
           auto in = ConstArrayMap<T>(x + base, seen);
           auto res = ArrayMap<T>(y + base, seen);
           T max = in.maxCoeff() * scale;
-          res = (in * scale - max).exp();
+          res = in * scale;
+          exp_shifted(res.data(), seen, max);  // every element in exp8's vector lanes
           T sum = fixed_order_sum(res);
           if (log)
             res = in * scale - (max + std::log(sum));
@@ -302,6 +304,21 @@ void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
         const int64_t seen = p.causal ? r % l.size + 1 : l.size;  // causal rows are contiguous (inner 1)
+        if (l.inner == 1) {  // a contiguous row: vectorised (a loss's rows of logits)
+          const ConstArrayMap<T> y_row(y + base, seen), dy_row(dy + base, seen);
+          ArrayMap<T> dx_row(dx + base, seen);
+          if (log) {  // exp(y) into dx first: every element by exp_shifted's vector lanes
+            const T dot = fixed_order_sum(dy_row);
+            dx_row = y_row;
+            exp_shifted(dx_row.data(), seen, T(0));
+            dx_row = scale * (dy_row - dx_row * dot);
+          } else {
+            const T dot = fixed_order_sum(dy_row * y_row);
+            dx_row = scale * y_row * (dy_row - dot);
+          }
+          ArrayMap<T>(dx + base + seen, l.size - seen).setZero();
+          continue;
+        }
         T dot = 0;
         for (int64_t j = 0; j < seen; ++j) {
           int64_t k = base + j * l.inner;

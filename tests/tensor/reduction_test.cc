@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <string>
 
 #include "tests/omp_threads.h"
 #include "tests/test_util.h"
@@ -147,6 +148,28 @@ TEST(Softmax, RowsSumToOneAndMatchReference) {
   // Large inputs do not overflow: the max is subtracted first.
   expect_values(softmax(from_vector<float>({1000, 1000}), 0), {0.5, 0.5});
   expect_values(softmax(x.transpose(0, 2), 1), values(softmax(x.transpose(0, 2).contiguous(), 1)), 1e-12);
+}
+
+// float32 softmax and log-softmax over contiguous rows (exp8 in vector
+// lanes, the last partial vector under a mask, forward and backward)
+// against float64 (Eigen's exp; its gradients are held to finite
+// differences by tests/autograd's gradcheck): rows of 1, 7, 8, 65 (a
+// vocabulary) and 100, and a gradient that is not all ones.
+TEST(Softmax, Float32RowsMatchFloat64) {
+  Generator gen(7);
+  for (int64_t n : {1, 7, 8, 65, 100}) {
+    const Tensor x = randn({5, n}, {.dtype = kFloat64}, &gen) * 4.0;
+    const Tensor upstream = randn({5, n}, {.dtype = kFloat64}, &gen);
+    for (bool log : {false, true}) {
+      SCOPED_TRACE(std::string(log ? "log_softmax" : "softmax") + " of rows of " + std::to_string(n));
+      Tensor x64 = x.detach().requires_grad_(), x32 = x.to(kFloat32).requires_grad_();
+      Tensor y64 = log ? log_softmax(x64, 1) : softmax(x64, 1), y32 = log ? log_softmax(x32, 1) : softmax(x32, 1);
+      y64.backward(upstream);
+      y32.backward(upstream.to(kFloat32));
+      EXPECT_LT(testing::max_rel_error(y32, y64), 4e-6);
+      EXPECT_LT(testing::max_rel_error(x32.grad(), x64.grad()), 4e-6);
+    }
+  }
 }
 
 // attention_softmax against what it fuses: a scale, masked_fill(-inf) of the
