@@ -108,7 +108,9 @@ struct GeluTanhGrad {
 // vector lanes (the last partial vector under a mask): y as GeluTanh's
 // vector form computes it, dydx what GeluTanhGrad's multiplies dy by, so a
 // backward of dy * dydx gives its bits. One exponential an element where
-// the forward and the backward each took one.
+// the forward and the backward each took one. y stays x / (1 + e^-2u), not
+// x s, which would save a division: with it, gelu(x) would round apart from
+// the same input's forward without a gradient.
 void gelu_tanh_with_derivative(const float* x, int64_t n, float* y, float* dydx) {
   parallel_for(n, kParallelGrain, [&](int64_t begin, int64_t end) {
     const VectorRow row(end - begin);

@@ -303,8 +303,8 @@ void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim
     parallel_for(l.outer * l.inner, items_per_grain(l.size), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / l.inner, i = r % l.inner, base = o * l.size * l.inner + i;
-        const int64_t seen = p.causal ? r % l.size + 1 : l.size;  // causal rows are contiguous (inner 1)
         if (l.inner == 1) {  // a contiguous row: vectorised (a loss's rows of logits)
+          const int64_t seen = p.causal ? r % l.size + 1 : l.size;
           const ConstArrayMap<T> y_row(y + base, seen), dy_row(dy + base, seen);
           ArrayMap<T> dx_row(dx + base, seen);
           if (log) {  // exp(y) into dx first: every element by exp_shifted's vector lanes
@@ -319,16 +319,15 @@ void CpuBackend::softmax_backward(const Tensor& y_t, const Tensor& dy_t, int dim
           ArrayMap<T>(dx + base + seen, l.size - seen).setZero();
           continue;
         }
-        T dot = 0;
-        for (int64_t j = 0; j < seen; ++j) {
+        T dot = 0;  // a strided row (never causal: check_causal_layout)
+        for (int64_t j = 0; j < l.size; ++j) {
           int64_t k = base + j * l.inner;
           dot += log ? dy[k] : dy[k] * y[k];
         }
-        for (int64_t j = 0; j < seen; ++j) {
+        for (int64_t j = 0; j < l.size; ++j) {
           int64_t k = base + j * l.inner;
           dx[k] = scale * (log ? dy[k] - std::exp(y[k]) * dot : y[k] * (dy[k] - dot));
         }
-        for (int64_t j = seen; j < l.size; ++j) dx[base + j] = T(0);
       }
     });
   });
