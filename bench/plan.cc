@@ -55,19 +55,14 @@ int main(int argc, char** argv) {
     flags.add("--stage-boundaries", boundaries,
               "pipelines: the children each stage after the first begins at, comma-separated (default: where their "
               "measured times balance; compare_parallel prints its own)",
-              Scope::Job);
+              Scope::Job, index_list());
     flags.add_switch("--json", json, "one JSON object a row instead of the table", Scope::Job);
     flags.parse(argc, argv);
 
     options.cluster = parallel::parse_cluster(cluster);
     std::stringstream names(strategies);
     for (std::string name; std::getline(names, name, ',');) options.strategies.push_back(name);
-    std::stringstream cuts(boundaries);
-    for (std::string cut; std::getline(cuts, cut, ',');) {
-      if (cut.empty() || cut.size() > 6 || cut.find_first_not_of("0123456789") != std::string::npos)
-        throw UsageError("--stage-boundaries: '" + cut + "' is not a child's index");
-      options.stage_boundaries.push_back(std::stoi(cut));
-    }
+    options.stage_boundaries = parse_index_list(boundaries);
     const bench::Workload w = bench::make_workload(model, Device::cpu(), mlp, gpt_shape);
     if (options.global_batch == 0) options.global_batch = w.input.size(0);
     const parallel::PlanReport plan = parallel::plan(*w.model, {w.input, w.target, w.loss}, options);

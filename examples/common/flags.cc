@@ -78,6 +78,31 @@ CLI::Validator device_list(size_t most) {
       "a comma-separated list of devices");
 }
 
+std::vector<int> parse_index_list(const std::string& text) {
+  std::vector<int> out;
+  if (text.empty()) return out;
+  std::stringstream items(text + ",");  // so that "3," ends in an empty item, which is an error
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("'" + item + "' is not an index (0 to 999999)");
+    out.push_back(std::stoi(item));
+  }
+  return out;
+}
+
+CLI::Validator index_list() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          parse_index_list(text);
+          return "";
+        } catch (const UsageError& e) {
+          return e.what();
+        }
+      },
+      "a comma-separated list of indices");
+}
+
 Flags::Flags(const std::string& description) : app_(description) {}
 
 CLI::Option* Flags::add_switch(const std::string& name, bool& value, const std::string& description, Scope scope) {

@@ -66,6 +66,9 @@ CLI::Validator device_name();
 // item (",", "cuda:0,") is an invalid device, not one left out.
 std::vector<Device> parse_device_list(const std::string& text, size_t most);
 CLI::Validator device_list(size_t most);
+// A comma-separated list of indices from 0 to 999999 ("3" or "2,5"); empty text is an empty list.
+std::vector<int> parse_index_list(const std::string& text);
+CLI::Validator index_list();
 
 class Flags {
  public:

@@ -124,6 +124,23 @@ TEST(FlagsTest, DeviceListsAreUsageErrorsNamingTheFlagAndTheDevice) {
   EXPECT_EQ(parse(many, {"--devices", "cpu,cpu,cpu,cpu"}), "--devices: a list of at most 3 devices, got 4 (see --help)");
 }
 
+TEST(FlagsTest, IndexListsReadEveryItemAndRejectAnEmptyOne) {
+  std::string cuts;
+  Flags flags("test");
+  flags.add("--stage-boundaries", cuts, "", Scope::Job, index_list());
+  ASSERT_EQ(parse(flags, {"--stage-boundaries", "3,10,999999"}), "");
+  EXPECT_EQ(parse_index_list(cuts), (std::vector<int>{3, 10, 999999}));
+  EXPECT_EQ(parse_index_list(""), std::vector<int>{});
+  for (const std::string bad : {"3,", ",3", "3,,4", "-1", "1000000", "2.5", "x"}) {
+    Flags again("test");
+    again.add("--stage-boundaries", cuts, "", Scope::Job, index_list());
+    const std::string item = bad == "3," || bad == ",3" || bad == "3,,4" ? "" : bad;
+    EXPECT_EQ(parse(again, {"--stage-boundaries", bad}),
+              "--stage-boundaries: '" + item + "' is not an index (0 to 999999) (see --help)")
+        << bad;
+  }
+}
+
 TEST(FlagsTest, HelpPrintsAndAsksToExit) {
   Values v;
   Flags flags("test");
