@@ -38,6 +38,7 @@
 #include <tuple>
 #include <utility>
 
+#include "bench/compare/measuring.h"
 #include "bench/compare/strategies.h"
 #include "examples/common/flags.h"
 #include "examples/common/program.h"
@@ -154,6 +155,24 @@ CLI::Validator mesh_shape() {
 }
 
 // Rank 0 plans the stages (it alone times the layers); every rank needs the cuts.
+
+// --stage-boundaries: one cut between each two of the `stages`, rising, each
+// inside the model's children. Every rank checks, before any of them works.
+void check_stage_boundaries(const std::vector<int>& cuts, int stages, const Workload& w) {
+  std::string text;
+  for (int cut : cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
+  const std::string flag = "--stage-boundaries " + text;
+  const auto seq = as_sequential(w.model);
+  if (!seq) throw UsageError(flag + ": the model is not a Sequential, so no pipeline cuts it");
+  const int children = static_cast<int>(seq->size());
+  if (static_cast<int>(cuts.size()) != stages - 1)
+    throw UsageError(flag + ": " + std::to_string(stages) + " stages need " + std::to_string(stages - 1) +
+                     (stages == 2 ? " cut" : " cuts") + ", got " + std::to_string(cuts.size()));
+  for (size_t i = 0; i < cuts.size(); ++i)
+    if (cuts[i] < 1 || cuts[i] >= children || (i > 0 && cuts[i] <= cuts[i - 1]))
+      throw UsageError(flag + ": each cut must be a child's index from 1 to " + std::to_string(children - 1) +
+                       ", rising (the model has " + std::to_string(children) + " children)");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +212,11 @@ int main(int argc, char** argv) {
             "replicas, ranks or pipeline stages: a count (of --device), or a list such as cuda:0,cuda:1 for the "
             "single-process strategies (under mpirun: the ranks)",
             Scope::Job, device_count_or_list());
+        std::string boundaries_text;
+        flags.add("--stage-boundaries", boundaries_text,
+                  "pipelines of --devices stages: the children each stage after the first begins at, comma-separated "
+                  "(default: where the children's measured times balance); bench/plan takes the same",
+                  Scope::Job, index_list());
         flags.add("--micro-batches", config.micro_batches, "pipeline micro-batches per step", Scope::Job,
                   integer_in(1, 1 << 16));
         flags.add("--steps", config.steps, "timed steps per strategy", Scope::Job, integer_in(1, 1000000));
@@ -291,8 +315,10 @@ int main(int argc, char** argv) {
         if (pipelines && config.micro_batches > w.input.size(0))
           throw UsageError("--micro-batches " + std::to_string(config.micro_batches) + ": more than the " +
                            std::to_string(w.input.size(0)) + " samples of a " + model + " step (see --help)");
+        const std::vector<int> cuts = parse_index_list(boundaries_text);
+        if (!cuts.empty()) check_stage_boundaries(cuts, config.devices, w);
         StagePlan plan;
-        if (writer) plan = plan_stages(w, config.devices);
+        if (writer) plan = plan_stages(w, config.devices, cuts);
         if (config.group) {
           parallel::share_boundaries(plan.boundaries, *config.group, config.device);
           parallel::share_part_times(plan.part_times, *config.group, config.device);
@@ -329,7 +355,8 @@ int main(int argc, char** argv) {
           // Where the pipelines are cut: bench/plan --stage-boundaries plans the same stages.
           std::string at;
           for (int b : plan.boundaries) at += (at.empty() ? "" : ",") + std::to_string(b);
-          std::printf("pipeline stages begin at children %s (balanced by their measured times)\n", at.c_str());
+          std::printf("pipeline stages begin at children %s (%s)\n", at.c_str(),
+                      cuts.empty() ? "balanced by their measured times" : "as --stage-boundaries asked");
         }
         if (writer && config.group)
           std::printf("NOTE: under mpirun each of the %d ranks is one device with its share of the %u cores (OpenMP "

@@ -34,7 +34,7 @@
 #include "bench/compare/measuring.h"
 
 namespace loom::bench {
-StagePlan plan_stages(const Workload& w, int stages) {
+StagePlan plan_stages(const Workload& w, int stages, const std::vector<int>& given) {
   StagePlan plan;
   parallel::Profile& p = plan.profile;
   p.input_bytes = bytes_in(w.input);
@@ -42,7 +42,7 @@ StagePlan plan_stages(const Workload& w, int stages) {
   auto seq = as_sequential(w.model);
   if (seq && static_cast<int>(seq->size()) >= stages) {
     const parallel::ChildCosts t = parallel::time_children(nn::Sequential(seq), w.input);
-    plan.boundaries = parallel::balanced_boundaries(t.seconds(), stages);
+    plan.boundaries = given.empty() ? parallel::balanced_boundaries(t.seconds(), stages) : given;
     plan.part_times = parallel::part_pass_times(t, plan.boundaries);
     for (const parallel::PassTimes& part : plan.part_times) {
       p.stage_forward_s.push_back(part.forward);

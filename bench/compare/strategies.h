@@ -69,7 +69,10 @@ struct Measurement {
   std::string timeline;  // pipelines: the last step drawn, one line per stage (simulator.h); else empty
 };
 
-StagePlan plan_stages(const Workload& w, int stages);
+// Where a pipeline of `stages` is cut (the children each stage after the
+// first begins at): `given`, else where the children's measured times
+// balance; with each stage's timed passes.
+StagePlan plan_stages(const Workload& w, int stages, const std::vector<int>& given = {});
 
 // strategy: single, dp, ddp, zero1, zero2, fsdp, layer_split, gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,
 // hybrid, tp; any of them with "_ckpt" appended runs on checkpointed(w).

@@ -168,6 +168,24 @@ status=$?
 set -e
 [ "$status" = 2 ] && [ "$(cat baddevice.log)" = "compare_parallel: --device: invalid device 'cuda:99999999999': \
 a CUDA device index is from 0 to 127 (see --help)" ] || { echo "--device cuda:99999999999: status $status"; cat baddevice.log; exit 1; }
+# A pipeline cut that does not fit the model or the stages is a usage error naming it.
+for cuts in "1,2" "0" "9"; do
+  case "$cuts" in
+    1,2) why="2 stages need 1 cut, got 2" ;;
+    *) why="each cut must be a child's index from 1 to 8, rising (the model has 9 children)" ;;
+  esac
+  set +e
+  "$tool" --model mlp --mlp-hidden 64 --mlp-layers 5 --strategies gpipe --stage-boundaries "$cuts" --steps 1 \
+    > badcuts.log 2>&1
+  status=$?
+  set -e
+  [ "$status" = 2 ] && [ "$(cat badcuts.log)" = "compare_parallel: --stage-boundaries $cuts: $why" ] \
+    || { echo "--stage-boundaries $cuts: status $status, want 2 and the message"; cat badcuts.log; exit 1; }
+done
+# A cut that fits is where the pipelines are cut.
+"$tool" --model mlp --mlp-hidden 64 --mlp-layers 5 --strategies gpipe --stage-boundaries 6 --micro-batches 4 --steps 1 \
+  --warmup 0 --out cut > cut.log 2>&1 || { cat cut.log; exit 1; }
+grep -q "^pipeline stages begin at children 6 (as --stage-boundaries asked)" cut.log || { cat cut.log; exit 1; }
 # A bad flag value is a clear error.
 if "$tool" --link carrier-pigeon > bad.log 2>&1; then echo "--link carrier-pigeon accepted"; exit 1; fi
 grep -q "expected pcie or nvlink" bad.log || { cat bad.log; exit 1; }
