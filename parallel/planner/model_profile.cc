@@ -52,30 +52,63 @@ std::shared_ptr<nn::SequentialImpl> cuttable(const nn::ModulePtr& model) {
   return sequential && sequential->size() >= 2 ? sequential : nullptr;
 }
 
-// Each part's kept bytes, output bytes and forward FLOPs at n samples, the
-// forward run with autograd recording, as in training. A part's kept bytes
-// are what the allocator holds after it less what it held after the part
-// before: what the graph saves and the output, less an input nothing saved
-// (a ReLU that keeps its output frees the product before it), so a part's
-// figure may be negative; a run of parts (a stage) adds up to what it holds.
-void measure_parts(const std::vector<std::pair<std::string, nn::ModulePtr>>& parts, const Tensor& x, int64_t n,
-                   Device device, ModelProfile& p) {
-  Tensor h = x;
-  synchronize(device);
-  int64_t held = memory_stats(device).allocated_bytes;
+// The peak of a part's backward above what its forward left held, the
+// incoming gradient included, at n samples: the temporaries of one
+// micro-batch's backward in a pipeline stage. The part runs once before, so
+// that its parameters' gradients exist and the measured pass adds into them,
+// as every micro-batch after a step's first does.
+double backward_peak(nn::Module& part, const Tensor& input, int64_t n, Device device) {
+  Tensor x = first(input, n).detach();
+  if (is_floating(x.dtype())) x.requires_grad_();
+  auto pass = [&](bool measured) {
+    Tensor y = part.forward(x);
+    if (!y.requires_grad()) return 0.0;
+    synchronize(device);
+    reset_peak_memory_stats(device);
+    const int64_t before = memory_stats(device).allocated_bytes;
+    y.backward(ones_like(y));
+    synchronize(device);
+    x.set_grad(Tensor());
+    return measured ? static_cast<double>(memory_stats(device).peak_allocated_bytes - before) : 0.0;
+  };
+  pass(false);
+  const double peak = pass(true);
+  part.zero_grad();
+  return peak;
+}
+
+// Each part's kept bytes, output bytes, forward FLOPs and backward
+// temporaries, the forward run with autograd recording, as in training. A
+// part's kept bytes are what the allocator holds after it less what it held
+// after the part before: what the graph saves and the output, less an input
+// nothing saved (a ReLU that keeps its output frees the product before it),
+// so a part's figure may be negative; a run of parts (a stage) adds up to
+// what it holds. What the part frees of its input is kept apart: a pipeline
+// stage that begins with the part keeps its received input all the same.
+void measure_parts(const std::vector<std::pair<std::string, nn::ModulePtr>>& parts, const Tensor& x,
+                   const MeasuringBatches& at, Device device, ModelProfile& p) {
+  const int64_t n = at.large;
+  Tensor h = first(x, n);
   for (const auto& [name, part] : parts) {
     ModelProfile::Part info;
     info.name = name;
     info.parameters = part->num_parameters();
+    info.backward_bytes = fit_step_memory(at, [&](int64_t k) { return backward_peak(*part, h, k, device); });
+    synchronize(device);
+    const int64_t held = memory_stats(device).allocated_bytes;
     FlopCounter flops;
+    Tensor input = h;
     {
       FlopCounter::Scope scope(flops);
       h = part->forward(h);
     }
     synchronize(device);
+    const int64_t with_input = memory_stats(device).allocated_bytes;
+    input = Tensor();
+    synchronize(device);
     const int64_t now = memory_stats(device).allocated_bytes;
     info.kept_bytes_per_sample = static_cast<double>(now - held) / n;
-    held = now;
+    info.input_freed_bytes_per_sample = static_cast<double>(with_input - now) / n;
     info.output_bytes_per_sample = static_cast<double>(h.nbytes()) / n;
     info.forward_flops_per_sample = static_cast<double>(flops.total()) / n;
     p.parts.push_back(info);
@@ -151,12 +184,12 @@ ModelProfile profile_model(const nn::Module& model, const SampleBatch& sample, c
 
   opt->zero_grad();
   if (const auto sequential = cuttable(copy)) {
-    measure_parts(sequential->named_children(), first(sample.input, large), large, device, p);
+    measure_parts(sequential->named_children(), sample.input, at, device, p);
     // A pipeline is cut where the children's measured times balance, as compare_parallel cuts it.
     const std::vector<double> seconds = time_children(nn::Sequential(sequential), sample.input).seconds();
     for (size_t i = 0; i < p.parts.size(); ++i) p.parts[i].seconds = seconds[i];
   } else {
-    measure_parts({{"model", copy}}, first(sample.input, large), large, device, p);
+    measure_parts({{"model", copy}}, sample.input, at, device, p);
   }
   for (const ModelProfile::Part& part : p.parts) p.forward_flops_per_sample += part.forward_flops_per_sample;
   p.largest_part = largest_unit_numel(*copy, container_units(*copy));

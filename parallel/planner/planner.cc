@@ -171,6 +171,39 @@ std::vector<double> part_costs(const ModelProfile& p) {
   return timed ? seconds : flops;
 }
 
+// A pipeline stage's memory: the parts begin..end of the profile, with
+// `in_flight` micro-batches of `micro` samples between their forward and
+// backward. A stage after the first keeps each micro-batch's received input
+// until its backward reads the input's gradient (the whole model's profile
+// counted that tensor on the part before the cut, and a first part that
+// would free it, such as a ReLU, cannot). One micro-batch at a time runs its
+// backward: as it reaches part i, what the parts after i saved is released,
+// and part i's temporaries and gradients come on top. A send does not wait
+// for its receiver, so the gradient a stage sent back for one micro-batch
+// may still be held when it works on the next: one input more, up to m.
+MemoryParts stage_memory(const Context& c, size_t begin, size_t end, double micro, int in_flight, int m) {
+  const auto& parts = c.p.parts;
+  MemoryParts mem;
+  int64_t numel = 0;
+  for (size_t i = begin; i < end; ++i) numel += parts[i].parameters;
+  mem.parameters = mem.gradients = numel * c.p.element_size;
+  mem.optimizer_state = numel * 4 * c.p.optimizer_state_tensors;
+  const bool received = begin > 0;
+  const double input = received ? parts[begin - 1].output_bytes_per_sample : 0;
+  double held = received ? parts[begin].input_freed_bytes_per_sample : 0;  // a micro-batch's, per sample
+  double backward_peak = 0;
+  for (size_t i = begin; i < end; ++i) {
+    held += parts[i].kept_bytes_per_sample;
+    const StepMemory& temporaries = parts[i].backward_bytes;
+    backward_peak = std::max(backward_peak, temporaries.fixed + c.activation_scale * (std::max(0.0, held) +
+                                                                                     temporaries.per_sample) * micro);
+  }
+  mem.activations =
+      static_cast<int64_t>(c.activation_scale * std::max(0.0, held) * micro * (in_flight - 1) + backward_peak);
+  mem.buffers = static_cast<int64_t>(c.activation_scale * input * micro * std::min(m, in_flight + 1));
+  return mem;
+}
+
 // gpipe, 1f1b (stages = n), or hybrid: d replicas of a 1F1B pipeline of `stages`.
 StrategyPlan pipeline(const Context& c, const std::string& strategy, int d, int stages) {
   const int n = d * stages, m = c.o.micro_batches;
@@ -186,28 +219,15 @@ StrategyPlan pipeline(const Context& c, const std::string& strategy, int d, int 
   profile.parameter_bytes = static_cast<double>(c.parameter_bytes());
   for (int s = 0; s < stages; ++s) {
     const size_t begin = first[s], end = s + 1 < stages ? first[s + 1] : c.p.parts.size();
-    int64_t numel = 0;
-    double kept = 0, cost = 0;
-    for (size_t i = begin; i < end; ++i) {
-      numel += c.p.parts[i].parameters;
-      kept += c.p.parts[i].kept_bytes_per_sample;
-      cost += costs[i];
-    }
+    double cost = 0;
+    for (size_t i = begin; i < end; ++i) cost += costs[i];
     const double share = all_costs > 0 ? cost / all_costs : 1.0 / stages;
     profile.stage_forward_s.push_back(c.forward_s(c.batch) * share);
     profile.stage_backward_s.push_back(c.backward_s(c.batch) * share);
     if (s + 1 < stages) profile.boundary_bytes.push_back(c.p.parts[end - 1].output_bytes_per_sample * c.batch);
     // GPipe keeps every micro-batch's activations until its backwards; 1F1B at most stages - s.
-    const double in_flight = strategy == "gpipe" ? m : std::min(m, stages - s);
-    MemoryParts mem;
-    mem.parameters = mem.gradients = numel * c.p.element_size;
-    mem.optimizer_state = numel * 4 * c.p.optimizer_state_tensors;
-    const double weight_share = static_cast<double>(numel) / c.p.parameters;
-    mem.activations =
-        static_cast<int64_t>(c.p.step_bytes.fixed * weight_share + c.activation_scale * std::max(0.0, kept) * micro * in_flight);
-    const double input = s == 0 ? 0 : c.p.parts[begin - 1].output_bytes_per_sample;
-    const double output = s + 1 < stages ? c.p.parts[end - 1].output_bytes_per_sample : 0;
-    mem.buffers = static_cast<int64_t>(c.activation_scale * (input + output) * micro * 2);  // received and sent, and their gradients
+    const int in_flight = strategy == "gpipe" ? m : std::min(m, stages - s);
+    const MemoryParts mem = stage_memory(c, begin, end, micro, in_flight, m);
     r.all_ranks_bytes += mem.total() * d;
     if (mem.total() > r.memory.total()) r.memory = mem;
   }
@@ -369,8 +389,11 @@ std::string PlanReport::json_lines() const {
   for (const ModelProfile::Part& part : profile.parts) {
     std::snprintf(line, sizeof line,
                   "{\"bench\": \"plan_part\", \"name\": \"%s\", \"parameters\": %lld, \"kept_bytes_per_sample\": %.1f, "
-                  "\"output_bytes_per_sample\": %.1f, \"forward_flops_per_sample\": %.0f}\n",
+                  "\"input_freed_bytes_per_sample\": %.1f, \"backward_fixed_bytes\": %.0f, "
+                  "\"backward_bytes_per_sample\": %.1f, \"output_bytes_per_sample\": %.1f, "
+                  "\"forward_flops_per_sample\": %.0f}\n",
                   part.name.c_str(), static_cast<long long>(part.parameters), part.kept_bytes_per_sample,
+                  part.input_freed_bytes_per_sample, part.backward_bytes.fixed, part.backward_bytes.per_sample,
                   part.output_bytes_per_sample, part.forward_flops_per_sample);
     out << line;
   }

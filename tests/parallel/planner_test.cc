@@ -40,8 +40,9 @@ TEST(DeviceTable, NamesCudaReportsAndUnknownGpusHaveNoPeak) {
 }
 
 // A model of 1000 float32 parameters in four equal Linear-like parts, each
-// keeping 100 bytes a sample and sending 10; a step's activations 400 bytes a
-// sample plus 200 fixed; 10 forward and 30 training FLOPs a sample.
+// keeping 100 bytes a sample and sending 10, its backward's temporaries 50
+// bytes plus 20 a sample; a step's activations 400 bytes a sample plus 200
+// fixed; 10 forward and 30 training FLOPs a sample.
 ModelProfile four_parts() {
   ModelProfile p;
   p.parameters = 1000;
@@ -49,7 +50,11 @@ ModelProfile four_parts() {
   p.step_bytes = {200, 400};
   p.flops_per_sample = 30;
   p.forward_flops_per_sample = 10;
-  for (int i = 0; i < 4; ++i) p.parts.push_back({std::to_string(i), 250, 100, 10, 2.5});
+  for (int i = 0; i < 4; ++i) {
+    ModelProfile::Part part{std::to_string(i), 250, 100, 10, 2.5};
+    part.backward_bytes = {50, 20};
+    p.parts.push_back(part);
+  }
   p.largest_part = 250;
   return p;
 }
@@ -99,16 +104,53 @@ TEST(Planner, PipelineStagesHoldTheirMicroBatchesInFlight) {
   ASSERT_NE(gpipe, nullptr);
   ASSERT_NE(one_f_one_b, nullptr);
   EXPECT_EQ(gpipe->batch_per_rank, 16);
-  const int64_t state = 250 * 16, fixed = 200 / 4;
+  const int64_t state = 250 * 16, micro = 100 * 16;
+  const int64_t backward = 50 + (100 + 20) * 16;  // the micro-batch in its backward, with the temporaries
   // GPipe: all 4 micro-batches on every stage; 1F1B: stage 0 holds 4 - 0.
-  EXPECT_EQ(gpipe->memory.activations, fixed + 100 * 16 * 4);
-  EXPECT_EQ(one_f_one_b->memory.activations, fixed + 100 * 16 * 4);
+  EXPECT_EQ(gpipe->memory.activations, 3 * micro + backward);
+  EXPECT_EQ(one_f_one_b->memory.activations, 3 * micro + backward);
   EXPECT_EQ(gpipe->memory.parameters + gpipe->memory.gradients + gpipe->memory.optimizer_state, state);
-  // Over the stages 1F1B holds 4 + 3 + 2 + 1 micro-batches, GPipe 16.
-  const int64_t buffers = gpipe->all_ranks_bytes - 4 * (state + fixed) - 100 * 16 * 16;
-  EXPECT_EQ(one_f_one_b->all_ranks_bytes, 4 * (state + fixed) + 100 * 16 * 10 + buffers);
+  // The stages after the first keep each micro-batch's received input (10
+  // bytes a sample): GPipe all 4; 1F1B those in flight and one gradient
+  // sent back, up to 4 (stage 1: 3 + 1, stage 2: 2 + 1, stage 3: 1 + 1).
+  EXPECT_EQ(gpipe->memory.buffers, 10 * 16 * 4);  // the largest rank is a later stage
+  EXPECT_EQ(one_f_one_b->memory.buffers, 0);      // stage 0: it holds the most, and receives nothing
+  EXPECT_EQ(gpipe->all_ranks_bytes, 4 * (state + 3 * micro + backward) + 3 * 10 * 16 * 4);
+  // Over the stages 1F1B holds 3 + 2 + 1 + 0 micro-batches beside the one in its backward.
+  EXPECT_EQ(one_f_one_b->all_ranks_bytes, 4 * (state + backward) + 6 * micro + 10 * 16 * (4 + 3 + 2));
   // The bubble: (stages - 1) micro-batch slots of the slowest stage's forward and backward.
   EXPECT_NEAR(gpipe->time.bubble_s, 3 * (30.0 * 64 / 4 / 1e9) / 4, 1e-15);
+}
+
+// A stage that begins with a ReLU keeps the input the ReLU would free, and
+// its backward peaks where what is held and the temporaries add most.
+TEST(Planner, APipelineStageKeepsTheInputItsFirstPartWouldFree) {
+  ModelProfile p = four_parts();
+  // Part 1 a ReLU: it keeps its output (10 bytes a sample) and frees its
+  // input (10): nothing added. Part 2's backward has large temporaries.
+  p.parts[1] = {"relu", 0, 0, 10, 0};
+  p.parts[1].input_freed_bytes_per_sample = 10;
+  p.parts[1].backward_bytes = {0, 20};
+  p.parts[2].backward_bytes = {1000, 500};
+  PlanOptions o = four_devices();
+  o.cluster.devices_per_node = 2;
+  o.stage_boundaries = {1};  // stage 0: part 0; stage 1: the ReLU, parts 2 and 3
+  o.strategies = {"gpipe"};
+  const PlanReport r = plan(p, o);
+  const StrategyPlan* gpipe = r.find("gpipe");
+  ASSERT_NE(gpipe, nullptr);
+  const int64_t micro = 64 / 4;  // one pipeline of the 64 samples, 4 micro-batches
+  EXPECT_EQ(gpipe->batch_per_rank, micro);
+  // Stage 1 holds, a micro-batch and per sample, the ReLU's input it keeps
+  // (10) and what its parts keep (0 + 100 + 100); part 2's backward peaks
+  // with parts 1 and 2 held (110) and its 1000 + 500 a sample.
+  const int64_t held = 10 + 0 + 100 + 100;
+  const int64_t at_part_2 = 1000 + (10 + 0 + 100 + 500) * micro;
+  const int64_t at_part_3 = 50 + (held + 20) * micro;
+  ASSERT_GT(at_part_2, at_part_3);
+  EXPECT_EQ(gpipe->memory.parameters, 500 * 4);
+  EXPECT_EQ(gpipe->memory.activations, 3 * held * micro + at_part_2);
+  EXPECT_EQ(gpipe->memory.buffers, 10 * micro * 4);  // the received inputs, as many as the micro-batches
 }
 
 TEST(Planner, TensorParallelActivationsFollowTheTransformerShares) {
@@ -183,6 +225,16 @@ TEST(ModelProfile, AnMlpsParametersStateAndFlopsAsCountedByHand) {
   EXPECT_EQ(p.largest_part, 16 * 32 + 32);
   // A step keeps at least each layer's input and output a sample.
   EXPECT_GE(p.step_bytes.per_sample, (16 + 32 + 8) * 4);
+  // The ReLU keeps its output and frees its input (the first Linear's
+  // output, which nothing saved); a Linear keeps its input.
+  EXPECT_DOUBLE_EQ(p.parts[1].input_freed_bytes_per_sample, 32 * 4);
+  EXPECT_DOUBLE_EQ(p.parts[1].kept_bytes_per_sample, 0);
+  EXPECT_DOUBLE_EQ(p.parts[2].input_freed_bytes_per_sample, 0);
+  // The last Linear's backward: the incoming gradient (8 a sample) and the
+  // input's (32), and its weight and bias gradients added into those there.
+  EXPECT_DOUBLE_EQ(p.parts[2].backward_bytes.per_sample, (8 + 32) * 4);
+  EXPECT_GE(p.parts[2].backward_bytes.fixed, (32 * 8 + 8) * 4);
+  EXPECT_LE(p.parts[2].backward_bytes.fixed, 2 * (32 * 8 + 8) * 4);
   EXPECT_THROW_MSG(profile_model(*mlp, {x, y.narrow(0, 0, 8)}), "input has 32 samples and its target 8");
 }
 
