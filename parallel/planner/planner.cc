@@ -181,7 +181,12 @@ std::vector<double> part_costs(const ModelProfile& p) {
 // and part i's temporaries and gradients come on top. A send does not wait
 // for its receiver, so the gradient a stage sent back for one micro-batch
 // may still be held when it works on the next: one input more, up to m.
-MemoryParts stage_memory(const Context& c, size_t begin, size_t end, double micro, int in_flight, int m) {
+struct StageMemory {
+  MemoryParts mem;
+  int64_t pending_send = 0;  // that gradient, when there is room for it
+};
+
+StageMemory stage_memory(const Context& c, size_t begin, size_t end, double micro, int in_flight, int m) {
   const auto& parts = c.p.parts;
   MemoryParts mem;
   int64_t numel = 0;
@@ -200,8 +205,10 @@ MemoryParts stage_memory(const Context& c, size_t begin, size_t end, double micr
   }
   mem.activations =
       static_cast<int64_t>(c.activation_scale * std::max(0.0, held) * micro * (in_flight - 1) + backward_peak);
-  mem.buffers = static_cast<int64_t>(c.activation_scale * input * micro * std::min(m, in_flight + 1));
-  return mem;
+  const int64_t one_input = static_cast<int64_t>(c.activation_scale * input * micro);
+  const int64_t pending_send = in_flight < m ? one_input : 0;
+  mem.buffers = one_input * in_flight + pending_send;
+  return {mem, pending_send};
 }
 
 // gpipe, 1f1b (stages = n), or hybrid: d replicas of a 1F1B pipeline of `stages`.
@@ -227,9 +234,12 @@ StrategyPlan pipeline(const Context& c, const std::string& strategy, int d, int 
     if (s + 1 < stages) profile.boundary_bytes.push_back(c.p.parts[end - 1].output_bytes_per_sample * c.batch);
     // GPipe keeps every micro-batch's activations until its backwards; 1F1B at most stages - s.
     const int in_flight = strategy == "gpipe" ? m : std::min(m, stages - s);
-    const MemoryParts mem = stage_memory(c, begin, end, micro, in_flight, m);
+    const auto [mem, pending_send] = stage_memory(c, begin, end, micro, in_flight, m);
     r.all_ranks_bytes += mem.total() * d;
-    if (mem.total() > r.memory.total()) r.memory = mem;
+    if (mem.total() > r.memory.total()) {
+      r.memory = mem;
+      r.pending_send_bytes = pending_send;
+    }
   }
   ProjectionSettings settings{.devices = stages, .micro_batches = m, .mesh_data = d, .link = c.o.cluster.link_for(n)};
   const std::string projected = d == 1 ? strategy : "hybrid";
@@ -402,13 +412,14 @@ std::string PlanReport::json_lines() const {
                   "{\"bench\": \"plan\", \"strategy\": \"%s\", \"mesh\": \"%s\", \"ranks\": %d, \"batch_per_rank\": %lld, "
                   "\"parameters_bytes\": %lld, \"gradients_bytes\": %lld, \"optimizer_bytes\": %lld, "
                   "\"activations_bytes\": %lld, \"buffers_bytes\": %lld, \"gathered_bytes\": %lld, \"peak_bytes\": %lld, "
-                  "\"all_ranks_bytes\": %lld, \"fits\": %s, \"step_ms\": %.4f, \"compute_ms\": %.4f, \"comm_ms\": %.4f, "
+                  "\"pending_send_bytes\": %lld, \"all_ranks_bytes\": %lld, \"fits\": %s, \"step_ms\": %.4f, \"compute_ms\": %.4f, \"comm_ms\": %.4f, "
                   "\"bubble_ms\": %.4f, \"mfu\": %.4f}\n",
                   r.strategy.c_str(), r.mesh.c_str(), r.ranks, static_cast<long long>(r.batch_per_rank),
                   static_cast<long long>(r.memory.parameters), static_cast<long long>(r.memory.gradients),
                   static_cast<long long>(r.memory.optimizer_state), static_cast<long long>(r.memory.activations),
                   static_cast<long long>(r.memory.buffers), static_cast<long long>(r.memory.gathered),
-                  static_cast<long long>(r.memory.total()), static_cast<long long>(r.all_ranks_bytes),
+                  static_cast<long long>(r.memory.total()), static_cast<long long>(r.pending_send_bytes),
+                  static_cast<long long>(r.all_ranks_bytes),
                   r.fits ? "true" : "false", 1e3 * r.time.total(), 1e3 * r.time.compute_s, 1e3 * r.time.comm_s,
                   1e3 * r.time.bubble_s, r.mfu);
     out << line;

@@ -77,6 +77,9 @@ struct StrategyPlan {
   int64_t batch_per_rank = 0;  // samples a rank's forward sees at once (a micro-batch in pipelines)
   MemoryParts memory;          // the rank that needs the most
   int64_t all_ranks_bytes = 0; // every rank's peak added
+  // Of that rank's memory.total(), what it holds at its peak only when a
+  // peer is late: a pipeline's gradient sent back and not yet received.
+  int64_t pending_send_bytes = 0;
   bool fits = false;           // memory.total() within kUsableShare of the device's memory
   StepTime time;
   double mfu = 0;

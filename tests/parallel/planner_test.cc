@@ -115,6 +115,7 @@ TEST(Planner, PipelineStagesHoldTheirMicroBatchesInFlight) {
   // sent back, up to 4 (stage 1: 3 + 1, stage 2: 2 + 1, stage 3: 1 + 1).
   EXPECT_EQ(gpipe->memory.buffers, 10 * 16 * 4);  // the largest rank is a later stage
   EXPECT_EQ(one_f_one_b->memory.buffers, 0);      // stage 0: it holds the most, and receives nothing
+  EXPECT_EQ(one_f_one_b->pending_send_bytes, 0);
   EXPECT_EQ(gpipe->all_ranks_bytes, 4 * (state + 3 * micro + backward) + 3 * 10 * 16 * 4);
   // Over the stages 1F1B holds 3 + 2 + 1 + 0 micro-batches beside the one in its backward.
   EXPECT_EQ(one_f_one_b->all_ranks_bytes, 4 * (state + backward) + 6 * micro + 10 * 16 * (4 + 3 + 2));
@@ -135,7 +136,7 @@ TEST(Planner, APipelineStageKeepsTheInputItsFirstPartWouldFree) {
   PlanOptions o = four_devices();
   o.cluster.devices_per_node = 2;
   o.stage_boundaries = {1};  // stage 0: part 0; stage 1: the ReLU, parts 2 and 3
-  o.strategies = {"gpipe"};
+  o.strategies = {"gpipe", "1f1b"};
   const PlanReport r = plan(p, o);
   const StrategyPlan* gpipe = r.find("gpipe");
   ASSERT_NE(gpipe, nullptr);
@@ -151,6 +152,14 @@ TEST(Planner, APipelineStageKeepsTheInputItsFirstPartWouldFree) {
   EXPECT_EQ(gpipe->memory.parameters, 500 * 4);
   EXPECT_EQ(gpipe->memory.activations, 3 * held * micro + at_part_2);
   EXPECT_EQ(gpipe->memory.buffers, 10 * micro * 4);  // the received inputs, as many as the micro-batches
+  EXPECT_EQ(gpipe->pending_send_bytes, 0);
+  // 1F1B's last stage: one micro-batch in flight, its received input and
+  // the gradient it sent back for the one before, which may still be held.
+  const StrategyPlan* one_f_one_b = r.find("1f1b");
+  ASSERT_NE(one_f_one_b, nullptr);
+  EXPECT_EQ(one_f_one_b->memory.activations, at_part_2);
+  EXPECT_EQ(one_f_one_b->memory.buffers, 2 * 10 * micro);
+  EXPECT_EQ(one_f_one_b->pending_send_bytes, 10 * micro);
 }
 
 TEST(Planner, TensorParallelActivationsFollowTheTransformerShares) {
