@@ -412,8 +412,8 @@ std::string PlanReport::json_lines() const {
                   "{\"bench\": \"plan\", \"strategy\": \"%s\", \"mesh\": \"%s\", \"ranks\": %d, \"batch_per_rank\": %lld, "
                   "\"parameters_bytes\": %lld, \"gradients_bytes\": %lld, \"optimizer_bytes\": %lld, "
                   "\"activations_bytes\": %lld, \"buffers_bytes\": %lld, \"gathered_bytes\": %lld, \"peak_bytes\": %lld, "
-                  "\"pending_send_bytes\": %lld, \"all_ranks_bytes\": %lld, \"fits\": %s, \"step_ms\": %.4f, \"compute_ms\": %.4f, \"comm_ms\": %.4f, "
-                  "\"bubble_ms\": %.4f, \"mfu\": %.4f}\n",
+                  "\"pending_send_bytes\": %lld, \"all_ranks_bytes\": %lld, \"fits\": %s, \"step_ms\": %.4f, "
+                  "\"compute_ms\": %.4f, \"comm_ms\": %.4f, \"bubble_ms\": %.4f, \"mfu\": %.4f}\n",
                   r.strategy.c_str(), r.mesh.c_str(), r.ranks, static_cast<long long>(r.batch_per_rank),
                   static_cast<long long>(r.memory.parameters), static_cast<long long>(r.memory.gradients),
                   static_cast<long long>(r.memory.optimizer_state), static_cast<long long>(r.memory.activations),
