@@ -18,13 +18,16 @@
 # Where the signal lands: the --trace file of steps 3-5 appears after step 5,
 # and epoch 1's checkpoint as epoch 2 begins; the signal follows at once. A
 # stop that fell on an epoch's end would be a valid stop, but not the case
-# under test: the stop's line says it was inside the epoch.
+# under test: the stop's line says it was inside the epoch. The epochs are
+# long enough that a slow moment of the machine (tests side by side, a
+# background commit's fsync) does not let the epoch end before the signal:
+# at 40 steps, about 40 ms, a CI run once missed it and finished the run.
 set -euo pipefail
 mode=$1 example=$(realpath "$2") same_state=$(realpath "$3")
 cd "${TEST_TMPDIR:-$(mktemp -d)}"
 export TMPDIR=/tmp  # Open MPI's session sockets need a short path
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-steps=40
+steps=300
 run=(--epochs 2 --max-steps-per-epoch $steps --batch-size 32 --workers 1 --width 4)
 launcher=()
 [ "$mode" = ddp ] && launcher=(mpirun -np 2 --oversubscribe --bind-to none)
