@@ -45,6 +45,7 @@
 #include "examples/common/ranks.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/distributed_pipeline.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/planner/mfu.h"
 #include "tensor/allocator.h"
 #include "tensor/file_io.h"
@@ -157,7 +158,8 @@ CLI::Validator mesh_shape() {
 // Rank 0 plans the stages (it alone times the layers); every rank needs the cuts.
 
 // --stage-boundaries: one cut between each two of the `stages`, rising, each
-// inside the model's children. Every rank checks, before any of them works.
+// inside the model's children (split_sequential's rule, which it checks).
+// Every rank checks, before any of them works.
 void check_stage_boundaries(const std::vector<int>& cuts, int stages, const Workload& w) {
   std::string text;
   for (int cut : cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
@@ -168,10 +170,12 @@ void check_stage_boundaries(const std::vector<int>& cuts, int stages, const Work
   if (static_cast<int>(cuts.size()) != stages - 1)
     throw UsageError(flag + ": " + std::to_string(stages) + " stages need " + std::to_string(stages - 1) +
                      (stages == 2 ? " cut" : " cuts") + ", got " + std::to_string(cuts.size()));
-  for (size_t i = 0; i < cuts.size(); ++i)
-    if (cuts[i] < 1 || cuts[i] >= children || (i > 0 && cuts[i] <= cuts[i - 1]))
-      throw UsageError(flag + ": each cut must be a child's index from 1 to " + std::to_string(children - 1) +
-                       ", rising (the model has " + std::to_string(children) + " children)");
+  try {
+    parallel::split_sequential(nn::Sequential(seq), cuts);
+  } catch (const Error&) {
+    throw UsageError(flag + ": each cut must be a child's index from 1 to " + std::to_string(children - 1) +
+                     ", rising (the model has " + std::to_string(children) + " children)");
+  }
 }
 }  // namespace
 

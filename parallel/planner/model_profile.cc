@@ -54,27 +54,28 @@ std::shared_ptr<nn::SequentialImpl> cuttable(const nn::ModulePtr& model) {
 
 // The peak of a part's backward above what its forward left held, the
 // incoming gradient included, at n samples: the temporaries of one
-// micro-batch's backward in a pipeline stage. The part runs once before, so
-// that its parameters' gradients exist and the measured pass adds into them,
-// as every micro-batch after a step's first does.
+// micro-batch's backward in a pipeline stage.
 double backward_peak(nn::Module& part, const Tensor& input, int64_t n, Device device) {
   Tensor x = first(input, n).detach();
   if (is_floating(x.dtype())) x.requires_grad_();
-  auto pass = [&](bool measured) {
-    Tensor y = part.forward(x);
-    if (!y.requires_grad()) return 0.0;
-    synchronize(device);
-    reset_peak_memory_stats(device);
-    const int64_t before = memory_stats(device).allocated_bytes;
-    y.backward(ones_like(y));
-    synchronize(device);
-    x.set_grad(Tensor());
-    return measured ? static_cast<double>(memory_stats(device).peak_allocated_bytes - before) : 0.0;
-  };
-  pass(false);
-  const double peak = pass(true);
+  Tensor y = part.forward(x);
+  if (!y.requires_grad()) return 0;
+  synchronize(device);
+  reset_peak_memory_stats(device);
+  const int64_t before = memory_stats(device).allocated_bytes;
+  y.backward(ones_like(y));
+  synchronize(device);
+  return static_cast<double>(memory_stats(device).peak_allocated_bytes - before);
+}
+
+// backward_peak's line in the batch. A first pass makes the part's
+// parameters' gradients, so that the measured ones add into them, as every
+// micro-batch after a step's first does; they are dropped after.
+StepMemory backward_bytes(nn::Module& part, const Tensor& input, const MeasuringBatches& at, Device device) {
+  backward_peak(part, input, at.small, device);
+  const StepMemory line = fit_step_memory(at, [&](int64_t n) { return backward_peak(part, input, n, device); });
   part.zero_grad();
-  return peak;
+  return line;
 }
 
 // Each part's kept bytes, output bytes, forward FLOPs and backward
@@ -85,15 +86,17 @@ double backward_peak(nn::Module& part, const Tensor& input, int64_t n, Device de
 // so a part's figure may be negative; a run of parts (a stage) adds up to
 // what it holds. What the part frees of its input is kept apart: a pipeline
 // stage that begins with the part keeps its received input all the same.
+// The backward's temporaries are measured only for the parts of a pipeline
+// (`pipeline`), the only user of them.
 void measure_parts(const std::vector<std::pair<std::string, nn::ModulePtr>>& parts, const Tensor& x,
-                   const MeasuringBatches& at, Device device, ModelProfile& p) {
+                   const MeasuringBatches& at, Device device, bool pipeline, ModelProfile& p) {
   const int64_t n = at.large;
   Tensor h = first(x, n);
   for (const auto& [name, part] : parts) {
     ModelProfile::Part info;
     info.name = name;
     info.parameters = part->num_parameters();
-    info.backward_bytes = fit_step_memory(at, [&](int64_t k) { return backward_peak(*part, h, k, device); });
+    if (pipeline) info.backward_bytes = backward_bytes(*part, h, at, device);
     synchronize(device);
     const int64_t held = memory_stats(device).allocated_bytes;
     FlopCounter flops;
@@ -184,12 +187,12 @@ ModelProfile profile_model(const nn::Module& model, const SampleBatch& sample, c
 
   opt->zero_grad();
   if (const auto sequential = cuttable(copy)) {
-    measure_parts(sequential->named_children(), sample.input, at, device, p);
+    measure_parts(sequential->named_children(), sample.input, at, device, /*pipeline=*/true, p);
     // A pipeline is cut where the children's measured times balance, as compare_parallel cuts it.
     const std::vector<double> seconds = time_children(nn::Sequential(sequential), sample.input).seconds();
     for (size_t i = 0; i < p.parts.size(); ++i) p.parts[i].seconds = seconds[i];
   } else {
-    measure_parts({{"model", copy}}, sample.input, at, device, p);
+    measure_parts({{"model", copy}}, sample.input, at, device, /*pipeline=*/false, p);
   }
   for (const ModelProfile::Part& part : p.parts) p.forward_flops_per_sample += part.forward_flops_per_sample;
   p.largest_part = largest_unit_numel(*copy, container_units(*copy));

@@ -45,6 +45,7 @@ struct ModelProfile {
     double seconds = 0;                    // forward and backward on the sample, timed (a Sequential's children)
     double input_freed_bytes_per_sample = 0;  // of its input, what nothing else holds once the caller lets go
     StepMemory backward_bytes;             // its backward's peak above what its forward holds, gradients in and out
+                                           // (a Sequential's children: a pipeline's parts)
   };
   int64_t parameters = 0;          // elements of all parameters
   int64_t element_size = 4;        // bytes per parameter element (float32 master weights)
